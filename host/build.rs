@@ -1,0 +1,74 @@
+//! Builds the policies under `policies/` for `wasm32-wasip2`, so the host can
+//! embed the default policy and its tests can load the real `.wasm` files.
+//!
+//! The policies get their own target directory (`target/policies`), shared by
+//! every profile of the host, so a `cargo clippy` after a `cargo test` does
+//! not build them again.
+
+use std::env;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Policy crates built here, by package name.
+const POLICIES: &[&str] = &["nmo-policy-default", "nmo-policy-hostile"];
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
+    let root = manifest_dir
+        .parent()
+        .expect("host/ is in the workspace")
+        .to_path_buf();
+    for watched in ["policies", "wit", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", root.join(watched).display());
+    }
+    println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");
+
+    let target_root = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let target_dir = target_root.join("policies");
+
+    let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .args(["build", "--target", "wasm32-wasip2", "--profile", "policy"])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    for p in POLICIES {
+        cmd.args(["-p", p]);
+    }
+    // The outer build's settings are not the policies': clippy's wrapper,
+    // host RUSTFLAGS and coverage instrumentation must not leak into wasm.
+    for var in [
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_PRIMARY_PACKAGE",
+        "CARGO_LLVM_COV",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd
+        .status()
+        .expect("cannot run cargo to build the policies");
+    if !status.success() {
+        panic!(
+            "building the wasm32-wasip2 policies failed ({status}); is the target installed? \
+             `rustup target add wasm32-wasip2`"
+        );
+    }
+    let out = target_dir.join("wasm32-wasip2").join("policy");
+    for p in POLICIES {
+        let file = out.join(format!("{}.wasm", p.replace('-', "_")));
+        assert!(
+            file.exists(),
+            "policy build did not produce {}",
+            file.display()
+        );
+    }
+    println!("cargo:rustc-env=NMO_POLICY_WASM_DIR={}", out.display());
+}

@@ -1,0 +1,91 @@
+//! The library's one error type.
+//!
+//! Every error knows whether it is worth retrying ([`Error::is_transient`])
+//! and has a fixed category ([`Error::category`]) used as a metric label,
+//! never a formatted string.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in the nmo library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The policy file could not be read or compiled (not WebAssembly,
+    /// corrupt, unreadable).
+    #[error("policy {policy}: cannot load: {reason}")]
+    PolicyLoad { policy: String, reason: String },
+
+    /// The file is WebAssembly but not a component of our world
+    /// (`medik8s:node-maintenance/drain-policy@0.1.0`): a core module, other
+    /// exports, or imports the host does not provide.
+    #[error(
+        "policy {policy}: not a medik8s:node-maintenance/drain-policy@0.1.0 component: {reason}"
+    )]
+    PolicyWrongWorld { policy: String, reason: String },
+
+    /// The policy trapped (a panic, `unreachable`, an out-of-bounds access).
+    #[error("policy {policy} trapped in {function}: {reason}")]
+    PolicyTrap {
+        policy: String,
+        function: &'static str,
+        reason: String,
+    },
+
+    /// The policy ran past its deadline and was stopped.
+    #[error("policy {policy} ran past its deadline of {deadline:?} in {function} and was stopped")]
+    PolicyDeadline {
+        policy: String,
+        function: &'static str,
+        deadline: Duration,
+    },
+
+    /// The policy tried to grow its memory past the limit and was stopped.
+    #[error("policy {policy} exceeded its memory limit of {limit_bytes} bytes in {function}")]
+    PolicyMemoryLimit {
+        policy: String,
+        function: &'static str,
+        limit_bytes: usize,
+    },
+
+    /// The policy answered, but the answer cannot be acted on.
+    #[error("policy {policy} gave an invalid answer in {function}: {reason}")]
+    PolicyInvalidDecision {
+        policy: String,
+        function: &'static str,
+        reason: String,
+    },
+
+    /// The WebAssembly engine itself could not be set up.
+    #[error("policy engine: {0}")]
+    Engine(String),
+}
+
+impl Error {
+    /// A fixed, bounded label for metrics (`nmo_policy_errors_total{category}`).
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::PolicyLoad { .. } => "load",
+            Error::PolicyWrongWorld { .. } => "wrong_world",
+            Error::PolicyTrap { .. } => "trap",
+            Error::PolicyDeadline { .. } => "deadline",
+            Error::PolicyMemoryLimit { .. } => "memory_limit",
+            Error::PolicyInvalidDecision { .. } => "invalid_decision",
+            Error::Engine(_) => "engine",
+        }
+    }
+
+    /// Whether trying the same thing again may succeed without anyone
+    /// changing anything. A policy is deterministic in what it is given, so
+    /// its errors are not transient: the maintenance waits for a new policy
+    /// (or for new input) instead of hammering a broken one.
+    pub fn is_transient(&self) -> bool {
+        false
+    }
+
+    /// Whether this error came from a policy (as opposed to the host).
+    pub fn is_policy_error(&self) -> bool {
+        !matches!(self, Error::Engine(_))
+    }
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

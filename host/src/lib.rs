@@ -1,0 +1,16 @@
+//! nmo: the Node Maintenance Operator, with WebAssembly drain policies.
+//!
+//! This crate is the operator's library; the `nmo` binary is a thin shell
+//! around it. Modules by concern:
+//! - [`policy`]: the WebAssembly policy engine (wasmtime sandbox, WIT
+//!   bindings, conversion from Kubernetes objects, validation of answers).
+//! - [`telemetry`]: JSON logs in the Go operator's shape.
+//! - [`fixtures`]: realistic pods and nodes for tests and benchmarks.
+//! - [`error`]: the one error type, with metric categories.
+
+pub mod error;
+pub mod fixtures;
+pub mod policy;
+pub mod telemetry;
+
+pub use error::{Error, Result};

@@ -1,0 +1,62 @@
+//! The WebAssembly policy engine.
+//!
+//! Every drain and failure decision of the operator is made by a policy: a
+//! WebAssembly component of the world `medik8s:node-maintenance/drain-policy`
+//! (see `wit/node-maintenance.wit`). This module runs policies in a wasmtime
+//! sandbox and hands the operator answers it can trust:
+//!
+//! - [`PolicyEngine`]: one wasmtime `Engine` (component model, epoch
+//!   interruption driven by a ticker thread) and one `Linker` with WASI
+//!   linked and nothing granted (no files, environment, arguments or
+//!   network), shared by every policy.
+//! - [`Policy`]: a compiled, pre-linked policy (`InstancePre`). Each decision
+//!   instantiates it into a fresh `Store` with a memory limit and an epoch
+//!   deadline, so no state survives from one decision to the next and a
+//!   runaway call is stopped.
+//! - [`validate`]: every answer is checked before the operator sees it; a
+//!   bad answer is an [`Error::PolicyInvalidDecision`](crate::Error), never
+//!   an action.
+//! - [`convert`]: Kubernetes objects to the policy's records.
+//! - [`native`]: the default policy's rules written directly in Rust, as the
+//!   reference the embedded default policy is checked and benchmarked
+//!   against.
+
+mod engine;
+mod output;
+
+pub mod convert;
+pub mod native;
+pub mod selfcheck;
+pub mod validate;
+pub mod view;
+
+/// Host bindings generated from `wit/node-maintenance.wit`.
+#[allow(missing_docs, clippy::all)]
+pub(crate) mod bindings {
+    wasmtime::component::bindgen!({
+        path: "../wit",
+        world: "drain-policy",
+    });
+}
+
+/// The records a policy receives and answers with, as generated from the WIT
+/// package.
+pub mod types {
+    pub use super::bindings::medik8s::node_maintenance::types::*;
+}
+
+pub use engine::{EngineConfig, Policy, PolicyEngine};
+pub use validate::{Action, Plan, Step, Verdict};
+
+/// The default policy, built from `policies/default` by the host's build
+/// script and embedded so the operator works with no policy directory.
+pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(concat!(
+    env!("NMO_POLICY_WASM_DIR"),
+    "/nmo_policy_default.wasm"
+));
+
+/// The name the embedded default policy goes by in logs, metrics and status.
+pub const DEFAULT_POLICY_NAME: &str = "default";
+
+/// The WIT world a policy must implement, for messages.
+pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.1.0";

@@ -1,0 +1,245 @@
+//! Checks a policy's answers before the operator acts on them.
+//!
+//! A plan must name every pod it was given exactly once, and nothing else;
+//! it may not evict or delete a mirror pod (the kubelet recreates it at once)
+//! or a DaemonSet pod (its controller puts it straight back on the node);
+//! every number must be possible. Anything else is
+//! [`Error::PolicyInvalidDecision`], and nothing in the plan is acted on.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use super::types::{self, DrainPlan, PodAction};
+use super::view::PodView;
+use crate::error::{Error, Result};
+
+/// Longest attempt timeout or retry delay a policy may ask for.
+pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
+/// Longest grace period a policy may give a pod (one day, in seconds).
+pub const MAX_GRACE_PERIOD_SECONDS: i64 = 24 * 60 * 60;
+/// Longest skip / block reason or failure message, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+
+/// A checked drain plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// One step per pod given, ordered by wave (`order`), then by the
+    /// position of the pod in the input.
+    pub steps: Vec<Step>,
+    /// How long one drain attempt may take.
+    pub attempt_timeout: Duration,
+    /// At most this many removals in flight; `None`: no policy limit.
+    pub max_concurrent_evictions: Option<NonZeroU32>,
+}
+
+/// What to do with one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// Index of the pod in the list the policy was given.
+    pub pod: usize,
+    pub namespace: String,
+    pub name: String,
+    pub action: Action,
+    /// The wave.
+    pub order: u32,
+}
+
+/// A checked pod action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Evict through the Eviction API; `None`: the pod's own grace period.
+    Evict { grace_period_seconds: Option<i64> },
+    /// Delete directly; `None`: the pod's own grace period.
+    Delete { grace_period_seconds: Option<i64> },
+    /// Leave the pod; the drain may finish without it.
+    Skip { reason: String },
+    /// Leave the pod; the drain may not finish while it is there.
+    Block { reason: String },
+}
+
+impl Action {
+    /// Whether the pod is to be removed from the node.
+    pub fn removes(&self) -> bool {
+        matches!(self, Action::Evict { .. } | Action::Delete { .. })
+    }
+}
+
+impl Plan {
+    /// The steps that remove a pod (evict or delete).
+    pub fn removals(&self) -> impl Iterator<Item = &Step> {
+        self.steps.iter().filter(|s| s.action.removes())
+    }
+
+    /// The steps grouped by wave, lowest wave first.
+    pub fn waves(&self) -> impl Iterator<Item = (u32, &[Step])> {
+        self.steps
+            .chunk_by(|a, b| a.order == b.order)
+            .map(|chunk| (chunk[0].order, chunk))
+    }
+}
+
+/// A checked answer to `on-failure`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Try again after this long.
+    RetryAfter(Duration),
+    /// Try again after the host's exponential backoff.
+    RetryWithBackoff,
+    /// Give up with this message.
+    Fail(String),
+}
+
+struct Check<'a> {
+    policy: &'a str,
+    function: &'static str,
+}
+
+impl Check<'_> {
+    fn invalid(&self, reason: String) -> Error {
+        Error::PolicyInvalidDecision {
+            policy: self.policy.to_owned(),
+            function: self.function,
+            reason,
+        }
+    }
+
+    fn message(&self, what: &str, text: &str) -> Result<()> {
+        if text.trim().is_empty() {
+            return Err(self.invalid(format!("{what} is empty")));
+        }
+        if text.len() > MAX_MESSAGE_BYTES {
+            return Err(self.invalid(format!(
+                "{what} is {} bytes long, more than the {MAX_MESSAGE_BYTES} allowed",
+                text.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn grace(&self, key: &dyn Fn() -> String, grace: Option<i64>) -> Result<()> {
+        match grace {
+            Some(g) if !(0..=MAX_GRACE_PERIOD_SECONDS).contains(&g) => Err(self.invalid(format!(
+                "grace period {g} s for pod {} is outside 0..={MAX_GRACE_PERIOD_SECONDS}",
+                key()
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Checks a plan against the pods the policy was given.
+pub fn plan(policy: &str, pods: &[PodView<'_>], raw: DrainPlan) -> Result<Plan> {
+    let check = Check {
+        policy,
+        function: "plan-drain",
+    };
+    if raw.attempt_timeout_ms == 0 || raw.attempt_timeout_ms > MAX_DURATION_MS {
+        return Err(check.invalid(format!(
+            "attempt-timeout-ms {} is outside 1..={MAX_DURATION_MS}",
+            raw.attempt_timeout_ms
+        )));
+    }
+    let max_concurrent_evictions = match raw.max_concurrent_evictions {
+        None => None,
+        Some(n) => Some(NonZeroU32::new(n).ok_or_else(|| {
+            check.invalid("max-concurrent-evictions is 0: nothing could ever be evicted".into())
+        })?),
+    };
+    let index: HashMap<(&str, &str), usize> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ((p.namespace, p.name), i))
+        .collect();
+    let mut seen = vec![false; pods.len()];
+    let mut steps = Vec::with_capacity(raw.decisions.len());
+    for d in raw.decisions {
+        let key = || format!("{}/{}", d.pod.namespace, d.pod.name);
+        let Some(&i) = index.get(&(d.pod.namespace.as_str(), d.pod.name.as_str())) else {
+            return Err(check.invalid(format!(
+                "decision for pod {} which is not on the node (it was not given to the policy)",
+                super::engine::truncate(&key(), 256)
+            )));
+        };
+        if std::mem::replace(&mut seen[i], true) {
+            return Err(check.invalid(format!("pod {} is decided more than once", key())));
+        }
+        let pod = &pods[i];
+        let action = match d.action {
+            PodAction::Evict(_) | PodAction::Delete(_) if pod.mirror => {
+                return Err(check.invalid(format!(
+                    "pod {} is a mirror (static) pod: the kubelet recreates it at once, \
+                     so it cannot be evicted or deleted; skip it",
+                    key()
+                )));
+            }
+            PodAction::Evict(_) | PodAction::Delete(_) if pod.daemonset_managed() => {
+                return Err(check.invalid(format!(
+                    "pod {} is managed by a DaemonSet, which puts it straight back on \
+                     this node; skip it",
+                    key()
+                )));
+            }
+            PodAction::Evict(r) => {
+                check.grace(&key, r.grace_period_seconds)?;
+                Action::Evict {
+                    grace_period_seconds: r.grace_period_seconds,
+                }
+            }
+            PodAction::Delete(r) => {
+                check.grace(&key, r.grace_period_seconds)?;
+                Action::Delete {
+                    grace_period_seconds: r.grace_period_seconds,
+                }
+            }
+            PodAction::Skip(reason) => {
+                check.message(&format!("the skip reason for pod {}", key()), &reason)?;
+                Action::Skip { reason }
+            }
+            PodAction::Block(reason) => {
+                check.message(&format!("the block reason for pod {}", key()), &reason)?;
+                Action::Block { reason }
+            }
+        };
+        steps.push(Step {
+            pod: i,
+            namespace: d.pod.namespace,
+            name: d.pod.name,
+            action,
+            order: d.order,
+        });
+    }
+    if let Some(missing) = seen.iter().position(|s| !s) {
+        let p = &pods[missing];
+        let count = seen.iter().filter(|s| !**s).count();
+        return Err(check.invalid(format!(
+            "no decision for pod {}/{} ({count} pod(s) left out)",
+            p.namespace, p.name
+        )));
+    }
+    steps.sort_by_key(|s| (s.order, s.pod));
+    Ok(Plan {
+        steps,
+        attempt_timeout: Duration::from_millis(raw.attempt_timeout_ms),
+        max_concurrent_evictions,
+    })
+}
+
+/// Checks an `on-failure` verdict.
+pub fn verdict(policy: &str, raw: types::Verdict) -> Result<Verdict> {
+    let check = Check {
+        policy,
+        function: "on-failure",
+    };
+    match raw {
+        types::Verdict::RetryAfterMs(ms) if ms > MAX_DURATION_MS => Err(check.invalid(format!(
+            "retry-after-ms {ms} is more than the {MAX_DURATION_MS} allowed"
+        ))),
+        types::Verdict::RetryAfterMs(ms) => Ok(Verdict::RetryAfter(Duration::from_millis(ms))),
+        types::Verdict::RetryWithBackoff => Ok(Verdict::RetryWithBackoff),
+        types::Verdict::Fail(message) => {
+            check.message("the failure message", &message)?;
+            Ok(Verdict::Fail(message))
+        }
+    }
+}

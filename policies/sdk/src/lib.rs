@@ -1,0 +1,208 @@
+//! Write nmo drain policies in Rust.
+//!
+//! A policy is a `cdylib` crate built for `wasm32-wasip2` that implements
+//! [`Policy`] and exports it with [`export_policy!`]:
+//!
+//! ```ignore
+//! use nmo_policy_sdk::*;
+//!
+//! struct MyPolicy;
+//!
+//! impl Policy for MyPolicy {
+//!     fn plan_drain(m: Maintenance, node: Node, pods: Vec<Pod>) -> DrainPlan {
+//!         let decisions = pods.iter().map(|p| p.decide(PodAction::evict(), 0)).collect();
+//!         DrainPlan { decisions, attempt_timeout_ms: 30_000, max_concurrent_evictions: None }
+//!     }
+//!     fn on_failure(m: Maintenance, f: Failure) -> Verdict {
+//!         Verdict::RetryWithBackoff
+//!     }
+//! }
+//!
+//! export_policy!(MyPolicy);
+//! ```
+//!
+//! The types are generated from `wit/node-maintenance.wit`, where every field
+//! is documented; this crate adds the helpers a policy keeps needing.
+
+#[cfg(all(target_family = "wasm", feature = "bump-allocator"))]
+pub mod alloc;
+
+#[cfg(all(target_family = "wasm", feature = "bump-allocator"))]
+#[global_allocator]
+static ALLOCATOR: alloc::BumpAllocator = alloc::BumpAllocator::new();
+
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "drain-policy",
+        default_bindings_module: "nmo_policy_sdk::bindings",
+        pub_export_macro: true,
+        export_macro_name: "export_policy",
+    });
+}
+
+pub use bindings::Guest as Policy;
+pub use bindings::export_policy;
+pub use bindings::medik8s::node_maintenance::types::{
+    DrainPlan, DrainReport, Failure, KeyValue, Level, Maintenance, MaintenancePhase, Node, Owner,
+    Pod, PodAction, PodDecision, PodPhase, PodRef, Removal, Taint, TaintEffect, Verdict,
+};
+
+/// The annotation the kubelet puts on mirror (static) pods.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// Writes a line to the operator's log, tagged with the policy's name.
+///
+/// Outside WebAssembly (a policy's own native unit tests) the line goes to
+/// standard error instead.
+pub fn log(level: Level, message: &str) {
+    #[cfg(target_family = "wasm")]
+    bindings::log(level, message);
+    #[cfg(not(target_family = "wasm"))]
+    eprintln!("[{level:?}] {message}");
+}
+
+/// Looks a key up in a label or annotation list.
+pub fn lookup<'a>(pairs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|kv| kv.key == key)
+        .map(|kv| kv.value.as_str())
+}
+
+impl Pod {
+    /// The owner that controls this pod (`controller: true`), if any.
+    pub fn controller(&self) -> Option<&Owner> {
+        self.owners.iter().find(|o| o.controller)
+    }
+
+    /// The kind of the controlling owner (`ReplicaSet`, `StatefulSet`,
+    /// `DaemonSet`, `Job`...), if any.
+    pub fn controller_kind(&self) -> Option<&str> {
+        self.controller().map(|o| o.kind.as_str())
+    }
+
+    /// Managed by a DaemonSet: its controller is a DaemonSet.
+    pub fn is_daemonset_managed(&self) -> bool {
+        self.controller_kind() == Some("DaemonSet")
+    }
+
+    /// A static pod's mirror (see [`MIRROR_ANNOTATION`]).
+    pub fn is_mirror(&self) -> bool {
+        self.mirror
+    }
+
+    /// No controller: nothing recreates this pod once it is removed.
+    pub fn is_unmanaged(&self) -> bool {
+        self.controller().is_none()
+    }
+
+    /// Uses an `emptyDir` volume, whose data is lost when the pod goes.
+    pub fn has_local_storage(&self) -> bool {
+        self.local_storage
+    }
+
+    /// Finished: phase `Succeeded` or `Failed`.
+    pub fn is_finished(&self) -> bool {
+        matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed)
+    }
+
+    /// Already being deleted (`deletionTimestamp` set).
+    pub fn is_terminating(&self) -> bool {
+        self.terminating
+    }
+
+    /// The value of a label.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        lookup(&self.labels, key)
+    }
+
+    /// The value of an annotation.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        lookup(&self.annotations, key)
+    }
+
+    /// `namespace/name`, for messages.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// This pod as a [`PodRef`].
+    pub fn pod_ref(&self) -> PodRef {
+        PodRef {
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+
+    /// A decision about this pod, in wave `order`.
+    pub fn decide(&self, action: PodAction, order: u32) -> PodDecision {
+        PodDecision {
+            pod: self.pod_ref(),
+            action,
+            order,
+        }
+    }
+}
+
+impl PodAction {
+    /// Evict with the pod's own grace period (kubectl drain's default).
+    pub fn evict() -> Self {
+        PodAction::Evict(Removal {
+            grace_period_seconds: None,
+        })
+    }
+
+    /// Delete directly (no PodDisruptionBudget check), with the pod's own
+    /// grace period.
+    pub fn delete() -> Self {
+        PodAction::Delete(Removal {
+            grace_period_seconds: None,
+        })
+    }
+
+    /// Leave the pod; the drain can finish without it.
+    pub fn skip(reason: impl Into<String>) -> Self {
+        PodAction::Skip(reason.into())
+    }
+
+    /// Leave the pod and keep the drain from finishing while it is there.
+    pub fn block(reason: impl Into<String>) -> Self {
+        PodAction::Block(reason.into())
+    }
+}
+
+impl Node {
+    /// The value of a label.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        lookup(&self.labels, key)
+    }
+
+    /// The value of an annotation.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        lookup(&self.annotations, key)
+    }
+
+    /// Carries a taint with this key (any value, any effect).
+    pub fn has_taint(&self, key: &str) -> bool {
+        self.taints.iter().any(|t| t.key == key)
+    }
+}
+
+impl Maintenance {
+    /// The value of an annotation on the NodeMaintenance.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        lookup(&self.annotations, key)
+    }
+
+    /// The value of a label on the NodeMaintenance.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        lookup(&self.labels, key)
+    }
+
+    /// The drain has begun removing pods (`drainProgress` above 0).
+    pub fn drain_started(&self) -> bool {
+        self.drain_progress > 0
+    }
+}

@@ -1,0 +1,136 @@
+//! A deliberately misbehaving policy, for the host's sandbox tests. The
+//! NodeMaintenance `reason` picks the misbehaviour; any other reason gives a
+//! well-formed plan (evict everything but mirror and DaemonSet pods).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nmo_policy_sdk::*;
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+struct Hostile;
+
+fn well_formed(pods: &[Pod]) -> DrainPlan {
+    let decisions = pods
+        .iter()
+        .map(|p| {
+            let action = if p.is_mirror() || p.is_daemonset_managed() {
+                PodAction::skip("not mine to move")
+            } else {
+                PodAction::evict()
+            };
+            p.decide(action, 0)
+        })
+        .collect();
+    DrainPlan {
+        decisions,
+        attempt_timeout_ms: 30_000,
+        max_concurrent_evictions: None,
+    }
+}
+
+/// Busy work the optimiser cannot remove.
+fn spin(iterations: u64) -> u64 {
+    let mut x: u64 = 1;
+    for i in 0..iterations {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+    }
+    x
+}
+
+impl Policy for Hostile {
+    fn plan_drain(m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
+        let mut plan = well_formed(&pods);
+        match m.reason.as_str() {
+            "trap" => std::process::abort(),
+            "panic" => panic!("hostile policy panics on purpose"),
+            "panic-on-bare" if pods.iter().any(|p| p.is_unmanaged()) => {
+                panic!("cannot handle pod without a controller")
+            }
+            "loop" => loop {
+                std::hint::black_box(spin(1_000));
+            },
+            "memory-bomb" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![7u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            "huge-reason" => {
+                if let Some(d) = plan.decisions.first_mut() {
+                    d.action = PodAction::skip("x".repeat(8 << 20));
+                }
+            }
+            "huge-list" => {
+                let first = plan.decisions[0].clone();
+                plan.decisions = vec![first; 50_000];
+            }
+            "unknown-pod" => plan.decisions.push(PodDecision {
+                pod: PodRef {
+                    namespace: "kube-system".into(),
+                    name: "not-on-this-node".into(),
+                },
+                action: PodAction::evict(),
+                order: 0,
+            }),
+            "duplicate" => {
+                let first = plan.decisions[0].clone();
+                plan.decisions.push(first);
+            }
+            "missing" => {
+                plan.decisions.pop();
+            }
+            "evict-everything" => {
+                for d in plan.decisions.iter_mut() {
+                    d.action = PodAction::evict();
+                }
+            }
+            "negative-grace" => {
+                let last = plan.decisions.len() - 1;
+                plan.decisions[last].action = PodAction::Evict(Removal {
+                    grace_period_seconds: Some(-5),
+                });
+            }
+            "zero-timeout" => plan.attempt_timeout_ms = 0,
+            "zero-concurrency" => plan.max_concurrent_evictions = Some(0),
+            "empty-reason" => {
+                let last = plan.decisions.len() - 1;
+                plan.decisions[last].action = PodAction::skip("");
+            }
+            "slow" => {
+                // Noticeably slow, well inside any sane deadline.
+                std::hint::black_box(spin(2_000_000));
+            }
+            "stateful" => {
+                // A fresh store per decision means this is 1 every time.
+                let n = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
+                plan.attempt_timeout_ms = 1_000 * n;
+            }
+            "chatty" => {
+                for i in 0..1_000 {
+                    log(Level::Info, &format!("line {i} {}", "y".repeat(4096)));
+                }
+                println!("hello from the policy's stdout");
+                eprintln!("hello from the policy's stderr");
+            }
+            _ => {}
+        }
+        plan
+    }
+
+    fn on_failure(m: Maintenance, _failure: Failure) -> Verdict {
+        match m.reason.as_str() {
+            "trap" => std::process::abort(),
+            "loop" => loop {
+                std::hint::black_box(spin(1_000));
+            },
+            "fail-empty" => Verdict::Fail(String::new()),
+            "fail-huge" => Verdict::Fail("z".repeat(100_000)),
+            "retry-forever" => Verdict::RetryAfterMs(u64::MAX),
+            _ => Verdict::RetryAfterMs(1_000),
+        }
+    }
+}
+
+export_policy!(Hostile);

@@ -1,0 +1,216 @@
+//! The object store: every object as JSON, one global resourceVersion, a
+//! change history for watches that resume, and a broadcast of changes.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+/// Changes kept for watches that resume from a resourceVersion; older ones
+/// get 410 Gone, as after an etcd compaction.
+pub const HISTORY: usize = 50_000;
+
+/// Namespace (empty for cluster-scoped) and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjKey {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        ObjKey {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    /// The key of a stored object.
+    pub fn of(obj: &Value) -> Self {
+        ObjKey::new(
+            obj["metadata"]["namespace"].as_str().unwrap_or_default(),
+            obj["metadata"]["name"].as_str().unwrap_or_default(),
+        )
+    }
+}
+
+/// What happened to an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Added => "ADDED",
+            ChangeKind::Modified => "MODIFIED",
+            ChangeKind::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watches see it.
+#[derive(Debug)]
+pub struct Change {
+    pub storage: String,
+    pub kind: ChangeKind,
+    pub object: Arc<Value>,
+    pub old: Option<Arc<Value>>,
+    pub rv: u64,
+}
+
+/// The store. Not thread-safe by itself: the server keeps it in a mutex.
+pub struct Store {
+    rv: u64,
+    data: HashMap<String, BTreeMap<ObjKey, Arc<Value>>>,
+    by_uid: HashMap<String, (String, ObjKey)>,
+    history: VecDeque<Arc<Change>>,
+    tx: broadcast::Sender<Arc<Change>>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    pub fn new() -> Self {
+        let (tx, _) = broadcast::channel(HISTORY);
+        Store {
+            rv: 1,
+            data: HashMap::new(),
+            by_uid: HashMap::new(),
+            history: VecDeque::new(),
+            tx,
+        }
+    }
+
+    /// The latest resourceVersion.
+    pub fn rv(&self) -> u64 {
+        self.rv
+    }
+
+    pub fn get(&self, storage: &str, key: &ObjKey) -> Option<Arc<Value>> {
+        self.data.get(storage)?.get(key).cloned()
+    }
+
+    /// All objects of a storage, in key order, optionally in one namespace.
+    pub fn list(&self, storage: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        let Some(m) = self.data.get(storage) else {
+            return Vec::new();
+        };
+        match namespace {
+            Some(ns) => m
+                .range(ObjKey::new(ns, "")..)
+                .take_while(|(k, _)| k.namespace == ns)
+                .map(|(_, v)| v.clone())
+                .collect(),
+            None => m.values().cloned().collect(),
+        }
+    }
+
+    /// How many objects a storage holds.
+    pub fn count(&self, storage: &str) -> usize {
+        self.data.get(storage).map_or(0, BTreeMap::len)
+    }
+
+    /// Finds an object by uid.
+    pub fn by_uid(&self, uid: &str) -> Option<(String, Arc<Value>)> {
+        let (storage, key) = self.by_uid.get(uid)?;
+        Some((storage.clone(), self.get(storage, key)?))
+    }
+
+    fn record(&mut self, change: Change) {
+        let change = Arc::new(change);
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(change.clone());
+        let _ = self.tx.send(change);
+    }
+
+    /// Stores `obj` (new or replacing), stamping a new resourceVersion.
+    /// Returns the stored object.
+    pub fn put(&mut self, storage: &str, mut obj: Value) -> Arc<Value> {
+        self.rv += 1;
+        obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let key = ObjKey::of(&obj);
+        let uid = obj["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+        let obj = Arc::new(obj);
+        let old = self
+            .data
+            .entry(storage.to_owned())
+            .or_default()
+            .insert(key.clone(), obj.clone());
+        if !uid.is_empty() {
+            self.by_uid.insert(uid, (storage.to_owned(), key));
+        }
+        let kind = if old.is_some() {
+            ChangeKind::Modified
+        } else {
+            ChangeKind::Added
+        };
+        self.record(Change {
+            storage: storage.to_owned(),
+            kind,
+            object: obj.clone(),
+            old,
+            rv: self.rv,
+        });
+        obj
+    }
+
+    /// Removes an object for good. Returns it as last stored, with the
+    /// deletion's resourceVersion.
+    pub fn remove(&mut self, storage: &str, key: &ObjKey) -> Option<Arc<Value>> {
+        let old = self.data.get_mut(storage)?.remove(key)?;
+        self.rv += 1;
+        if let Some(uid) = old["metadata"]["uid"].as_str() {
+            self.by_uid.remove(uid);
+        }
+        let mut last = (*old).clone();
+        last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
+        let last = Arc::new(last);
+        self.record(Change {
+            storage: storage.to_owned(),
+            kind: ChangeKind::Deleted,
+            object: last.clone(),
+            old: Some(old),
+            rv: self.rv,
+        });
+        Some(last)
+    }
+
+    /// The changes after `rv` (for a resuming watch) and a receiver for the
+    /// ones to come. `None` when `rv` is older than the history kept.
+    pub fn subscribe_from(
+        &self,
+        rv: u64,
+    ) -> Option<(Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>)> {
+        let rx = self.tx.subscribe();
+        if rv >= self.rv {
+            return Some((Vec::new(), rx));
+        }
+        let oldest = self.history.front().map_or(self.rv, |c| c.rv);
+        if rv + 1 < oldest {
+            return None;
+        }
+        let backlog = self
+            .history
+            .iter()
+            .filter(|c| c.rv > rv)
+            .cloned()
+            .collect();
+        Some((backlog, rx))
+    }
+
+    /// A receiver for changes from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.tx.subscribe()
+    }
+}
