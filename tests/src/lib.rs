@@ -1,1 +1,277 @@
+//! nmo-sim: a simulated Kubernetes API server and cluster.
+//!
+//! It serves enough of the real API, over HTTP on 127.0.0.1, for `kubectl`
+//! and `kube::Client` to work against it unchanged: discovery, CRUD with
+//! resourceVersion and optimistic concurrency, label and field selectors,
+//! pagination, watches (resume, bookmarks, 410 Gone), JSON / merge /
+//! strategic merge / apply patches, the status subresource, finalizers and
+//! graceful deletion, the Eviction subresource with PodDisruptionBudgets,
+//! CustomResourceDefinitions, server-side tables. Behind it runs a small
+//! cluster: a scheduler, a kubelet, and the workload controllers, so drains
+//! behave as on a real cluster. Faults (errors, latency, dropped watches, a
+//! paused kubelet) can be switched on.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! let cluster = nmo_sim::SimCluster::start(nmo_sim::SimOptions::default()).await?;
+//! cluster.add_node("worker-1")?;
+//! cluster.write_kubeconfig(std::path::Path::new("/tmp/sim.kubeconfig"))?;
+//! // kubectl --kubeconfig /tmp/sim.kubeconfig get nodes
+//! cluster.stop().await;
+//! # Ok(()) }
+//! ```
 
+pub mod api;
+pub mod cluster;
+pub mod error;
+pub mod patch;
+pub mod resources;
+pub mod selectors;
+pub mod server;
+pub mod state;
+pub mod store;
+pub mod tables;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+pub use error::ApiError;
+pub use state::{AuditRecord, FaultRule, Faults, Sim};
+
+/// How to start a simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    /// Address to listen on; port 0 picks a free one.
+    pub addr: SocketAddr,
+    /// Simulated seconds per real second for the cluster's own waits
+    /// (grace periods, startup): 10.0 makes a 30 s grace period 3 s.
+    pub time_scale: f64,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            addr: ([127, 0, 0, 1], 0).into(),
+            time_scale: 1.0,
+        }
+    }
+}
+
+/// Errors of the simulation's own API (not the Kubernetes API's answers).
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Api(#[from] ApiError),
+    #[error("scenario: {0}")]
+    Scenario(String),
+}
+
+/// A running simulated cluster.
+pub struct SimCluster {
+    sim: Arc<Sim>,
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl SimCluster {
+    /// Starts the API server and the cluster's controllers, with the
+    /// namespaces a new cluster has.
+    pub async fn start(opts: SimOptions) -> Result<SimCluster, SimError> {
+        let listener = tokio::net::TcpListener::bind(opts.addr)
+            .await
+            .map_err(|source| SimError::Listen {
+                addr: opts.addr,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| SimError::Listen {
+            addr: opts.addr,
+            source,
+        })?;
+        let sim = Arc::new(Sim::new(opts.time_scale));
+        let (stop, stop_rx) = watch::channel(false);
+        let cluster = SimCluster {
+            tasks: vec![
+                tokio::spawn(server::serve(sim.clone(), listener, stop_rx.clone())),
+                tokio::spawn(cluster::run(sim.clone(), stop_rx)),
+            ],
+            sim,
+            addr,
+            stop,
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            cluster.create(
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            )?;
+        }
+        Ok(cluster)
+    }
+
+    /// Stops serving.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// The shared state, for direct access in tests.
+    pub fn sim(&self) -> &Arc<Sim> {
+        &self.sim
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig for this cluster (context `nmo-sim`).
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: nmo-sim\n  cluster:\n    server: {}\ncontexts:\n- name: nmo-sim\n  context:\n    cluster: nmo-sim\n    user: nmo-sim\n    namespace: default\ncurrent-context: nmo-sim\nusers:\n- name: nmo-sim\n  user:\n    token: nmo-sim\n",
+            self.url()
+        )
+    }
+
+    pub fn write_kubeconfig(&self, path: &Path) -> Result<(), SimError> {
+        std::fs::write(path, self.kubeconfig()).map_err(|source| SimError::Write {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+
+    fn type_of(&self, obj: &Value) -> Result<resources::ResourceType, SimError> {
+        let api_version = obj["apiVersion"].as_str().unwrap_or_default();
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        self.sim
+            .all_types()
+            .into_iter()
+            .find(|t| t.group == group && t.version == version && t.kind == kind)
+            .ok_or_else(|| SimError::Scenario(format!("no resource type for {api_version} {kind}")))
+    }
+
+    /// Creates any object (its apiVersion and kind say what it is).
+    pub fn create(&self, obj: Value) -> Result<Value, SimError> {
+        let rt = self.type_of(&obj)?;
+        let ns = obj["metadata"]["namespace"]
+            .as_str()
+            .map(str::to_owned)
+            .or_else(|| rt.namespaced.then(|| "default".to_owned()));
+        Ok(self.sim.create(&rt, ns.as_deref(), obj, false)?)
+    }
+
+    /// Creates every object of a multi-document YAML string, in order.
+    pub fn apply_yaml(&self, yaml: &str) -> Result<Vec<Value>, SimError> {
+        let mut out = Vec::new();
+        for doc in serde_yaml::Deserializer::from_str(yaml) {
+            let v: Value = serde::Deserialize::deserialize(doc)
+                .map_err(|e| SimError::Scenario(e.to_string()))?;
+            if v.is_null() {
+                continue;
+            }
+            out.push(self.create(v)?);
+        }
+        Ok(out)
+    }
+
+    /// Reads an object.
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Value, SimError> {
+        let rt = self.type_of(&json!({"apiVersion": api_version, "kind": kind}))?;
+        Ok(self.sim.get(&rt, ns, name)?)
+    }
+
+    /// Every object of a kind (all namespaces).
+    pub fn list(&self, api_version: &str, kind: &str) -> Result<Vec<Value>, SimError> {
+        let rt = self.type_of(&json!({"apiVersion": api_version, "kind": kind}))?;
+        let res = self.sim.list(&rt, None, &api::ListOptions::default())?;
+        Ok(res.items.iter().map(|o| api::present(&rt, o)).collect())
+    }
+
+    /// Adds a Ready worker node.
+    pub fn add_node(&self, name: &str) -> Result<Value, SimError> {
+        self.create(node(name))
+    }
+
+    /// Switches faults.
+    pub fn set_faults(&self, f: impl FnOnce(&mut Faults)) {
+        self.sim.set_faults(f);
+    }
+
+    /// Simulated seconds per real second.
+    pub fn set_time_scale(&self, scale: f64) {
+        self.sim.clock.set_scale(scale);
+    }
+
+    /// Jumps simulated time forward.
+    pub fn advance(&self, by: Duration) {
+        self.sim.clock.advance(by);
+        self.sim.wake.notify_one();
+    }
+
+    /// Starts recording every API request (see [`SimCluster::audit`]).
+    pub fn record_audit(&self, on: bool) {
+        self.sim
+            .record_audit
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The requests recorded so far.
+    pub fn audit(&self) -> Vec<AuditRecord> {
+        self.sim
+            .audit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// A Ready node object, as a kubelet registers it.
+pub fn node(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "node-role.kubernetes.io/worker": "",
+            },
+        },
+        "spec": {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+            "capacity": {"cpu": "8", "memory": "32Gi", "pods": "250"},
+            "allocatable": {"cpu": "8", "memory": "32Gi", "pods": "250"},
+            "nodeInfo": {"kubeletVersion": "v1.32.0", "osImage": "nmo-sim", "containerRuntimeVersion": "sim://1.0", "architecture": "amd64", "operatingSystem": "linux"},
+            "addresses": [{"type": "Hostname", "address": name}],
+        },
+    })
+}

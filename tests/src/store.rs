@@ -63,6 +63,9 @@ pub struct Change {
     pub rv: u64,
 }
 
+/// Receives changes as they happen.
+pub type ChangeReceiver = broadcast::Receiver<Arc<Change>>;
+
 /// The store. Not thread-safe by itself: the server keeps it in a mutex.
 pub struct Store {
     rv: u64,
@@ -140,7 +143,10 @@ impl Store {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
         let key = ObjKey::of(&obj);
-        let uid = obj["metadata"]["uid"].as_str().unwrap_or_default().to_owned();
+        let uid = obj["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         let obj = Arc::new(obj);
         let old = self
             .data
@@ -188,10 +194,7 @@ impl Store {
 
     /// The changes after `rv` (for a resuming watch) and a receiver for the
     /// ones to come. `None` when `rv` is older than the history kept.
-    pub fn subscribe_from(
-        &self,
-        rv: u64,
-    ) -> Option<(Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>)> {
+    pub fn subscribe_from(&self, rv: u64) -> Option<(Vec<Arc<Change>>, ChangeReceiver)> {
         let rx = self.tx.subscribe();
         if rv >= self.rv {
             return Some((Vec::new(), rx));
@@ -200,12 +203,7 @@ impl Store {
         if rv + 1 < oldest {
             return None;
         }
-        let backlog = self
-            .history
-            .iter()
-            .filter(|c| c.rv > rv)
-            .cloned()
-            .collect();
+        let backlog = self.history.iter().filter(|c| c.rv > rv).cloned().collect();
         Some((backlog, rx))
     }
 

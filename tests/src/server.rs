@@ -1,0 +1,806 @@
+//! The HTTP front: discovery, resource routes, watches, tables, faults.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::{BodyExt, Full, StreamBody, combinators::UnsyncBoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, watch};
+
+use crate::api::{self, DeleteOptions, ListOptions};
+use crate::error::{ApiError, success_status};
+use crate::patch::PatchType;
+use crate::resources::{self, ResourceType};
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::state::{AuditRecord, Sim};
+use crate::store::{Change, ChangeKind};
+use crate::tables;
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// Largest request body accepted (the real server's limit is 3 MiB).
+const MAX_BODY: usize = 3 << 20;
+
+/// Serves until `stop` changes.
+pub async fn serve(sim: Arc<Sim>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let Ok((stream, _)) = accepted else { continue };
+        let sim = sim.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let sim = sim.clone();
+                let stop = stop.clone();
+                async move { Ok::<_, Infallible>(handle(sim, req, stop).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .keep_alive(true)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn full(body: impl Into<Bytes>) -> Body {
+    Full::new(body.into()).boxed_unsync()
+}
+
+fn json_response(code: u16, v: &Value) -> Response<Body> {
+    Response::builder()
+        .status(code)
+        .header("Content-Type", "application/json")
+        .body(full(serde_json::to_vec(v).unwrap_or_default()))
+        .expect("valid response")
+}
+
+fn error_response(e: &ApiError) -> Response<Body> {
+    let mut r = json_response(e.code, &e.to_status());
+    if let Some(secs) = e.retry_after {
+        r.headers_mut().insert("Retry-After", secs.into());
+    }
+    r
+}
+
+fn query(req: &Request<Incoming>) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .map(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What a resource path names.
+struct Target {
+    rt: ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+enum Route {
+    Version,
+    OpenApiRoot,
+    OpenApiGroupVersion(String, String),
+    Health,
+    ApiVersions,
+    GroupList,
+    Group(String),
+    ResourceList(String, String),
+    Resource(Box<Target>),
+    NotFound,
+}
+
+fn route(sim: &Sim, path: &str) -> Route {
+    let parts: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    let (group, version, rest) = match parts.as_slice() {
+        ["version"] => return Route::Version,
+        ["openapi", "v3"] => return Route::OpenApiRoot,
+        ["openapi", "v3", "api", v] => {
+            return Route::OpenApiGroupVersion(String::new(), (*v).to_owned());
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return Route::OpenApiGroupVersion((*g).to_owned(), (*v).to_owned());
+        }
+        ["healthz" | "livez" | "readyz", ..] => return Route::Health,
+        ["api"] => return Route::ApiVersions,
+        ["apis"] => return Route::GroupList,
+        ["apis", g] => return Route::Group((*g).to_owned()),
+        ["api", "v1"] => return Route::ResourceList(String::new(), "v1".into()),
+        ["apis", g, v] => return Route::ResourceList((*g).to_owned(), (*v).to_owned()),
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Route::NotFound,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some((*ns).to_owned()), tail),
+        _ => (None, rest),
+    };
+    let (plural, name, sub) = match rest {
+        [p] => (*p, None, None),
+        [p, n] => (*p, Some(*n), None),
+        [p, n, s] => (*p, Some(*n), Some(*s)),
+        _ => return Route::NotFound,
+    };
+    let Some(rt) = sim.find_type(group, version, plural) else {
+        return Route::NotFound;
+    };
+    if rt.namespaced != namespace.is_some() && !(rt.namespaced && name.is_none()) {
+        return Route::NotFound;
+    }
+    Route::Resource(Box::new(Target {
+        rt,
+        namespace,
+        name: name.map(str::to_owned),
+        subresource: sub.map(str::to_owned),
+    }))
+}
+
+fn wants_table(req: &Request<Incoming>) -> bool {
+    req.headers()
+        .get("Accept")
+        .and_then(|a| a.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<(Bytes, String), ApiError> {
+    let ct = req
+        .headers()
+        .get("Content-Type")
+        .and_then(|c| c.to_str().ok())
+        .unwrap_or("application/json")
+        .to_owned();
+    let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY);
+    let bytes = limited
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.to_string().contains("length limit") {
+                ApiError::bad_request(format!("request entity too large: limit is {MAX_BODY}"))
+            } else {
+                ApiError::bad_request(format!("reading the request body: {e}"))
+            }
+        })?
+        .to_bytes();
+    Ok((bytes, ct))
+}
+
+fn parse_json(bytes: &[u8], ct: &str) -> Result<Value, ApiError> {
+    if bytes.is_empty() {
+        return Ok(Value::Null);
+    }
+    if ct.contains("yaml") {
+        return serde_yaml::from_slice(bytes)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
+    }
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(format!(
+            "Object 'Kind' is missing in '{}': {e}",
+            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+        ))
+    })
+}
+
+fn verb_of(method: &Method, target: &Target, q: &HashMap<String, String>) -> &'static str {
+    match (method.as_str(), target.name.is_some()) {
+        ("GET", false) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => "watch",
+        ("GET", false) => "list",
+        ("GET", true) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", false) => "deletecollection",
+        ("DELETE", true) => "delete",
+        _ => "unknown",
+    }
+}
+
+async fn handle(
+    sim: Arc<Sim>,
+    req: Request<Incoming>,
+    stop: watch::Receiver<bool>,
+) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    tracing::debug!(method = %req.method(), uri = %req.uri(), "request");
+    match route(&sim, &path) {
+        Route::Version => json_response(
+            200,
+            &json!({
+                "major": "1", "minor": "32", "gitVersion": "v1.32.0-nmo-sim",
+                "gitCommit": "0000000000000000000000000000000000000000", "gitTreeState": "clean",
+                "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.23", "compiler": "gc",
+                "platform": "linux/amd64",
+            }),
+        ),
+        Route::Health => Response::new(full("ok")),
+        Route::OpenApiRoot => json_response(200, &openapi_root(&sim)),
+        Route::OpenApiGroupVersion(g, v) => {
+            json_response(200, &openapi_group_version(&sim, &g, &v))
+        }
+        Route::ApiVersions => json_response(
+            200,
+            &json!({
+                "kind": "APIVersions", "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
+            }),
+        ),
+        Route::GroupList => json_response(200, &group_list(&sim)),
+        Route::Group(g) => match group_list(&sim)["groups"]
+            .as_array()
+            .and_then(|gs| gs.iter().find(|x| x["name"] == g.as_str()))
+        {
+            Some(group) => {
+                let mut v = group.clone();
+                v["kind"] = json!("APIGroup");
+                v["apiVersion"] = json!("v1");
+                json_response(200, &v)
+            }
+            None => not_found(&path),
+        },
+        Route::ResourceList(g, v) => {
+            let list = resource_list(&sim, &g, &v);
+            if list["resources"].as_array().is_none_or(|r| r.is_empty())
+                && !(g.is_empty() && v == "v1")
+            {
+                return not_found(&path);
+            }
+            json_response(200, &list)
+        }
+        Route::NotFound => not_found(&path),
+        Route::Resource(target) => {
+            let q = query(&req);
+            let verb = verb_of(req.method(), &target, &q);
+            let resource = match &target.subresource {
+                Some(s) => format!("{}/{}", target.rt.plural, s),
+                None => target.rt.plural.clone(),
+            };
+            if sim.record_audit.load(std::sync::atomic::Ordering::Relaxed) {
+                let ua = req
+                    .headers()
+                    .get("User-Agent")
+                    .and_then(|u| u.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                sim.audit
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(AuditRecord {
+                        verb: verb.into(),
+                        group: target.rt.group.clone(),
+                        resource: target.rt.plural.clone(),
+                        subresource: target.subresource.clone().unwrap_or_default(),
+                        namespace: target.namespace.clone().unwrap_or_default(),
+                        user_agent: ua,
+                    });
+            }
+            let faults = sim.faults();
+            if !faults.latency.is_zero() {
+                tokio::time::sleep(faults.latency).await;
+            }
+            if let Some(code) = faults.roll(verb, &resource) {
+                let e = match code {
+                    409 => ApiError::stale(&target.rt, target.name.as_deref().unwrap_or_default()),
+                    429 => ApiError::too_many_requests(
+                        "injected fault: too many requests, please try again later",
+                        Vec::new(),
+                    ),
+                    _ => ApiError::internal("injected fault"),
+                };
+                return error_response(&e);
+            }
+            match resource_request(&sim, req, *target, q, verb, faults.drop_watches_after, stop)
+                .await
+            {
+                Ok(r) => r,
+                Err(e) => error_response(&e),
+            }
+        }
+    }
+}
+
+fn not_found(path: &str) -> Response<Body> {
+    let e = ApiError {
+        code: 404,
+        reason: "NotFound",
+        message: "the server could not find the requested resource".into(),
+        details: Some(
+            json!({"causes": [{"reason": "UnexpectedServerResponse", "message": format!("404 page not found: {path}")}]}),
+        ),
+        retry_after: None,
+    };
+    error_response(&e)
+}
+
+/// The OpenAPI v3 index. kubectl reads it to learn that the server does
+/// field validation itself (so it skips client-side schema validation).
+fn openapi_root(sim: &Sim) -> Value {
+    let mut paths = serde_json::Map::new();
+    let mut gvs: Vec<(String, String)> = sim
+        .all_types()
+        .iter()
+        .map(|t| (t.group.clone(), t.version.clone()))
+        .collect();
+    gvs.sort();
+    gvs.dedup();
+    for (g, v) in gvs {
+        let key = if g.is_empty() {
+            format!("api/{v}")
+        } else {
+            format!("apis/{g}/{v}")
+        };
+        let kinds: Vec<String> = sim
+            .all_types()
+            .iter()
+            .filter(|t| t.group == g && t.version == v)
+            .map(|t| t.plural.clone())
+            .collect();
+        let hash = format!(
+            "{:016X}",
+            kinds
+                .join(",")
+                .bytes()
+                .fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64)
+                    .wrapping_mul(0x100000001b3))
+        );
+        paths.insert(
+            key.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={hash}")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// A group-version's OpenAPI v3 document: the PATCH operation of each
+/// resource with its group-version-kind and the `fieldValidation` parameter.
+fn openapi_group_version(sim: &Sim, group: &str, version: &str) -> Value {
+    let mut paths = serde_json::Map::new();
+    let prefix = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    for t in sim
+        .all_types()
+        .iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
+        let path = if t.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", t.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", t.plural)
+        };
+        let gvk = json!({"group": t.group, "version": t.version, "kind": t.kind});
+        let params = json!([
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+        ]);
+        let op = |action: &str| {
+            json!({
+                "x-kubernetes-group-version-kind": gvk,
+                "x-kubernetes-action": action,
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+            })
+        };
+        paths.insert(path, json!({"get": op("get"), "put": op("put"), "patch": op("patch"), "delete": op("delete")}));
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.32.0"},
+        "paths": paths,
+        "components": {"schemas": {}},
+    })
+}
+
+fn group_list(sim: &Sim) -> Value {
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for t in sim.all_types() {
+        if t.group.is_empty() {
+            continue;
+        }
+        match groups.iter_mut().find(|(g, _)| *g == t.group) {
+            Some((_, vs)) => {
+                if !vs.contains(&t.version) {
+                    vs.push(t.version.clone());
+                }
+            }
+            None => groups.push((t.group.clone(), vec![t.version.clone()])),
+        }
+    }
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(g, vs)| {
+            let versions: Vec<Value> = vs
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+                .collect();
+            json!({"name": g, "versions": versions, "preferredVersion": versions[0]})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn resource_list(sim: &Sim, group: &str, version: &str) -> Value {
+    let mut resources_out = Vec::new();
+    for t in sim
+        .all_types()
+        .iter()
+        .filter(|t| t.group == group && t.version == version)
+    {
+        resources_out.push(resources::api_resource(t));
+        resources_out.extend(resources::api_subresources(t));
+    }
+    let gv = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources_out})
+}
+
+fn list_options(q: &HashMap<String, String>) -> Result<ListOptions, ApiError> {
+    Ok(ListOptions {
+        labels: LabelSelector::parse(q.get("labelSelector").map_or("", String::as_str))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
+        fields: FieldSelector::parse(q.get("fieldSelector").map_or("", String::as_str))
+            .map_err(ApiError::bad_request)?,
+        limit: q.get("limit").and_then(|l| l.parse().ok()),
+        continue_token: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+    })
+}
+
+fn list_kind(rt: &ResourceType) -> String {
+    format!("{}List", rt.kind)
+}
+
+async fn resource_request(
+    sim: &Arc<Sim>,
+    req: Request<Incoming>,
+    t: Target,
+    q: HashMap<String, String>,
+    verb: &str,
+    drop_after: Option<Duration>,
+    stop: watch::Receiver<bool>,
+) -> Result<Response<Body>, ApiError> {
+    let ns = t.namespace.as_deref();
+    let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
+    let table = wants_table(&req);
+    let include = q
+        .get("includeObject")
+        .cloned()
+        .unwrap_or_else(|| "Metadata".into());
+    let rt = &t.rt;
+    let name = t.name.as_deref().unwrap_or_default();
+    let sub = t.subresource.as_deref();
+    match sub {
+        None | Some("status") | Some("eviction") => {}
+        Some(other) => return Err(ApiError::not_found(rt, &format!("{name}/{other}"))),
+    }
+    if sub == Some("status") && !rt.status_subresource {
+        return Err(ApiError::not_found(rt, &format!("{name}/status")));
+    }
+    match verb {
+        "watch" => Ok(watch_response(
+            sim.clone(),
+            rt.clone(),
+            t.namespace.clone(),
+            &q,
+            table,
+            include,
+            drop_after,
+            stop,
+        )?),
+        "list" => {
+            let opts = list_options(&q)?;
+            let res = sim.list(rt, ns, &opts)?;
+            let items: Vec<Value> = res.items.iter().map(|o| api::present(rt, o)).collect();
+            if table {
+                return Ok(json_response(
+                    200,
+                    &tables::table(
+                        rt,
+                        &items,
+                        res.resource_version,
+                        res.continue_token.as_deref(),
+                        &include,
+                        true,
+                    ),
+                ));
+            }
+            let mut meta = json!({"resourceVersion": res.resource_version.to_string()});
+            if let Some(c) = res.continue_token {
+                meta["continue"] = json!(c);
+                meta["remainingItemCount"] = json!(res.remaining.unwrap_or(0));
+            }
+            Ok(json_response(
+                200,
+                &json!({"kind": list_kind(rt), "apiVersion": rt.api_version(), "metadata": meta, "items": items}),
+            ))
+        }
+        "get" => {
+            let obj = sim.get(rt, ns, name)?;
+            if table {
+                let rv = obj["metadata"]["resourceVersion"]
+                    .as_str()
+                    .and_then(|r| r.parse().ok())
+                    .unwrap_or(0);
+                return Ok(json_response(
+                    200,
+                    &tables::table(rt, &[obj], rv, None, &include, true),
+                ));
+            }
+            Ok(json_response(200, &obj))
+        }
+        "create" if sub == Some("eviction") => {
+            if !(rt.group.is_empty() && rt.plural == "pods") {
+                return Err(ApiError::not_found(rt, name));
+            }
+            let (bytes, ct) = read_body(req).await?;
+            let body = parse_json(&bytes, &ct)?;
+            let status = sim.evict(ns.unwrap_or_default(), name, &body)?;
+            Ok(json_response(201, &status))
+        }
+        "create" => {
+            let (bytes, ct) = read_body(req).await?;
+            let body = parse_json(&bytes, &ct)?;
+            let obj = sim.create(rt, ns, body, dry_run)?;
+            Ok(json_response(201, &obj))
+        }
+        "update" => {
+            let (bytes, ct) = read_body(req).await?;
+            let body = parse_json(&bytes, &ct)?;
+            Ok(json_response(
+                200,
+                &sim.update(rt, ns, name, body, sub, dry_run)?,
+            ))
+        }
+        "patch" => {
+            let (bytes, ct) = read_body(req).await?;
+            let kind = PatchType::from_content_type(&ct)
+                .ok_or_else(|| ApiError::unsupported_media(&ct))?;
+            let patch = parse_json(
+                &bytes,
+                if kind == PatchType::Apply {
+                    "yaml"
+                } else {
+                    "json"
+                },
+            )?;
+            Ok(json_response(
+                200,
+                &sim.patch(rt, ns, name, kind, &patch, sub, dry_run)?,
+            ))
+        }
+        "delete" => {
+            let (bytes, ct) = read_body(req).await?;
+            let body = parse_json(&bytes, &ct)?;
+            let mut opts = DeleteOptions::from_body(&body);
+            if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
+                opts.grace_period_seconds = Some(g);
+            }
+            if let Some(p) = q.get("propagationPolicy") {
+                opts.propagation = Some(p.clone());
+            }
+            opts.dry_run |= dry_run;
+            let obj = sim.delete(rt, ns, name, &opts)?;
+            let gone = obj["metadata"]["deletionTimestamp"].is_null();
+            if gone && rt.group.is_empty() && rt.plural == "pods" {
+                return Ok(json_response(200, &obj));
+            }
+            Ok(json_response(200, &obj))
+        }
+        "deletecollection" => {
+            let opts = list_options(&q)?;
+            let res = sim.list(rt, ns, &opts)?;
+            for o in &res.items {
+                let n = o["metadata"]["name"].as_str().unwrap_or_default();
+                let ons = o["metadata"]["namespace"].as_str();
+                let _ = sim.delete(
+                    rt,
+                    ons,
+                    n,
+                    &DeleteOptions {
+                        dry_run,
+                        ..Default::default()
+                    },
+                );
+            }
+            Ok(json_response(200, &success_status(None)))
+        }
+        _ => Err(ApiError::method_not_allowed(
+            "the server does not allow this method on the requested resource",
+        )),
+    }
+}
+
+/// Which watch event, if any, a change is for this watcher.
+fn watch_event(
+    c: &Change,
+    ns: Option<&str>,
+    labels: &LabelSelector,
+    fields: &FieldSelector,
+    rt: &ResourceType,
+) -> Option<(&'static str, Value)> {
+    let in_ns = |o: &Value| ns.is_none_or(|n| o["metadata"]["namespace"].as_str() == Some(n));
+    let sel = |o: &Value| in_ns(o) && api::matches(&api::present(rt, o), labels, fields);
+    let now = sel(&c.object);
+    let before = c.old.as_ref().is_some_and(|o| sel(o));
+    match c.kind {
+        ChangeKind::Deleted if before => Some(("DELETED", (*c.object).clone())),
+        ChangeKind::Deleted => None,
+        _ if now && before => Some(("MODIFIED", (*c.object).clone())),
+        _ if now => Some(("ADDED", (*c.object).clone())),
+        ChangeKind::Modified if before => Some(("DELETED", (*c.object).clone())),
+        _ => None,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn watch_response(
+    sim: Arc<Sim>,
+    rt: ResourceType,
+    ns: Option<String>,
+    q: &HashMap<String, String>,
+    table: bool,
+    include: String,
+    drop_after: Option<Duration>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Response<Body>, ApiError> {
+    let opts = list_options(q)?;
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let timeout = q
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let rv: Option<u64> = q
+        .get("resourceVersion")
+        .and_then(|r| r.parse().ok())
+        .filter(|r| *r > 0);
+    let (initial, backlog, mut rx, start_rv) = {
+        let store = sim.store();
+        match rv {
+            Some(rv) => match store.subscribe_from(rv) {
+                Some((backlog, rx)) => (Vec::new(), backlog, rx, rv),
+                None => {
+                    let status =
+                        ApiError::gone(format!("too old resource version: {rv} ({})", store.rv()))
+                            .to_status();
+                    let line = serde_json::to_vec(&json!({"type": "ERROR", "object": status}))
+                        .unwrap_or_default();
+                    let mut resp = Response::new(full([line, b"\n".to_vec()].concat()));
+                    resp.headers_mut()
+                        .insert("Content-Type", "application/json".parse().expect("valid"));
+                    return Ok(resp);
+                }
+            },
+            None => {
+                let rx = store.subscribe();
+                let ns_ref = if rt.namespaced { ns.as_deref() } else { None };
+                let items: Vec<Value> = store
+                    .list(&rt.storage, ns_ref)
+                    .iter()
+                    .filter(|o| api::matches(&api::present(&rt, o), &opts.labels, &opts.fields))
+                    .map(|o| (**o).clone())
+                    .collect();
+                (items, Vec::new(), rx, store.rv())
+            }
+        }
+    };
+    let (tx, out) = mpsc::channel::<Bytes>(256);
+    tokio::spawn(async move {
+        let render = |kind: &str, obj: &Value, first: &mut bool| {
+            render(&rt, table, &include, kind, obj, first)
+        };
+        let mut first = true;
+        let mut last_rv = start_rv;
+        let ns = if rt.namespaced { ns } else { None };
+        for obj in initial {
+            let obj = api::present(&rt, &obj);
+            if tx.send(render("ADDED", &obj, &mut first)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = [timeout, drop_after].into_iter().flatten().min();
+        let sleep = tokio::time::sleep(deadline.unwrap_or(Duration::from_secs(365 * 86400)));
+        tokio::pin!(sleep);
+        let mut bookmark = tokio::time::interval(Duration::from_secs(1));
+        let handle_change = |c: &Change, first: &mut bool| -> Option<Bytes> {
+            if c.storage != rt.storage {
+                return None;
+            }
+            let (kind, obj) = watch_event(c, ns.as_deref(), &opts.labels, &opts.fields, &rt)?;
+            Some(render(kind, &api::present(&rt, &obj), first))
+        };
+        for c in backlog {
+            last_rv = c.rv;
+            if let Some(line) = handle_change(&c, &mut first)
+                && tx.send(line).await.is_err()
+            {
+                return;
+            }
+        }
+        loop {
+            tokio::select! {
+                _ = &mut sleep => return,
+                _ = stop.changed() => return,
+                _ = bookmark.tick(), if bookmarks && !table => {
+                    let b = json!({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {"resourceVersion": last_rv.to_string()}}});
+                    let mut line = serde_json::to_vec(&b).unwrap_or_default();
+                    line.push(b'\n');
+                    if tx.send(Bytes::from(line)).await.is_err() {
+                        return;
+                    }
+                }
+                msg = rx.recv() => match msg {
+                    Ok(c) => {
+                        if c.rv <= last_rv {
+                            continue;
+                        }
+                        last_rv = c.rv;
+                        if let Some(line) = handle_change(&c, &mut first)
+                            && tx.send(line).await.is_err() {
+                                return;
+                            }
+                    }
+                    // Too slow to keep up: end the watch; the client re-lists.
+                    Err(broadcast::error::RecvError::Lagged(_)) | Err(broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    });
+    let stream = futures::stream::unfold(out, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    let body = BodyExt::boxed_unsync(StreamBody::new(stream.boxed()));
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header("Content-Type", "application/json")
+        .header("Transfer-Encoding", "chunked")
+        .body(body)
+        .expect("valid response"))
+}
+
+/// One watch event line.
+fn render(
+    rt: &ResourceType,
+    table: bool,
+    include: &str,
+    kind: &str,
+    obj: &Value,
+    first: &mut bool,
+) -> Bytes {
+    let object = if table {
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let t = tables::table(rt, std::slice::from_ref(obj), rv, None, include, *first);
+        *first = false;
+        t
+    } else {
+        obj.clone()
+    };
+    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
