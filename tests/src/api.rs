@@ -822,6 +822,7 @@ fn check_disruption_budget(store: &Store, ns: &str, pod: &Value) -> Result<(), A
                     status["desiredHealthy"], status["currentHealthy"]
                 ),
             })],
+            None,
         ));
     }
     Ok(())

@@ -128,12 +128,19 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
-    pub fn too_many_requests(message: impl Into<String>, causes: Vec<Value>) -> Self {
+    /// 429. `retry_after` adds a `Retry-After` header, as API priority and
+    /// fairness does; a PDB refusal has none (client-go would otherwise retry
+    /// it silently, and kubectl drain reports it itself).
+    pub fn too_many_requests(
+        message: impl Into<String>,
+        causes: Vec<Value>,
+        retry_after: Option<u64>,
+    ) -> Self {
         let mut e = Self::new(429, "TooManyRequests", message);
         if !causes.is_empty() {
             e.details = Some(json!({"causes": causes}));
         }
-        e.retry_after = Some(1);
+        e.retry_after = retry_after;
         e
     }
 

@@ -51,6 +51,9 @@ pub struct SimOptions {
     /// Simulated seconds per real second for the cluster's own waits
     /// (grace periods, startup): 10.0 makes a 30 s grace period 3 s.
     pub time_scale: f64,
+    /// Changes kept for watches that resume from a resourceVersion; a
+    /// watch from an older one gets 410 Gone.
+    pub watch_history: usize,
 }
 
 impl Default for SimOptions {
@@ -58,6 +61,7 @@ impl Default for SimOptions {
         SimOptions {
             addr: ([127, 0, 0, 1], 0).into(),
             time_scale: 1.0,
+            watch_history: store::HISTORY,
         }
     }
 }
@@ -103,7 +107,7 @@ impl SimCluster {
             addr: opts.addr,
             source,
         })?;
-        let sim = Arc::new(Sim::new(opts.time_scale));
+        let sim = Arc::new(Sim::new(opts.time_scale, opts.watch_history));
         let (stop, stop_rx) = watch::channel(false);
         let cluster = SimCluster {
             tasks: vec![

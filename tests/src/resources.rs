@@ -385,6 +385,22 @@ pub fn api_subresources(r: &ResourceType) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if r.group == "apps"
+        && matches!(
+            r.plural.as_str(),
+            "deployments" | "replicasets" | "statefulsets"
+        )
+    {
+        out.push(json!({
+            "name": format!("{}/scale", r.plural),
+            "singularName": "",
+            "namespaced": true,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
     if r.group.is_empty() && r.plural == "pods" {
         out.push(json!({
             "name": "pods/eviction",
@@ -393,13 +409,6 @@ pub fn api_subresources(r: &ResourceType) -> Vec<Value> {
             "group": "policy",
             "version": "v1",
             "kind": "Eviction",
-            "verbs": ["create"],
-        }));
-        out.push(json!({
-            "name": "pods/binding",
-            "singularName": "",
-            "namespaced": true,
-            "kind": "Binding",
             "verbs": ["create"],
         }));
     }

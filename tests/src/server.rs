@@ -300,6 +300,7 @@ async fn handle(
                     429 => ApiError::too_many_requests(
                         "injected fault: too many requests, please try again later",
                         Vec::new(),
+                        Some(1),
                     ),
                     _ => ApiError::internal("injected fault"),
                 };
@@ -490,6 +491,9 @@ async fn resource_request(
     let rt = &t.rt;
     let name = t.name.as_deref().unwrap_or_default();
     let sub = t.subresource.as_deref();
+    if sub == Some("scale") {
+        return scale_request(sim, req, rt, ns, name, verb, dry_run).await;
+    }
     match sub {
         None | Some("status") | Some("eviction") => {}
         Some(other) => return Err(ApiError::not_found(rt, &format!("{name}/{other}"))),
@@ -629,6 +633,104 @@ async fn resource_request(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+fn has_scale(rt: &ResourceType) -> bool {
+    rt.group == "apps"
+        && matches!(
+            rt.plural.as_str(),
+            "deployments" | "replicasets" | "statefulsets"
+        )
+}
+
+/// The `autoscaling/v1` Scale view of an object.
+fn scale_of(obj: &Value) -> Value {
+    let selector = obj["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "apiVersion": "autoscaling/v1",
+        "kind": "Scale",
+        "metadata": {
+            "name": obj["metadata"]["name"], "namespace": obj["metadata"]["namespace"],
+            "uid": obj["metadata"]["uid"], "resourceVersion": obj["metadata"]["resourceVersion"],
+            "creationTimestamp": obj["metadata"]["creationTimestamp"],
+        },
+        "spec": {"replicas": obj["spec"]["replicas"]},
+        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
+    })
+}
+
+/// The `scale` subresource (kubectl scale).
+async fn scale_request(
+    sim: &Sim,
+    req: Request<Incoming>,
+    rt: &ResourceType,
+    ns: Option<&str>,
+    name: &str,
+    verb: &str,
+    dry_run: bool,
+) -> Result<Response<Body>, ApiError> {
+    if !has_scale(rt) {
+        return Err(ApiError::not_found(rt, &format!("{name}/scale")));
+    }
+    let current = scale_of(&sim.get(rt, ns, name)?);
+    let wanted = match verb {
+        "get" => return Ok(json_response(200, &current)),
+        "update" => {
+            let (bytes, ct) = read_body(req).await?;
+            parse_json(&bytes, &ct)?
+        }
+        "patch" => {
+            let (bytes, ct) = read_body(req).await?;
+            let kind = PatchType::from_content_type(&ct)
+                .ok_or_else(|| ApiError::unsupported_media(&ct))?;
+            let p = parse_json(&bytes, "json")?;
+            let mut scale = current.clone();
+            match kind {
+                PatchType::Json => {
+                    crate::patch::json_patch(&mut scale, &p).map_err(ApiError::bad_request)?
+                }
+                PatchType::Strategic => crate::patch::strategic_merge(&mut scale, &p),
+                PatchType::Merge | PatchType::Apply => crate::patch::merge_patch(&mut scale, &p),
+            }
+            scale
+        }
+        _ => {
+            return Err(ApiError::method_not_allowed(
+                "scale supports get, update and patch",
+            ));
+        }
+    };
+    let replicas = wanted["spec"]["replicas"]
+        .as_i64()
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                rt,
+                name,
+                &[(
+                    "spec.replicas".into(),
+                    "Invalid value: must be greater than or equal to 0".into(),
+                )],
+            )
+        })?;
+    let updated = sim.patch(
+        rt,
+        ns,
+        name,
+        PatchType::Merge,
+        &json!({"spec": {"replicas": replicas}}),
+        None,
+        dry_run,
+    )?;
+    Ok(json_response(200, &scale_of(&updated)))
 }
 
 /// Which watch event, if any, a change is for this watcher.

@@ -150,9 +150,9 @@ pub struct AuditRecord {
 }
 
 impl Sim {
-    pub fn new(time_scale: f64) -> Self {
+    pub fn new(time_scale: f64, watch_history: usize) -> Self {
         Sim {
-            store: Mutex::new(Store::new()),
+            store: Mutex::new(Store::new(watch_history)),
             types: RwLock::new(resources::builtin()),
             clock: SimClock::new(time_scale),
             faults: Mutex::new(Faults::default()),

@@ -69,6 +69,7 @@ pub type ChangeReceiver = broadcast::Receiver<Arc<Change>>;
 /// The store. Not thread-safe by itself: the server keeps it in a mutex.
 pub struct Store {
     rv: u64,
+    history_limit: usize,
     data: HashMap<String, BTreeMap<ObjKey, Arc<Value>>>,
     by_uid: HashMap<String, (String, ObjKey)>,
     history: VecDeque<Arc<Change>>,
@@ -77,15 +78,18 @@ pub struct Store {
 
 impl Default for Store {
     fn default() -> Self {
-        Self::new()
+        Self::new(HISTORY)
     }
 }
 
 impl Store {
-    pub fn new() -> Self {
+    /// A store that keeps `history` changes for resuming watches.
+    pub fn new(history: usize) -> Self {
+        let history = history.max(1);
         let (tx, _) = broadcast::channel(HISTORY);
         Store {
             rv: 1,
+            history_limit: history,
             data: HashMap::new(),
             by_uid: HashMap::new(),
             history: VecDeque::new(),
@@ -130,7 +134,7 @@ impl Store {
 
     fn record(&mut self, change: Change) {
         let change = Arc::new(change);
-        if self.history.len() == HISTORY {
+        if self.history.len() >= self.history_limit {
             self.history.pop_front();
         }
         self.history.push_back(change.clone());

@@ -51,7 +51,12 @@ async fn main() -> anyhow::Result<()> {
         nodes,
         time_scale,
     } = Cli::parse().command;
-    let cluster = SimCluster::start(SimOptions { addr, time_scale }).await?;
+    let cluster = SimCluster::start(SimOptions {
+        addr,
+        time_scale,
+        ..SimOptions::default()
+    })
+    .await?;
     for i in 1..=nodes {
         cluster.add_node(&format!("worker-{i}"))?;
     }

@@ -1,0 +1,470 @@
+//! The real kubectl against the simulated cluster: it must work unchanged.
+
+use std::path::PathBuf;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use nmo_sim::{SimCluster, SimOptions};
+
+struct Kubectl {
+    kubeconfig: PathBuf,
+    cache: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(cluster: &SimCluster) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        cluster.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        Kubectl {
+            kubeconfig,
+            cache: dir.path().join("cache"),
+            _dir: dir,
+        }
+    }
+
+    async fn run(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        use tokio::io::AsyncWriteExt;
+        let mut cmd = tokio::process::Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("kubectl is installed");
+        let mut input = child.stdin.take().expect("stdin");
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).await.expect("write stdin");
+        }
+        drop(input);
+        tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("kubectl finished in time")
+            .expect("kubectl ran")
+    }
+
+    /// Runs kubectl and expects success; returns stdout.
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args, None).await;
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    async fn apply(&self, yaml: &str) -> String {
+        let out = self.run(&["apply", "-f", "-"], Some(yaml)).await;
+        assert!(
+            out.status.success(),
+            "apply failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs kubectl and expects failure; returns stderr.
+    async fn fails(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.run(args, stdin).await;
+        assert!(
+            !out.status.success(),
+            "kubectl {args:?} should fail: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+async fn cluster(nodes: usize) -> SimCluster {
+    let c = SimCluster::start(SimOptions {
+        time_scale: 10.0,
+        ..SimOptions::default()
+    })
+    .await
+    .expect("start");
+    for i in 1..=nodes {
+        c.add_node(&format!("worker-{i}")).expect("node");
+    }
+    c
+}
+
+const WEB: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 3
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.27
+"#;
+
+fn header(out: &str) -> Vec<String> {
+    out.lines()
+        .next()
+        .unwrap_or_default()
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn wait_for(k: &Kubectl, args: &[&str], expected: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let out = k.ok(args).await;
+        if out.contains(expected) {
+            return out;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {expected:?} in:\n{out}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_prints_the_columns_of_a_real_cluster() {
+    let c = cluster(2).await;
+    let k = Kubectl::new(&c);
+    assert_eq!(
+        header(&k.ok(&["get", "nodes"]).await),
+        ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    );
+    assert!(k.apply(WEB).await.contains("deployment.apps/web created"));
+    let deploy = wait_for(&k, &["get", "deploy", "web"], "3/3").await;
+    assert_eq!(
+        header(&deploy),
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"]
+    );
+    let pods = k.ok(&["get", "pods", "-o", "wide"]).await;
+    assert_eq!(
+        header(&pods),
+        [
+            "NAME",
+            "READY",
+            "STATUS",
+            "RESTARTS",
+            "AGE",
+            "IP",
+            "NODE",
+            "NOMINATED NODE",
+            "READINESS GATES"
+        ]
+    );
+    assert_eq!(
+        pods.lines().filter(|l| l.contains("Running")).count(),
+        3,
+        "{pods}"
+    );
+    assert!(
+        pods.contains("worker-1") && pods.contains("worker-2"),
+        "spread over nodes: {pods}"
+    );
+    let rs = k.ok(&["get", "rs"]).await;
+    assert_eq!(header(&rs), ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]);
+    // Short names and -o jsonpath work from discovery.
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.status.readyReplicas}"
+        ])
+        .await,
+        "3"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_taint_cordon_patch_and_scale() {
+    let c = cluster(2).await;
+    let k = Kubectl::new(&c);
+    k.ok(&["label", "node", "worker-1", "disk=ssd"]).await;
+    k.ok(&["taint", "node", "worker-1", "dedicated=db:NoSchedule"])
+        .await;
+    k.ok(&["cordon", "worker-1"]).await;
+    let node = k
+        .ok(&[
+            "get",
+            "node",
+            "worker-1",
+            "-o",
+            "jsonpath={.metadata.labels.disk} {.spec.unschedulable} {.spec.taints[0].key}",
+        ])
+        .await;
+    assert_eq!(node, "ssd true dedicated");
+    assert!(
+        k.ok(&["get", "nodes"])
+            .await
+            .contains("Ready,SchedulingDisabled")
+    );
+    k.ok(&["uncordon", "worker-1"]).await;
+    k.ok(&["taint", "node", "worker-1", "dedicated-"]).await;
+    k.ok(&["label", "node", "worker-1", "disk-"]).await;
+    let node = k
+        .ok(&[
+            "get",
+            "node",
+            "worker-1",
+            "-o",
+            "jsonpath=[{.metadata.labels.disk}] [{.spec.unschedulable}] [{.spec.taints}]",
+        ])
+        .await;
+    // uncordon removes the field, as on a real cluster (omitempty).
+    assert_eq!(node, "[] [] []");
+
+    k.apply(WEB).await;
+    k.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"replicas":2}}"#,
+    ])
+    .await;
+    wait_for(&k, &["get", "deploy", "web"], "2/2").await;
+    k.ok(&["scale", "deploy", "web", "--replicas=4"]).await;
+    wait_for(&k, &["get", "deploy", "web"], "4/4").await;
+    // A JSON patch whose test fails changes nothing.
+    let err = k
+        .fails(
+            &["patch", "deploy", "web", "--type=json", "-p", r#"[{"op":"test","path":"/spec/replicas","value":9},{"op":"replace","path":"/spec/replicas","value":1}]"#],
+            None,
+        )
+        .await;
+    assert!(err.contains("invalid"), "{err}");
+    assert_eq!(
+        k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"])
+            .await,
+        "4"
+    );
+    // Re-applying the manifest patches it back (client-side apply).
+    assert!(k.apply(WEB).await.contains("configured"));
+    wait_for(&k, &["get", "deploy", "web"], "3/3").await;
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_wait_and_describe() {
+    let c = cluster(1).await;
+    let k = Kubectl::new(&c);
+    k.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: solo\n  annotations:\n    sim.nmo.medik8s.io/shutdown-seconds: \"20\"\nspec:\n  terminationGracePeriodSeconds: 30\n  containers:\n  - name: c\n    image: busybox\n",
+    )
+    .await;
+    wait_for(&k, &["get", "pod", "solo"], "Running").await;
+    k.ok(&["wait", "--for=condition=Ready", "pod/solo", "--timeout=20s"])
+        .await;
+    let describe = k.ok(&["describe", "pod", "solo"]).await;
+    assert!(
+        describe.contains("Name:") && describe.contains("solo") && describe.contains("worker-1"),
+        "{describe}"
+    );
+    // Graceful deletion: Terminating for 20 simulated seconds (2 s real).
+    k.ok(&["delete", "pod", "solo", "--wait=false"]).await;
+    assert!(k.ok(&["get", "pod", "solo"]).await.contains("Terminating"));
+    let started = Instant::now();
+    k.ok(&["wait", "--for=delete", "pod/solo", "--timeout=30s"])
+        .await;
+    assert!(
+        started.elapsed() > Duration::from_millis(500),
+        "the grace period was honoured"
+    );
+    let err = k.fails(&["get", "pod", "solo"], None).await;
+    assert!(err.contains("pods \"solo\" not found"), "{err}");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_waits_for_the_disruption_budget() {
+    let c = cluster(3).await;
+    let k = Kubectl::new(&c);
+    k.apply(&WEB.replace("replicas: 3", "replicas: 2")).await;
+    k.apply("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web\nspec:\n  minAvailable: 2\n  selector:\n    matchLabels: {app: web}\n").await;
+    k.apply("apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: agent\nspec:\n  selector:\n    matchLabels: {app: agent}\n  template:\n    metadata:\n      labels: {app: agent}\n    spec:\n      containers:\n      - name: a\n        image: agent\n").await;
+    wait_for(&k, &["get", "deploy", "web"], "2/2").await;
+    wait_for(&k, &["get", "pdb", "web"], "   0   ").await;
+    let node = k
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].spec.nodeName}",
+        ])
+        .await;
+
+    // The PDB allows no disruption: the drain retries its eviction...
+    let drain = {
+        let kubeconfig = k.kubeconfig.clone();
+        let cache = k.cache.clone();
+        let node = node.clone();
+        tokio::spawn(async move {
+            tokio::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(kubeconfig)
+                .arg("--cache-dir")
+                .arg(cache)
+                .args([
+                    "drain",
+                    &node,
+                    "--ignore-daemonsets",
+                    "--delete-emptydir-data",
+                    "--force",
+                    "--timeout=60s",
+                ])
+                .output()
+                .await
+                .expect("kubectl drain")
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!drain.is_finished(), "drain must wait for the PDB");
+    // ...until a third replica is Ready elsewhere.
+    k.ok(&["scale", "deploy", "web", "--replicas=3"]).await;
+    let out = drain.await.expect("join");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "drain failed: {stderr}\n{stdout}");
+    let all = format!("{stdout}{stderr}");
+    assert!(
+        all.contains("Cannot evict pod as it would violate the pod's disruption budget"),
+        "{all}"
+    );
+    assert!(stdout.contains(&format!("node/{node} drained")), "{stdout}");
+    let on_node = k
+        .ok(&[
+            "get",
+            "pods",
+            "-A",
+            "--field-selector",
+            &format!("spec.nodeName={node}"),
+            "-o",
+            "name",
+        ])
+        .await;
+    assert_eq!(
+        on_node.lines().count(),
+        1,
+        "only the DaemonSet pod stays: {on_node}"
+    );
+    assert!(on_node.contains("agent"), "{on_node}");
+    c.stop().await;
+}
+
+const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: nodemaintenances.nodemaintenance.medik8s.io
+spec:
+  group: nodemaintenance.medik8s.io
+  names:
+    kind: NodeMaintenance
+    listKind: NodeMaintenanceList
+    plural: nodemaintenances
+    shortNames: [nm]
+    singular: nodemaintenance
+  scope: Cluster
+  versions:
+  - name: v1beta1
+    served: true
+    storage: true
+    subresources:
+      status: {}
+    additionalPrinterColumns:
+    - name: Node
+      type: string
+      jsonPath: .spec.nodeName
+    - name: Phase
+      type: string
+      jsonPath: .status.phase
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            required: [nodeName]
+            properties:
+              nodeName: {type: string}
+              reason: {type: string}
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crd_then_its_objects() {
+    let c = cluster(1).await;
+    let k = Kubectl::new(&c);
+    assert!(k.apply(CRD).await.contains("created"));
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/nodemaintenances.nodemaintenance.medik8s.io",
+        "--timeout=10s",
+    ])
+    .await;
+    k.apply("apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata:\n  name: nm-1\nspec:\n  nodeName: worker-1\n  reason: kernel\n").await;
+    let out = k.ok(&["get", "nm"]).await;
+    assert_eq!(header(&out), ["NAME", "NODE", "PHASE", "AGE"]);
+    assert!(out.contains("nm-1") && out.contains("worker-1"), "{out}");
+    let err = k
+        .fails(&["apply", "-f", "-"], Some("apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata:\n  name: nm-2\nspec:\n  reason: no node\n"))
+        .await;
+    assert!(err.contains("spec.nodeName: Required value"), "{err}");
+    // Status goes through the subresource only.
+    k.ok(&[
+        "patch",
+        "nm",
+        "nm-1",
+        "--type=merge",
+        "--subresource=status",
+        "-p",
+        r#"{"status":{"phase":"Running"}}"#,
+    ])
+    .await;
+    k.ok(&[
+        "patch",
+        "nm",
+        "nm-1",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Failed"}}"#,
+    ])
+    .await;
+    assert_eq!(
+        k.ok(&["get", "nm", "nm-1", "-o", "jsonpath={.status.phase}"])
+            .await,
+        "Running"
+    );
+    k.ok(&["delete", "nm", "nm-1"]).await;
+    assert!(
+        k.fails(&["get", "nm", "nm-1"], None)
+            .await
+            .contains("not found")
+    );
+    c.stop().await;
+}
