@@ -128,9 +128,9 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
-    /// 429. `retry_after` adds a `Retry-After` header, as API priority and
-    /// fairness does; a PDB refusal has none (client-go would otherwise retry
-    /// it silently, and kubectl drain reports it itself).
+    /// A 429. `retry_after` adds a `Retry-After` header, as API priority
+    /// and fairness does; a PDB refusal has none (client-go would otherwise
+    /// retry it silently, and kubectl drain reports it itself).
     pub fn too_many_requests(
         message: impl Into<String>,
         causes: Vec<Value>,
