@@ -21,6 +21,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod api;
 pub mod cluster;
 pub mod error;

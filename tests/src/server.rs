@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, watch};
 
+use crate::admission;
 use crate::api::{self, DeleteOptions, ListOptions};
 use crate::error::{ApiError, success_status};
 use crate::patch::PatchType;
@@ -185,6 +186,20 @@ async fn read_body(req: Request<Incoming>) -> Result<(Bytes, String), ApiError> 
 fn parse_json(bytes: &[u8], ct: &str) -> Result<Value, ApiError> {
     if bytes.is_empty() {
         return Ok(Value::Null);
+    }
+    if ct.contains("protobuf") || ct.contains("cbor") {
+        // kubectl's imperative generators (`kubectl create configmap`,
+        // `kubectl run`) send protobuf for built-in kinds; this server
+        // speaks JSON only.
+        return Err(ApiError {
+            code: 415,
+            reason: "UnsupportedMediaType",
+            message: format!(
+                "nmo-sim accepts JSON bodies only, not {ct}; create objects from a manifest instead (kubectl apply -f / kubectl create -f)"
+            ),
+            details: None,
+            retry_after: None,
+        });
     }
     if ct.contains("yaml") {
         return serde_yaml::from_slice(bytes)
@@ -565,12 +580,46 @@ async fn resource_request(
         "create" => {
             let (bytes, ct) = read_body(req).await?;
             let body = parse_json(&bytes, &ct)?;
+            if admission::has_webhooks(sim) {
+                let candidate = sim.create(rt, ns, body.clone(), true)?;
+                let name = candidate["metadata"]["name"].as_str().unwrap_or_default();
+                admission::validate(
+                    sim,
+                    &admission::Attempt {
+                        rt,
+                        operation: "CREATE",
+                        namespace: ns,
+                        name,
+                        object: &candidate,
+                        old_object: None,
+                        dry_run,
+                    },
+                )
+                .await?;
+            }
             let obj = sim.create(rt, ns, body, dry_run)?;
             Ok(json_response(201, &obj))
         }
         "update" => {
             let (bytes, ct) = read_body(req).await?;
             let body = parse_json(&bytes, &ct)?;
+            if sub.is_none() && admission::has_webhooks(sim) {
+                let old = sim.get(rt, ns, name)?;
+                let candidate = sim.update(rt, ns, name, body.clone(), sub, true)?;
+                admission::validate(
+                    sim,
+                    &admission::Attempt {
+                        rt,
+                        operation: "UPDATE",
+                        namespace: ns,
+                        name,
+                        object: &candidate,
+                        old_object: Some(&old),
+                        dry_run,
+                    },
+                )
+                .await?;
+            }
             Ok(json_response(
                 200,
                 &sim.update(rt, ns, name, body, sub, dry_run)?,
@@ -588,6 +637,24 @@ async fn resource_request(
                     "json"
                 },
             )?;
+            if sub.is_none() && admission::has_webhooks(sim) {
+                let old = sim.get(rt, ns, name).ok();
+                let candidate = sim.patch(rt, ns, name, kind, &patch, sub, true)?;
+                let operation = if old.is_some() { "UPDATE" } else { "CREATE" };
+                admission::validate(
+                    sim,
+                    &admission::Attempt {
+                        rt,
+                        operation,
+                        namespace: ns,
+                        name,
+                        object: &candidate,
+                        old_object: old.as_ref(),
+                        dry_run,
+                    },
+                )
+                .await?;
+            }
             Ok(json_response(
                 200,
                 &sim.patch(rt, ns, name, kind, &patch, sub, dry_run)?,
