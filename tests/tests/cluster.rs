@@ -1,0 +1,163 @@
+//! The cluster behind the API: events in both API groups, garbage
+//! collection, workload controllers rescheduling evicted pods, server-side
+//! apply.
+
+use std::time::{Duration, Instant};
+
+use nmo_sim::{SimCluster, SimOptions};
+use serde_json::{Value, json};
+
+async fn cluster(nodes: usize) -> SimCluster {
+    let c = SimCluster::start(SimOptions { time_scale: 20.0, ..SimOptions::default() }).await.unwrap();
+    for i in 1..=nodes {
+        c.add_node(&format!("worker-{i}")).unwrap();
+    }
+    c
+}
+
+async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn pods_of(c: &SimCluster, prefix: &str) -> Vec<Value> {
+    c.list("v1", "Pod")
+        .unwrap()
+        .into_iter()
+        .filter(|p| p["metadata"]["name"].as_str().unwrap().starts_with(prefix))
+        .collect()
+}
+
+fn ready(p: &Value) -> bool {
+    nmo_sim::cluster::is_ready(p) && p["metadata"]["deletionTimestamp"].is_null()
+}
+
+async fn kubectl(c: &SimCluster, args: &[&str]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kc");
+    c.write_kubeconfig(&kc).unwrap();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig").arg(&kc).arg("--cache-dir").arg(dir.path().join("cache"))
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_written_in_either_group_are_one_store() {
+    let c = cluster(1).await;
+    let pod = c
+        .create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                       "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+        .unwrap();
+    let regarding = json!({"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "default", "uid": pod["metadata"]["uid"]});
+    c.create(json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "p.1", "namespace": "default"},
+        "eventTime": "2026-11-29T10:00:00.000000Z", "reportingController": "NodeMaintenance",
+        "reportingInstance": "nmo", "action": "Begin", "reason": "BeginMaintenance",
+        "note": "Begin a node maintenance", "type": "Normal", "regarding": regarding,
+    }))
+    .unwrap();
+    let core = c.get("v1", "Event", Some("default"), "p.1").unwrap();
+    assert_eq!(core["message"], "Begin a node maintenance");
+    assert_eq!(core["involvedObject"]["name"], "p");
+    assert_eq!(core["source"]["component"], "NodeMaintenance");
+    c.create(json!({
+        "apiVersion": "v1", "kind": "Event", "metadata": {"name": "p.2", "namespace": "default"},
+        "involvedObject": regarding, "reason": "UncordonNode", "message": "Uncordon a node",
+        "type": "Normal", "source": {"component": "NodeMaintenance"},
+        "firstTimestamp": "2026-11-29T10:00:01Z", "lastTimestamp": "2026-11-29T10:00:01Z", "count": 1,
+    }))
+    .unwrap();
+    let new = c.get("events.k8s.io/v1", "Event", Some("default"), "p.2").unwrap();
+    assert_eq!(new["note"], "Uncordon a node");
+    assert_eq!(new["regarding"]["name"], "p");
+    // kubectl describe finds both by field selector on involvedObject.
+    let describe = kubectl(&c, &["describe", "pod", "p"]).await;
+    assert!(describe.contains("BeginMaintenance") && describe.contains("Begin a node maintenance"), "{describe}");
+    assert!(describe.contains("UncordonNode") && describe.contains("NodeMaintenance"), "{describe}");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_an_owner_collects_its_dependents() {
+    let c = cluster(2).await;
+    c.apply_yaml("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: w\n        image: w\n").unwrap();
+    eventually("two pods", || (pods_of(&c, "web-").iter().filter(|p| ready(p)).count() == 2).then_some(())).await;
+    assert_eq!(c.list("apps/v1", "ReplicaSet").unwrap().len(), 1);
+    kubectl(&c, &["delete", "deployment", "web"]).await;
+    eventually("replica set collected", || c.list("apps/v1", "ReplicaSet").unwrap().is_empty().then_some(())).await;
+    eventually("pods collected", || pods_of(&c, "web-").is_empty().then_some(())).await;
+
+    // An object owned by a Node goes with the node.
+    let node = c.get("v1", "Node", None, "worker-2").unwrap();
+    c.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned", "namespace": "default",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-2", "uid": node["metadata"]["uid"]}]}}))
+        .unwrap();
+    kubectl(&c, &["delete", "node", "worker-2"]).await;
+    eventually("configmap collected", || c.get("v1", "ConfigMap", Some("default"), "owned").is_err().then_some(())).await;
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_keeps_only_its_daemonset_pod_and_workloads_move() {
+    let c = cluster(3).await;
+    c.apply_yaml(concat!(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\n  namespace: default\nspec:\n  replicas: 3\n  selector:\n    matchLabels: {app: db}\n  template:\n    metadata:\n      labels: {app: db}\n    spec:\n      containers:\n      - name: db\n        image: db\n",
+        "---\napiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: agent\n  namespace: default\nspec:\n  selector:\n    matchLabels: {app: agent}\n  template:\n    metadata:\n      labels: {app: agent}\n    spec:\n      containers:\n      - name: a\n        image: a\n",
+        "---\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: batch\n  namespace: default\nspec:\n  completions: 2\n  parallelism: 1\n  template:\n    metadata:\n      annotations: {sim.nmo.medik8s.io/run-seconds: \"10\"}\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: j\n        image: j\n",
+    ))
+    .unwrap();
+    // OrderedReady: db-0, then db-1, then db-2.
+    eventually("db pods", || (pods_of(&c, "db-").iter().filter(|p| ready(p)).count() == 3).then_some(())).await;
+    eventually("agents", || (pods_of(&c, "agent-").iter().filter(|p| ready(p)).count() == 3).then_some(())).await;
+    // The job runs two pods one after the other, then completes.
+    eventually("job complete", || {
+        let j = c.get("batch/v1", "Job", Some("default"), "batch").unwrap();
+        (j["status"]["succeeded"] == 2).then_some(())
+    })
+    .await;
+
+    kubectl(&c, &["drain", "worker-1", "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=60s"]).await;
+    let on_node: Vec<String> = c
+        .list("v1", "Pod")
+        .unwrap()
+        .into_iter()
+        .filter(|p| p["spec"]["nodeName"] == "worker-1" && p["status"]["phase"] != "Succeeded")
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(on_node.len(), 1, "{on_node:?}");
+    assert!(on_node[0].starts_with("agent-"));
+    // The StatefulSet pod came back, on another node, with the same name.
+    eventually("db back", || {
+        let db = pods_of(&c, "db-");
+        (db.iter().filter(|p| ready(p)).count() == 3 && db.iter().all(|p| p["spec"]["nodeName"] != "worker-1")).then_some(())
+    })
+    .await;
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_creates_and_updates() {
+    let c = cluster(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(&file, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n  namespace: default\ndata:\n  a: \"1\"\n").unwrap();
+    let out = kubectl(&c, &["apply", "--server-side", "-f", file.to_str().unwrap()]).await;
+    assert!(out.contains("serverside-applied"), "{out}");
+    std::fs::write(&file, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n  namespace: default\ndata:\n  a: \"2\"\n  b: \"3\"\n").unwrap();
+    kubectl(&c, &["apply", "--server-side", "-f", file.to_str().unwrap()]).await;
+    let cm = c.get("v1", "ConfigMap", Some("default"), "ssa").unwrap();
+    assert_eq!(cm["data"], json!({"a": "2", "b": "3"}));
+    c.stop().await;
+}
