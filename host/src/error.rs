@@ -57,6 +57,30 @@ pub enum Error {
     /// The WebAssembly engine itself could not be set up.
     #[error("policy engine: {0}")]
     Engine(String),
+
+    /// A Kubernetes API call failed.
+    #[error("{op}: {source}")]
+    Kube {
+        op: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// The node named by a NodeMaintenance does not exist.
+    #[error("nodes \"{0}\" not found")]
+    NodeNotFound(String),
+
+    /// The node lease is held, and valid, by someone else.
+    #[error("lease is already held by {holder}")]
+    LeaseHeld { holder: String },
+
+    /// A change kept conflicting with concurrent writers.
+    #[error("{0}: gave up after repeated conflicts")]
+    Conflict(&'static str),
+
+    /// Bad configuration (flags, kubeconfig).
+    #[error("configuration: {0}")]
+    Config(String),
 }
 
 impl Error {
@@ -70,6 +94,11 @@ impl Error {
             Error::PolicyMemoryLimit { .. } => "memory_limit",
             Error::PolicyInvalidDecision { .. } => "invalid_decision",
             Error::Engine(_) => "engine",
+            Error::Kube { .. } => "api",
+            Error::NodeNotFound(_) => "node_not_found",
+            Error::LeaseHeld { .. } => "lease_held",
+            Error::Conflict(_) => "conflict",
+            Error::Config(_) => "config",
         }
     }
 
@@ -78,12 +107,39 @@ impl Error {
     /// its errors are not transient: the maintenance waits for a new policy
     /// (or for new input) instead of hammering a broken one.
     pub fn is_transient(&self) -> bool {
-        false
+        matches!(
+            self,
+            Error::Kube { .. } | Error::LeaseHeld { .. } | Error::Conflict(_)
+        )
     }
 
     /// Whether this error came from a policy (as opposed to the host).
     pub fn is_policy_error(&self) -> bool {
-        !matches!(self, Error::Engine(_))
+        matches!(
+            self,
+            Error::PolicyLoad { .. }
+                | Error::PolicyWrongWorld { .. }
+                | Error::PolicyTrap { .. }
+                | Error::PolicyDeadline { .. }
+                | Error::PolicyMemoryLimit { .. }
+                | Error::PolicyInvalidDecision { .. }
+        )
+    }
+
+    /// Wraps a kube error with what was being done.
+    pub fn kube(op: &'static str) -> impl FnOnce(kube::Error) -> Error {
+        move |source| Error::Kube { op, source }
+    }
+
+    /// The HTTP status of an API error, if this is one.
+    pub fn api_code(&self) -> Option<u16> {
+        match self {
+            Error::Kube {
+                source: kube::Error::Api(s),
+                ..
+            } => Some(s.code),
+            _ => None,
+        }
     }
 }
 

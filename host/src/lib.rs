@@ -2,12 +2,16 @@
 //!
 //! This crate is the operator's library; the `nmo` binary is a thin shell
 //! around it. Modules by concern:
+//! - [`crd`]: the NodeMaintenance resource.
+//! - [`controller`]: the reconcile loop, drain executor, lease, node marks, events.
 //! - [`policy`]: the WebAssembly policy engine (wasmtime sandbox, WIT
 //!   bindings, conversion from Kubernetes objects, validation of answers).
 //! - [`telemetry`]: JSON logs in the Go operator's shape.
 //! - [`fixtures`]: realistic pods and nodes for tests and benchmarks.
 //! - [`error`]: the one error type, with metric categories.
 
+pub mod controller;
+pub mod crd;
 pub mod error;
 pub mod fixtures;
 pub mod policy;

@@ -8,7 +8,12 @@ use nmo_sim::{SimCluster, SimOptions};
 use serde_json::{Value, json};
 
 async fn cluster(nodes: usize) -> SimCluster {
-    let c = SimCluster::start(SimOptions { time_scale: 20.0, ..SimOptions::default() }).await.unwrap();
+    let c = SimCluster::start(SimOptions {
+        time_scale: 20.0,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
     for i in 1..=nodes {
         c.add_node(&format!("worker-{i}")).unwrap();
     }
@@ -21,7 +26,10 @@ async fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
         if let Some(v) = f() {
             return v;
         }
-        assert!(started.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -43,12 +51,19 @@ async fn kubectl(c: &SimCluster, args: &[&str]) -> String {
     let kc = dir.path().join("kc");
     c.write_kubeconfig(&kc).unwrap();
     let out = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig").arg(&kc).arg("--cache-dir").arg(dir.path().join("cache"))
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
         .args(args)
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -79,13 +94,21 @@ async fn events_written_in_either_group_are_one_store() {
         "firstTimestamp": "2026-11-29T10:00:01Z", "lastTimestamp": "2026-11-29T10:00:01Z", "count": 1,
     }))
     .unwrap();
-    let new = c.get("events.k8s.io/v1", "Event", Some("default"), "p.2").unwrap();
+    let new = c
+        .get("events.k8s.io/v1", "Event", Some("default"), "p.2")
+        .unwrap();
     assert_eq!(new["note"], "Uncordon a node");
     assert_eq!(new["regarding"]["name"], "p");
     // kubectl describe finds both by field selector on involvedObject.
     let describe = kubectl(&c, &["describe", "pod", "p"]).await;
-    assert!(describe.contains("BeginMaintenance") && describe.contains("Begin a node maintenance"), "{describe}");
-    assert!(describe.contains("UncordonNode") && describe.contains("NodeMaintenance"), "{describe}");
+    assert!(
+        describe.contains("BeginMaintenance") && describe.contains("Begin a node maintenance"),
+        "{describe}"
+    );
+    assert!(
+        describe.contains("UncordonNode") && describe.contains("NodeMaintenance"),
+        "{describe}"
+    );
     c.stop().await;
 }
 
@@ -93,11 +116,23 @@ async fn events_written_in_either_group_are_one_store() {
 async fn deleting_an_owner_collects_its_dependents() {
     let c = cluster(2).await;
     c.apply_yaml("apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: default\nspec:\n  replicas: 2\n  selector:\n    matchLabels: {app: web}\n  template:\n    metadata:\n      labels: {app: web}\n    spec:\n      containers:\n      - name: w\n        image: w\n").unwrap();
-    eventually("two pods", || (pods_of(&c, "web-").iter().filter(|p| ready(p)).count() == 2).then_some(())).await;
+    eventually("two pods", || {
+        (pods_of(&c, "web-").iter().filter(|p| ready(p)).count() == 2).then_some(())
+    })
+    .await;
     assert_eq!(c.list("apps/v1", "ReplicaSet").unwrap().len(), 1);
     kubectl(&c, &["delete", "deployment", "web"]).await;
-    eventually("replica set collected", || c.list("apps/v1", "ReplicaSet").unwrap().is_empty().then_some(())).await;
-    eventually("pods collected", || pods_of(&c, "web-").is_empty().then_some(())).await;
+    eventually("replica set collected", || {
+        c.list("apps/v1", "ReplicaSet")
+            .unwrap()
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    eventually("pods collected", || {
+        pods_of(&c, "web-").is_empty().then_some(())
+    })
+    .await;
 
     // An object owned by a Node goes with the node.
     let node = c.get("v1", "Node", None, "worker-2").unwrap();
@@ -105,7 +140,12 @@ async fn deleting_an_owner_collects_its_dependents() {
         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-2", "uid": node["metadata"]["uid"]}]}}))
         .unwrap();
     kubectl(&c, &["delete", "node", "worker-2"]).await;
-    eventually("configmap collected", || c.get("v1", "ConfigMap", Some("default"), "owned").is_err().then_some(())).await;
+    eventually("configmap collected", || {
+        c.get("v1", "ConfigMap", Some("default"), "owned")
+            .is_err()
+            .then_some(())
+    })
+    .await;
     c.stop().await;
 }
 
@@ -119,8 +159,14 @@ async fn a_drained_node_keeps_only_its_daemonset_pod_and_workloads_move() {
     ))
     .unwrap();
     // OrderedReady: db-0, then db-1, then db-2.
-    eventually("db pods", || (pods_of(&c, "db-").iter().filter(|p| ready(p)).count() == 3).then_some(())).await;
-    eventually("agents", || (pods_of(&c, "agent-").iter().filter(|p| ready(p)).count() == 3).then_some(())).await;
+    eventually("db pods", || {
+        (pods_of(&c, "db-").iter().filter(|p| ready(p)).count() == 3).then_some(())
+    })
+    .await;
+    eventually("agents", || {
+        (pods_of(&c, "agent-").iter().filter(|p| ready(p)).count() == 3).then_some(())
+    })
+    .await;
     // The job runs two pods one after the other, then completes.
     eventually("job complete", || {
         let j = c.get("batch/v1", "Job", Some("default"), "batch").unwrap();
@@ -128,7 +174,18 @@ async fn a_drained_node_keeps_only_its_daemonset_pod_and_workloads_move() {
     })
     .await;
 
-    kubectl(&c, &["drain", "worker-1", "--ignore-daemonsets", "--delete-emptydir-data", "--force", "--timeout=60s"]).await;
+    kubectl(
+        &c,
+        &[
+            "drain",
+            "worker-1",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--force",
+            "--timeout=60s",
+        ],
+    )
+    .await;
     let on_node: Vec<String> = c
         .list("v1", "Pod")
         .unwrap()
@@ -141,7 +198,9 @@ async fn a_drained_node_keeps_only_its_daemonset_pod_and_workloads_move() {
     // The StatefulSet pod came back, on another node, with the same name.
     eventually("db back", || {
         let db = pods_of(&c, "db-");
-        (db.iter().filter(|p| ready(p)).count() == 3 && db.iter().all(|p| p["spec"]["nodeName"] != "worker-1")).then_some(())
+        (db.iter().filter(|p| ready(p)).count() == 3
+            && db.iter().all(|p| p["spec"]["nodeName"] != "worker-1"))
+        .then_some(())
     })
     .await;
     c.stop().await;
@@ -153,10 +212,18 @@ async fn server_side_apply_creates_and_updates() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cm.yaml");
     std::fs::write(&file, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n  namespace: default\ndata:\n  a: \"1\"\n").unwrap();
-    let out = kubectl(&c, &["apply", "--server-side", "-f", file.to_str().unwrap()]).await;
+    let out = kubectl(
+        &c,
+        &["apply", "--server-side", "-f", file.to_str().unwrap()],
+    )
+    .await;
     assert!(out.contains("serverside-applied"), "{out}");
     std::fs::write(&file, "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\n  namespace: default\ndata:\n  a: \"2\"\n  b: \"3\"\n").unwrap();
-    kubectl(&c, &["apply", "--server-side", "-f", file.to_str().unwrap()]).await;
+    kubectl(
+        &c,
+        &["apply", "--server-side", "-f", file.to_str().unwrap()],
+    )
+    .await;
     let cm = c.get("v1", "ConfigMap", Some("default"), "ssa").unwrap();
     assert_eq!(cm["data"], json!({"a": "2", "b": "3"}));
     c.stop().await;

@@ -17,12 +17,25 @@ pub struct Cli {
     #[arg(long, global = true, default_value = "info")]
     pub zap_level: ZapLevel,
 
+    /// Maintenances reconciled at once; one blocked drain never delays
+    /// another node's.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_concurrent_maintenances: u16,
+
+    /// A policy file (.wasm) to use instead of the embedded default policy.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+
+    /// With no subcommand, nmo runs the operator against the current
+    /// kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster).
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Print the NodeMaintenance CRD as YAML.
+    Crd,
     /// Show what a policy decides for a busy worker node.
     Demo {
         /// A policy file (.wasm) to use instead of the embedded default.
@@ -50,9 +63,45 @@ pub enum PolicyCommand {
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Demo { policy, pods } => demo::run(policy, pods).map(|()| ExitCode::SUCCESS),
-        Command::Policy(PolicyCommand::Check { files }) => policy_check(&files),
+        None => operator(cli.max_concurrent_maintenances, cli.policy).map(|()| ExitCode::SUCCESS),
+        Some(Command::Crd) => {
+            print!("{}", nmo::crd::crd_yaml());
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Demo { policy, pods }) => demo::run(policy, pods).map(|()| ExitCode::SUCCESS),
+        Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
     }
+}
+
+/// Runs the operator until interrupted.
+fn operator(max_concurrent: u16, policy_file: Option<PathBuf>) -> anyhow::Result<()> {
+    let engine = PolicyEngine::new(EngineConfig::default())?;
+    let policy = match &policy_file {
+        Some(path) => engine.load_file(path)?,
+        None => engine.default_policy()?,
+    };
+    selfcheck::run(&policy)?;
+    tracing::info!(
+        logger = "setup",
+        policy = policy.name(),
+        digest = policy.digest(),
+        "policy loaded"
+    );
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let mut config = kube::Config::infer().await?;
+        // The drain handles 429s itself (a PodDisruptionBudget refusal is
+        // an answer, not an overload); kube's blanket retry would hide them.
+        config.default_retry = false;
+        let client = kube::Client::try_from(config)?;
+        let settings = nmo::controller::Settings {
+            max_concurrent,
+            ..Default::default()
+        };
+        tracing::info!(logger = "setup", "starting the NodeMaintenance controller");
+        nmo::controller::run(nmo::controller::Context::new(client, policy, settings)).await?;
+        anyhow::Ok(())
+    })
 }
 
 fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {

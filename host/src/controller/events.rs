@@ -1,0 +1,111 @@
+//! Events as the Go operator records them: core/v1 Events with source
+//! component `NodeMaintenance`, so `kubectl describe nm` shows them.
+
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::{Client, Resource, ResourceExt};
+
+use crate::error::{Error, Result};
+
+/// The component every event is recorded with.
+pub const COMPONENT: &str = "NodeMaintenance";
+
+/// The event reasons and messages of the Go operator.
+pub mod reasons {
+    pub const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
+    pub const SUCCEEDED: (&str, &str) = ("SucceedMaintenance", "Node maintenance was succeeded");
+    pub const UNCORDON: (&str, &str) = ("UncordonNode", "Uncordon a node");
+    pub const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
+    pub const FAILED: (&str, &str) = ("FailedMaintenance", "Failed a node maintenance");
+    /// Ours: a policy could not decide (the message says why).
+    pub const POLICY_ERROR: &str = "PolicyError";
+}
+
+/// Normal or Warning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// Writes events.
+#[derive(Clone)]
+pub struct Recorder {
+    client: Client,
+    instance: String,
+}
+
+impl Recorder {
+    pub fn new(client: Client, instance: impl Into<String>) -> Self {
+        Recorder {
+            client,
+            instance: instance.into(),
+        }
+    }
+
+    /// Records an event about `obj`.
+    pub async fn record<K>(
+        &self,
+        obj: &K,
+        type_: EventType,
+        reason: &str,
+        message: &str,
+    ) -> Result<()>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let namespace = obj.namespace().unwrap_or_else(|| "default".to_owned());
+        let now = Timestamp::now();
+        let name = format!("{}.{:x}", obj.name_any(), now.as_nanosecond());
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(K::api_version(&()).into_owned()),
+                kind: Some(K::kind(&()).into_owned()),
+                name: Some(obj.name_any()),
+                namespace: obj.namespace(),
+                uid: obj.uid(),
+                resource_version: obj.resource_version(),
+                ..Default::default()
+            },
+            reason: Some(reason.to_owned()),
+            message: Some(message.to_owned()),
+            type_: Some(
+                match type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .to_owned(),
+            ),
+            source: Some(EventSource {
+                component: Some(COMPONENT.to_owned()),
+                host: None,
+            }),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            event_time: Some(MicroTime(now)),
+            count: Some(1),
+            reporting_component: Some(COMPONENT.to_owned()),
+            reporting_instance: Some(self.instance.clone()),
+            action: Some(reason.to_owned()),
+            ..Default::default()
+        };
+        Api::<Event>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &event)
+            .await
+            .map_err(Error::kube("recording an event"))?;
+        tracing::info!(
+            logger = "controller",
+            object = %obj.name_any(),
+            reason,
+            "{message}"
+        );
+        Ok(())
+    }
+}

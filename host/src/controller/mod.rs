@@ -1,0 +1,131 @@
+//! The NodeMaintenance controller: a kube-runtime controller whose
+//! reconcile follows the Go operator step by step (see `reconcile.rs`),
+//! with every drain and failure decision taken from the policy.
+
+pub mod drain;
+pub mod events;
+pub mod lease;
+pub mod node;
+mod reconcile;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+
+use crate::crd::NodeMaintenance;
+use crate::error::{Error, Result};
+use crate::policy::Policy;
+
+pub use reconcile::reconcile;
+
+/// What the controller needs to know.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Maintenances reconciled at once (`--max-concurrent-maintenances`).
+    pub max_concurrent: u16,
+    /// Namespace of node leases (`LEASE_NAMESPACE`).
+    pub lease_namespace: String,
+    /// Name of this instance, for events.
+    pub instance: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_concurrent: 10,
+            lease_namespace: std::env::var("LEASE_NAMESPACE")
+                .ok()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| lease::DEFAULT_NAMESPACE.to_owned()),
+            instance: std::env::var("HOSTNAME").unwrap_or_else(|_| "nmo".to_owned()),
+        }
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    pub policy: Policy,
+    pub recorder: events::Recorder,
+    pub leases: lease::LeaseManager,
+    pub settings: Settings,
+    /// Consecutive failures per NodeMaintenance uid (the policy's `attempt`
+    /// and the backoff's exponent).
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    pub fn new(client: Client, policy: Policy, settings: Settings) -> Arc<Self> {
+        Arc::new(Context {
+            recorder: events::Recorder::new(client.clone(), settings.instance.clone()),
+            leases: lease::LeaseManager::new(client.clone(), settings.lease_namespace.clone()),
+            client,
+            policy,
+            settings,
+            failures: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Counts a failure; returns how many in a row.
+    fn failed(&self, uid: &str) -> u32 {
+        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = f.entry(uid.to_owned()).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    /// How many failures in a row so far.
+    fn failures(&self, uid: &str) -> u32 {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn succeeded(&self, uid: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+}
+
+/// controller-runtime's default per-item backoff: 5 ms doubling, at most
+/// 1000 s.
+pub fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(30);
+    Duration::from_millis(5u64.saturating_mul(1 << exp)).min(Duration::from_secs(1000))
+}
+
+fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::error!(logger = "controller", error = %err, category = err.category(), "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the controller until the stream ends.
+pub async fn run(ctx: Arc<Context>) -> Result<()> {
+    let api: Api<NodeMaintenance> = Api::all(ctx.client.clone());
+    api.list(&kube::api::ListParams::default().limit(1))
+        .await
+        .map_err(Error::kube(
+            "listing NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)",
+        ))?;
+    Controller::new(api, watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(logger = "controller", error = %e, "reconcile result");
+            }
+        })
+        .await;
+    Ok(())
+}

@@ -1,0 +1,496 @@
+//! One reconcile of a NodeMaintenance, following the Go operator:
+//! finalizer, status initialisation, node, owner reference, lease, label,
+//! taints and cordon, drain, Succeeded; deletion undoes it all. Every step
+//! is idempotent, so a restart at any point converges to the same state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use serde_json::json;
+
+use super::events::{EventType, reasons};
+use super::{Context, backoff, drain, node};
+use crate::crd::{
+    FINALIZER, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus, PodReference,
+};
+use crate::error::{Error, Result};
+use crate::policy::convert;
+use crate::policy::types::{self, DrainReport, Failure};
+use crate::policy::{Plan, Verdict};
+
+/// How often a finished maintenance is looked at again (renewing the node
+/// lease well within its 3600 s).
+pub const RENEW_INTERVAL: Duration = Duration::from_secs(30 * 60);
+/// How long to wait after a policy error before asking again.
+pub const POLICY_ERROR_RETRY: Duration = Duration::from_secs(30);
+
+fn has_finalizer(nm: &NodeMaintenance) -> bool {
+    nm.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+fn status(nm: &NodeMaintenance) -> NodeMaintenanceStatus {
+    nm.status.clone().unwrap_or_default()
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// The maintenance as the policy sees it.
+fn record(nm: &NodeMaintenance, attempt: u32) -> types::Maintenance {
+    let s = status(nm);
+    let elapsed = nm
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| (Timestamp::now().as_millisecond() - t.0.as_millisecond()).max(0) as u64)
+        .unwrap_or(0);
+    types::Maintenance {
+        name: nm.name_any(),
+        node_name: nm.spec.node_name.clone(),
+        reason: nm.spec.reason.clone().unwrap_or_default(),
+        labels: convert::key_values(nm.metadata.labels.as_ref()),
+        annotations: convert::key_values(nm.metadata.annotations.as_ref()),
+        phase: s.phase.map(|p| match p {
+            MaintenancePhase::Running => types::MaintenancePhase::Running,
+            MaintenancePhase::Succeeded => types::MaintenancePhase::Succeeded,
+            MaintenancePhase::Failed => types::MaintenancePhase::Failed,
+        }),
+        drain_progress: s.drain_progress.clamp(0, 100) as u32,
+        error_on_lease_count: s.error_on_lease_count.max(0) as u32,
+        attempt: attempt.max(1),
+        elapsed_ms: elapsed,
+    }
+}
+
+/// Reads the NodeMaintenance fresh, changes its status with `f`, and writes
+/// it back guarded by resourceVersion (retrying on conflict). Returns the
+/// status before the change and the object after.
+async fn update_status(
+    api: &Api<NodeMaintenance>,
+    name: &str,
+    f: impl Fn(&mut NodeMaintenanceStatus),
+) -> Result<(NodeMaintenanceStatus, NodeMaintenance)> {
+    for _ in 0..8 {
+        let mut nm = api
+            .get(name)
+            .await
+            .map_err(Error::kube("reading the NodeMaintenance"))?;
+        let old = status(&nm);
+        let mut new = old.clone();
+        f(&mut new);
+        if new == old {
+            return Ok((old, nm));
+        }
+        nm.status = Some(new);
+        match api.replace_status(name, &PostParams::default(), &nm).await {
+            Ok(updated) => return Ok((old, updated)),
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => return Err(Error::kube("updating the NodeMaintenance status")(e)),
+        }
+    }
+    Err(Error::Conflict("updating the NodeMaintenance status"))
+}
+
+fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodReference>>) {
+    if list.is_empty() {
+        return (None, None);
+    }
+    (
+        Some(list.iter().map(|p| p.name.clone()).collect()),
+        Some(list.to_vec()),
+    )
+}
+
+fn progress(eviction_pods: i32, pending: usize) -> i32 {
+    if eviction_pods <= 0 {
+        return 0;
+    }
+    ((eviction_pods - pending as i32).max(0) * 100 / eviction_pods).clamp(0, 100)
+}
+
+async fn pods_on(client: &kube::Client, node: &str) -> Result<(Vec<Pod>, String)> {
+    let api: Api<Pod> = Api::all(client.clone());
+    let list = api
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(Error::kube("listing the node's pods"))?;
+    Ok((
+        list.items,
+        list.metadata.resource_version.unwrap_or_default(),
+    ))
+}
+
+/// The reconcile.
+pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action> {
+    let api: Api<NodeMaintenance> = Api::all(ctx.client.clone());
+    let name = nm.name_any();
+    let uid = nm.uid().unwrap_or_default();
+    let node_name = nm.spec.node_name.clone();
+    tracing::debug!(logger = "controller", nodeMaintenance = %name, nodeName = %node_name, "reconciling");
+
+    // 1. Being deleted: undo the maintenance if the finalizer is ours.
+    if nm.metadata.deletion_timestamp.is_some() {
+        if has_finalizer(&nm) {
+            stop_maintenance(&ctx, &node_name).await?;
+            let finalizers: Vec<String> = nm
+                .finalizers()
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect();
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": nm.resource_version()}})),
+            )
+            .await
+            .map_err(Error::kube("removing the finalizer"))?;
+            let (reason, message) = reasons::REMOVED;
+            log_err(
+                ctx.recorder
+                    .record(&*nm, EventType::Normal, reason, message)
+                    .await,
+            );
+            ctx.succeeded(&uid);
+        }
+        return Ok(Action::await_change());
+    }
+
+    // A failed maintenance stays failed until it is deleted.
+    if status(&nm).phase == Some(MaintenancePhase::Failed) {
+        return Ok(Action::await_change());
+    }
+
+    // 2. The finalizer.
+    let mut nm = (*nm).clone();
+    if !has_finalizer(&nm) {
+        let mut finalizers = nm.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_owned());
+        nm = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": nm.resource_version()}})),
+            )
+            .await
+            .map_err(Error::kube("adding the finalizer"))?;
+        let (reason, message) = reasons::BEGIN;
+        log_err(
+            ctx.recorder
+                .record(&nm, EventType::Normal, reason, message)
+                .await,
+        );
+        tracing::info!(logger = "controller", nodeName = %node_name, "{message}");
+    }
+
+    // 3. Status, once.
+    let node = Api::<Node>::all(ctx.client.clone())
+        .get_opt(&node_name)
+        .await
+        .map_err(Error::kube("reading the node"))?;
+    if status(&nm).phase.is_none() {
+        let (pods, _) = pods_on(&ctx.client, &node_name).await?;
+        let removals = match &node {
+            Some(n) => match ctx.policy.plan_drain_k8s(&record(&nm, 1), n, &pods) {
+                Ok(plan) => plan
+                    .removals()
+                    .map(|s| PodReference {
+                        namespace: s.namespace.clone(),
+                        name: s.name.clone(),
+                    })
+                    .collect(),
+                Err(e) => return policy_failed(&ctx, &api, &nm, e).await,
+            },
+            None => Vec::new(),
+        };
+        let total = pods.len() as i32;
+        let (names, refs) = pod_refs(&removals);
+        let (_, updated) = update_status(&api, &name, |s| {
+            if s.phase.is_none() {
+                s.phase = Some(MaintenancePhase::Running);
+                s.last_update = Some(now());
+                s.pending_pods = names.clone();
+                s.pending_pods_refs = refs.clone();
+                s.eviction_pods = removals.len() as i32;
+                s.total_pods = total;
+            }
+        })
+        .await?;
+        nm = updated;
+    }
+
+    // 4. The node.
+    let Some(node) = node else {
+        let message = format!("nodes \"{node_name}\" not found");
+        return handle_failure(&ctx, &api, &nm, Failure::NodeNotFound, message).await;
+    };
+
+    // 5. Owner reference to the node, so the CR goes with it.
+    let node_uid = node.uid().unwrap_or_default();
+    if !nm
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "Node" && o.uid == node_uid)
+    {
+        let mut refs = nm.owner_references().to_vec();
+        refs.push(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: node_name.clone(),
+                uid: node_uid,
+                block_owner_deletion: Some(false),
+                controller: Some(false),
+            },
+        );
+        nm = api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"ownerReferences": refs, "resourceVersion": nm.resource_version()}})),
+            )
+            .await
+            .map_err(Error::kube("setting the owner reference"))?;
+    }
+
+    // 6. The node lease.
+    match ctx.leases.request(&node).await {
+        Ok(()) => {
+            if status(&nm).error_on_lease_count != 0 {
+                nm = update_status(&api, &name, |s| s.error_on_lease_count = 0)
+                    .await?
+                    .1;
+            }
+        }
+        Err(e @ (Error::LeaseHeld { .. } | Error::Kube { .. })) => {
+            if status(&nm).drain_progress > 0 {
+                nm = update_status(&api, &name, |s| s.error_on_lease_count += 1)
+                    .await?
+                    .1;
+            }
+            let failure = match &e {
+                Error::LeaseHeld { holder } => Failure::LeaseHeld(holder.clone()),
+                other => Failure::LeaseError(other.to_string()),
+            };
+            return handle_failure(&ctx, &api, &nm, failure, e.to_string()).await;
+        }
+        Err(e) => return Err(e),
+    }
+
+    // 7, 8. Label, taints, cordon.
+    let Some(node) = node::set_maintenance(&ctx.client, &node_name, true)
+        .await?
+        .0
+    else {
+        let message = format!("nodes \"{node_name}\" not found");
+        return handle_failure(&ctx, &api, &nm, Failure::NodeNotFound, message).await;
+    };
+
+    // 9. Drain, as the policy plans it.
+    let (pods, list_rv) = pods_on(&ctx.client, &node_name).await?;
+    let attempt = ctx.failures(&uid) + 1;
+    let plan: Plan = match ctx
+        .policy
+        .plan_drain_k8s(&record(&nm, attempt), &node, &pods)
+    {
+        Ok(p) => p,
+        Err(e) => return policy_failed(&ctx, &api, &nm, e).await,
+    };
+    let eviction_pods = status(&nm).eviction_pods;
+    let (tx, mut rx) = tokio::sync::watch::channel::<Option<Vec<PodReference>>>(None);
+    let writer = {
+        let api = api.clone();
+        let name = name.clone();
+        tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let Some(pending) = rx.borrow_and_update().clone() else {
+                    continue;
+                };
+                let (names, refs) = pod_refs(&pending);
+                let p = progress(eviction_pods, pending.len());
+                let _ = update_status(&api, &name, |s| {
+                    s.pending_pods = names.clone();
+                    s.pending_pods_refs = refs.clone();
+                    if s.phase != Some(MaintenancePhase::Succeeded) {
+                        s.drain_progress = p;
+                    }
+                })
+                .await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let outcome = drain::execute(
+        &ctx.client,
+        &node_name,
+        &plan,
+        &pods,
+        &list_rv,
+        move |pending| {
+            let _ = tx.send(Some(pending));
+        },
+    )
+    .await;
+    let _ = writer.await;
+
+    if outcome.complete() {
+        let (old, _) = update_status(&api, &name, |s| {
+            if s.phase != Some(MaintenancePhase::Succeeded) {
+                s.last_update = Some(now());
+            }
+            s.phase = Some(MaintenancePhase::Succeeded);
+            s.drain_progress = 100;
+            s.pending_pods = None;
+            s.pending_pods_refs = None;
+        })
+        .await?;
+        if old.phase != Some(MaintenancePhase::Succeeded) {
+            let (reason, message) = reasons::SUCCEEDED;
+            log_err(
+                ctx.recorder
+                    .record(&nm, EventType::Normal, reason, message)
+                    .await,
+            );
+        }
+        ctx.succeeded(&uid);
+        return Ok(Action::requeue(RENEW_INTERVAL));
+    }
+
+    let (names, refs) = pod_refs(&outcome.pending);
+    let p = progress(eviction_pods, outcome.pending.len());
+    let message = outcome.message.clone();
+    let (_, nm) = update_status(&api, &name, |s| {
+        s.pending_pods = names.clone();
+        s.pending_pods_refs = refs.clone();
+        s.drain_progress = p;
+        s.last_error = Some(message.clone());
+        s.last_update = Some(now());
+    })
+    .await?;
+    let to_wit = |v: &[PodReference]| {
+        v.iter()
+            .map(|r| types::PodRef {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+            })
+            .collect()
+    };
+    let report = DrainReport {
+        pending: to_wit(&outcome.pending),
+        pdb_blocked: to_wit(&outcome.pdb_blocked),
+        blocked: to_wit(&outcome.blocked),
+        timed_out: outcome.timed_out,
+        message: outcome.message.clone(),
+    };
+    handle_failure(
+        &ctx,
+        &api,
+        &nm,
+        Failure::DrainIncomplete(report),
+        outcome.message,
+    )
+    .await
+}
+
+fn log_err(r: Result<()>) {
+    if let Err(e) = r {
+        tracing::warn!(logger = "controller", error = %e, "could not record an event");
+    }
+}
+
+/// Asks the policy what to do after a failure and does it.
+async fn handle_failure(
+    ctx: &Context,
+    api: &Api<NodeMaintenance>,
+    nm: &NodeMaintenance,
+    failure: Failure,
+    last_error: String,
+) -> Result<Action> {
+    let uid = nm.uid().unwrap_or_default();
+    let name = nm.name_any();
+    let attempt = ctx.failed(&uid);
+    let verdict = match ctx.policy.on_failure(&record(nm, attempt), &failure) {
+        Ok(v) => v,
+        Err(e) => return policy_failed(ctx, api, nm, e).await,
+    };
+    tracing::info!(logger = "controller", nodeMaintenance = %name, nodeName = %nm.spec.node_name, error = %last_error, verdict = ?verdict, "maintenance step failed");
+    match verdict {
+        Verdict::RetryAfter(d) => {
+            update_status(api, &name, |s| s.last_error = Some(last_error.clone())).await?;
+            Ok(Action::requeue(d))
+        }
+        Verdict::RetryWithBackoff => {
+            update_status(api, &name, |s| s.last_error = Some(last_error.clone())).await?;
+            Ok(Action::requeue(backoff(attempt)))
+        }
+        Verdict::Fail(message) => {
+            if !matches!(failure, Failure::NodeNotFound) {
+                stop_maintenance(ctx, &nm.spec.node_name).await?;
+            }
+            let (old, updated) = update_status(api, &name, |s| {
+                s.phase = Some(MaintenancePhase::Failed);
+                s.last_error = Some(message.clone());
+                s.last_update = Some(now());
+            })
+            .await?;
+            if old.phase != Some(MaintenancePhase::Failed) {
+                let (reason, msg) = reasons::FAILED;
+                log_err(
+                    ctx.recorder
+                        .record(&updated, EventType::Warning, reason, msg)
+                        .await,
+                );
+            }
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// A policy could not decide: record it and wait; never act.
+async fn policy_failed(
+    ctx: &Context,
+    api: &Api<NodeMaintenance>,
+    nm: &NodeMaintenance,
+    e: Error,
+) -> Result<Action> {
+    let message = e.to_string();
+    tracing::error!(logger = "controller", nodeMaintenance = %nm.name_any(), category = e.category(), "{message}");
+    let (old, updated) = update_status(api, &nm.name_any(), |s| {
+        s.last_error = Some(message.clone())
+    })
+    .await?;
+    if old.last_error.as_deref() != Some(message.as_str()) {
+        log_err(
+            ctx.recorder
+                .record(
+                    &updated,
+                    EventType::Warning,
+                    reasons::POLICY_ERROR,
+                    &message,
+                )
+                .await,
+        );
+    }
+    Ok(Action::requeue(POLICY_ERROR_RETRY))
+}
+
+/// Undoes the maintenance on the node: taints, cordon, label, lease.
+async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
+    let (node, changed) = node::set_maintenance(&ctx.client, node_name, false).await?;
+    if let (Some(node), true) = (node, changed) {
+        let (reason, message) = reasons::UNCORDON;
+        log_err(
+            ctx.recorder
+                .record(&node, EventType::Normal, reason, message)
+                .await,
+        );
+    }
+    ctx.leases.invalidate(node_name).await
+}

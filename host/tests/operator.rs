@@ -1,0 +1,580 @@
+//! The operator end to end on the simulated cluster: the Go operator's
+//! scenarios, through kube::Client over HTTP on 127.0.0.1.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, Config, ResourceExt};
+use nmo::controller::{self, Context, Settings};
+use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::policy::{EngineConfig, PolicyEngine};
+use nmo_sim::{SimCluster, SimOptions};
+use serde_json::json;
+
+struct Env {
+    cluster: SimCluster,
+    client: Client,
+    controller: tokio::task::JoinHandle<()>,
+}
+
+impl Env {
+    async fn start(nodes: usize) -> Env {
+        let cluster = SimCluster::start(SimOptions {
+            time_scale: 20.0,
+            ..SimOptions::default()
+        })
+        .await
+        .unwrap();
+        cluster.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
+        for i in 1..=nodes {
+            cluster.add_node(&format!("worker-{i}")).unwrap();
+        }
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        config.default_retry = false;
+        let client = Client::try_from(config).unwrap();
+        let policy = PolicyEngine::new(EngineConfig::default())
+            .unwrap()
+            .default_policy()
+            .unwrap();
+        let ctx: Arc<Context> = Context::new(
+            client.clone(),
+            policy,
+            Settings {
+                max_concurrent: 25,
+                lease_namespace: "medik8s-leases".into(),
+                instance: "test".into(),
+            },
+        );
+        let controller = tokio::spawn(async move {
+            controller::run(ctx).await.expect("controller runs");
+        });
+        Env {
+            cluster,
+            client,
+            controller,
+        }
+    }
+
+    fn nms(&self) -> Api<NodeMaintenance> {
+        Api::all(self.client.clone())
+    }
+
+    async fn create_nm(&self, name: &str, node: &str) -> NodeMaintenance {
+        let nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: node.into(),
+                reason: Some("test".into()),
+            },
+        );
+        self.nms()
+            .create(&PostParams::default(), &nm)
+            .await
+            .unwrap()
+    }
+
+    async fn wait_phase(&self, name: &str, phase: MaintenancePhase) -> NodeMaintenance {
+        let started = Instant::now();
+        loop {
+            let nm = self.nms().get(name).await.unwrap();
+            if nm.status.as_ref().and_then(|s| s.phase) == Some(phase) {
+                return nm;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name} never reached {phase:?}: {:?}",
+                nm.status
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_gone(&self, name: &str) {
+        let started = Instant::now();
+        while self.nms().get_opt(name).await.unwrap().is_some() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name} was never removed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn node(&self, name: &str) -> Node {
+        Api::<Node>::all(self.client.clone())
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    async fn pods_on(&self, node: &str) -> Vec<Pod> {
+        Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    async fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
+        Api::<Event>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|e| {
+                assert_eq!(
+                    e.source.and_then(|s| s.component).as_deref(),
+                    Some("NodeMaintenance")
+                );
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    async fn stop(self) {
+        self.controller.abort();
+        self.cluster.stop().await;
+    }
+}
+
+fn taint_keys(node: &Node) -> Vec<String> {
+    let mut keys: Vec<String> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    keys.sort();
+    keys
+}
+
+const WORKLOAD: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: agent}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bare, namespace: default}
+spec: {nodeName: worker-1, containers: [{name: c, image: busybox}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: scratch, namespace: default}
+spec:
+  nodeName: worker-1
+  containers: [{name: c, image: busybox}]
+  volumes: [{name: tmp, emptyDir: {}}]
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_cycle_on_a_worker_moves_the_workload_and_restores_the_node() {
+    let env = Env::start(3).await;
+    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    // A taint and a label of the node's own, which must survive.
+    Api::<Node>::all(env.client.clone())
+        .patch("worker-1", &PatchParams::default(), &Patch::Merge(json!({
+            "metadata": {"labels": {"team": "blue"}},
+            "spec": {"taints": [{"key": "example.com/gpu", "value": "true", "effect": "PreferNoSchedule"}]},
+        })))
+        .await
+        .unwrap();
+    // A static pod's mirror on the node.
+    let node_uid = env.node("worker-1").await.uid().unwrap();
+    env.cluster.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "etcd-worker-1", "namespace": "kube-system",
+        "annotations": {"kubernetes.io/config.mirror": "abc"},
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": node_uid, "controller": true}]},
+        "spec": {"nodeName": "worker-1", "containers": [{"name": "etcd", "image": "etcd"}]}})).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let on_node = env.pods_on("worker-1").await;
+    let before = on_node.len();
+    let movable = on_node
+        .iter()
+        .filter(|p| !p.name_any().starts_with("agent-") && p.name_any() != "etcd-worker-1")
+        .count();
+    assert!(movable >= 2, "bare and scratch at least");
+
+    env.create_nm("nm-1", "worker-1").await;
+    let nm = env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    let status = nm.status.clone().unwrap();
+    assert_eq!(status.drain_progress, 100);
+    assert_eq!(status.total_pods as usize, before);
+    assert_eq!(status.eviction_pods as usize, movable, "{status:?}");
+    assert!(status.pending_pods.is_none());
+    assert!(
+        nm.finalizers()
+            .contains(&"foregroundDeleteNodeMaintenance".to_string())
+    );
+    assert!(
+        nm.owner_references()
+            .iter()
+            .any(|o| o.kind == "Node" && o.name == "worker-1")
+    );
+
+    let node = env.node("worker-1").await;
+    assert_eq!(node.spec.as_ref().unwrap().unschedulable, Some(true));
+    assert_eq!(
+        taint_keys(&node),
+        [
+            "example.com/gpu",
+            "medik8s.io/drain",
+            "node.kubernetes.io/unschedulable"
+        ]
+    );
+    assert_eq!(
+        node.labels()
+            .get("remediation.medik8s.io/exclude-from-remediation")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(node.labels().get("team").map(String::as_str), Some("blue"));
+    let lease = Api::<Lease>::namespaced(env.client.clone(), "medik8s-leases")
+        .get("node-worker-1")
+        .await
+        .unwrap();
+    let spec = lease.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("node-maintenance"));
+    assert_eq!(spec.lease_duration_seconds, Some(3600));
+    assert_eq!(lease.owner_references()[0].name, "worker-1");
+
+    let mut left: Vec<String> = env
+        .pods_on("worker-1")
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left.len(),
+        2,
+        "only the DaemonSet and mirror pods stay: {left:?}"
+    );
+    assert!(
+        left.iter().any(|n| n.starts_with("agent-")) && left.contains(&"etcd-worker-1".to_string())
+    );
+    let web: Vec<Pod> = Api::<Pod>::namespaced(env.client.clone(), "default")
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        web.iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .count(),
+        3,
+        "the Deployment is whole again"
+    );
+
+    let events = env.events_for("nm-1").await;
+    let reasons: Vec<&str> = events.iter().map(|(_, r, _)| r.as_str()).collect();
+    assert_eq!(
+        reasons.iter().filter(|r| **r == "BeginMaintenance").count(),
+        1,
+        "{events:?}"
+    );
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|r| **r == "SucceedMaintenance")
+            .count(),
+        1,
+        "{events:?}"
+    );
+    assert!(events.contains(&(
+        "Normal".into(),
+        "SucceedMaintenance".into(),
+        "Node maintenance was succeeded".into()
+    )));
+
+    env.nms()
+        .delete("nm-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-1").await;
+    let node = env.node("worker-1").await;
+    assert_ne!(node.spec.as_ref().unwrap().unschedulable, Some(true));
+    assert_eq!(taint_keys(&node), ["example.com/gpu"]);
+    assert!(
+        !node
+            .labels()
+            .contains_key("remediation.medik8s.io/exclude-from-remediation")
+    );
+    assert_eq!(node.labels().get("team").map(String::as_str), Some("blue"));
+    assert!(
+        Api::<Lease>::namespaced(env.client.clone(), "medik8s-leases")
+            .get_opt("node-worker-1")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let node_events = env.events_for("worker-1").await;
+    assert_eq!(
+        node_events,
+        vec![(
+            "Normal".into(),
+            "UncordonNode".into(),
+            "Uncordon a node".into()
+        )]
+    );
+    let events = env.events_for("nm-1").await;
+    assert!(
+        events
+            .iter()
+            .any(|(_, r, m)| r == "RemovedMaintenance" && m == "Removed a node maintenance"),
+        "{events:?}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_node_fails_the_maintenance() {
+    let env = Env::start(1).await;
+    env.create_nm("nm-ghost", "ghost").await;
+    let nm = env.wait_phase("nm-ghost", MaintenancePhase::Failed).await;
+    assert_eq!(
+        nm.status.unwrap().last_error.as_deref(),
+        Some("nodes \"ghost\" not found")
+    );
+    let events = env.events_for("nm-ghost").await;
+    assert!(
+        events.contains(&(
+            "Warning".into(),
+            "FailedMaintenance".into(),
+            "Failed a node maintenance".into()
+        )),
+        "{events:?}"
+    );
+    // No retry storm: still exactly one failure event a moment later.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        env.events_for("nm-ghost")
+            .await
+            .iter()
+            .filter(|(_, r, _)| r == "FailedMaintenance")
+            .count(),
+        1
+    );
+    env.nms()
+        .delete("nm-ghost", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-ghost").await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_held_by_another_holder_waits_without_counting_then_proceeds() {
+    let env = Env::start(2).await;
+    env.cluster.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "medik8s-leases"}})).unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    env.cluster
+        .create(
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "node-worker-1", "namespace": "medik8s-leases"},
+        "spec": {"holderIdentity": "node-healthcheck", "leaseDurationSeconds": 3600,
+                 "acquireTime": now.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string(),
+                 "renewTime": now.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()}}),
+        )
+        .unwrap();
+    env.create_nm("nm-1", "worker-1").await;
+    let started = Instant::now();
+    loop {
+        let nm = env.nms().get("nm-1").await.unwrap();
+        let s = nm.status.clone().unwrap_or_default();
+        if s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("node-healthcheck"))
+        {
+            assert_eq!(s.phase, Some(MaintenancePhase::Running));
+            assert_eq!(
+                s.error_on_lease_count, 0,
+                "not counted before the drain started"
+            );
+            assert_eq!(s.drain_progress, 0);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no lease error recorded: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(
+        env.node("worker-1").await.spec.unwrap().unschedulable,
+        Some(true),
+        "not cordoned while another holds the lease"
+    );
+    // The other holder lets go: the maintenance proceeds.
+    Api::<Lease>::namespaced(env.client.clone(), "medik8s-leases")
+        .delete("node-worker-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    assert_eq!(
+        env.node("worker-1").await.spec.unwrap().unschedulable,
+        Some(true)
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pdb_blocks_the_drain_until_it_allows() {
+    let env = Env::start(3).await;
+    env.cluster
+        .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 2"))
+        .unwrap();
+    let started = Instant::now();
+    let node = loop {
+        let pods = Api::<Pod>::namespaced(env.client.clone(), "default")
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap()
+            .items;
+        let ready = pods
+            .iter()
+            .filter(|p| nmo_sim::cluster::is_ready(&serde_json::to_value(p).unwrap()))
+            .count();
+        if ready == 2 {
+            break pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    env.create_nm("nm-pdb", &node).await;
+    let started = Instant::now();
+    loop {
+        let s = env
+            .nms()
+            .get("nm-pdb")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("PodDisruptionBudget"))
+        {
+            assert_eq!(s.phase, Some(MaintenancePhase::Running));
+            assert!(
+                s.pending_pods
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|p| p.starts_with("web-"))
+            );
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never blocked: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // A third replica makes room.
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client.clone(), "default")
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    env.wait_phase("nm-pdb", MaintenancePhase::Succeeded).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_nodes_in_maintenance_at_once() {
+    let env = Env::start(21).await;
+    env.cluster
+        .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 40"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for i in 1..=20 {
+        env.create_nm(&format!("nm-{i}"), &format!("worker-{i}"))
+            .await;
+    }
+    for i in 1..=20 {
+        env.wait_phase(&format!("nm-{i}"), MaintenancePhase::Succeeded)
+            .await;
+    }
+    for i in 1..=20 {
+        let pods = env.pods_on(&format!("worker-{i}")).await;
+        assert!(
+            pods.iter().all(|p| p.name_any().starts_with("agent-")),
+            "worker-{i}: {:?}",
+            pods.iter().map(|p| p.name_any()).collect::<Vec<_>>()
+        );
+    }
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_without_our_finalizer_never_recordons() {
+    let env = Env::start(2).await;
+    env.create_nm("nm-1", "worker-1").await;
+    env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    // Someone removes our finalizer (keeping another), then deletes the CR.
+    env.nms()
+        .patch(
+            "nm-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+        )
+        .await
+        .unwrap();
+    env.nms()
+        .delete("nm-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    // An admin uncordons by hand; the operator must leave it so.
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            "worker-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": false}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        env.node("worker-1").await.spec.unwrap().unschedulable,
+        Some(false)
+    );
+    env.stop().await;
+}
