@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// Policy crates built here, by package name.
-const POLICIES: &[&str] = &["nmo-policy-default", "nmo-policy-hostile"];
+const POLICIES: &[&str] = &[
+    "nmo-policy-default",
+    "nmo-policy-hostile",
+    "nmo-policy-never-force",
+];
 
 fn main() {
     let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));

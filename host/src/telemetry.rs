@@ -1,9 +1,19 @@
 //! JSON logs through `tracing`, in the Go operator's zap shape:
-//! `{"level":"info","ts":"…","logger":"controller","msg":"…",…fields}`.
+//! `{"level":"info","ts":"2024-01-15T10:00:00Z","logger":"controller","msg":"Begin a node maintenance","nodeName":"node02"}`.
+//!
+//! `logger` is the event's `logger` field when it has one, else its target;
+//! every other field follows under its own name.
 
+use std::fmt;
 use std::str::FromStr;
 
+use serde_json::{Map, Value};
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 
 /// `--zap-level`: the Go operator's log levels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -38,8 +48,78 @@ impl ZapLevel {
             ZapLevel::Error => "error",
         };
         EnvFilter::new(format!(
-            "{ours},wasmtime=warn,wasmtime_wasi=warn,cranelift_codegen=warn,cranelift=warn"
+            "{ours},wasmtime=warn,wasmtime_wasi=warn,cranelift_codegen=warn,cranelift=warn,kube_runtime=warn,kube_client=warn,hyper=warn,rustls=warn"
         ))
+    }
+}
+
+/// Collects an event's fields into a JSON object.
+struct Fields(Map<String, Value>);
+
+impl Visit for Fields {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0
+            .insert(field.name().to_owned(), Value::String(value.to_owned()));
+    }
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0.insert(field.name().to_owned(), Value::from(value));
+    }
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0.insert(field.name().to_owned(), Value::from(value));
+    }
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0.insert(field.name().to_owned(), Value::Bool(value));
+    }
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0.insert(field.name().to_owned(), Value::from(value));
+    }
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.0
+            .insert(field.name().to_owned(), Value::String(format!("{value:?}")));
+    }
+}
+
+/// The zap-shaped line.
+pub struct ZapJson;
+
+/// Formats one event as a zap-shaped JSON object.
+pub fn zap_line(level: &tracing::Level, target: &str, fields: Map<String, Value>) -> Value {
+    let mut fields = fields;
+    let msg = fields
+        .remove("message")
+        .unwrap_or(Value::String(String::new()));
+    let logger = fields
+        .remove("logger")
+        .unwrap_or_else(|| Value::String(target.to_owned()));
+    let ts = jiff::Timestamp::now();
+    let mut line = Map::new();
+    line.insert("level".into(), Value::String(level.as_str().to_lowercase()));
+    line.insert(
+        "ts".into(),
+        Value::String(ts.round(jiff::Unit::Millisecond).unwrap_or(ts).to_string()),
+    );
+    line.insert("logger".into(), logger);
+    line.insert("msg".into(), msg);
+    line.extend(fields);
+    Value::Object(line)
+}
+
+impl<S, N> FormatEvent<S, N> for ZapJson
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut fields = Fields(Map::new());
+        event.record(&mut fields);
+        let meta = event.metadata();
+        let line = zap_line(meta.level(), meta.target(), fields.0);
+        writeln!(writer, "{line}")
     }
 }
 
@@ -47,11 +127,36 @@ impl ZapLevel {
 /// harmless (the second call does nothing).
 pub fn init(level: ZapLevel) {
     let _ = tracing_subscriber::fmt()
-        .json()
-        .flatten_event(true)
-        .with_current_span(false)
-        .with_span_list(false)
+        .event_format(ZapJson)
         .with_env_filter(level.filter())
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_have_the_zap_shape() {
+        let mut f = Map::new();
+        f.insert("message".into(), Value::from("Begin a node maintenance"));
+        f.insert("logger".into(), Value::from("controller"));
+        f.insert("nodeName".into(), Value::from("node02"));
+        let line = zap_line(&tracing::Level::INFO, "nmo::controller", f);
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, ["level", "ts", "logger", "msg", "nodeName"]);
+        assert_eq!(line["level"], "info");
+        assert_eq!(line["logger"], "controller");
+        assert_eq!(line["msg"], "Begin a node maintenance");
+        assert!(line["ts"].as_str().unwrap().ends_with('Z'));
+        let no_logger = zap_line(&tracing::Level::ERROR, "nmo::policy", Map::new());
+        assert_eq!(no_logger["logger"], "nmo::policy");
+        assert_eq!(no_logger["level"], "error");
+    }
 }

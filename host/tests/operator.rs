@@ -20,8 +20,37 @@ struct Env {
     controller: tokio::task::JoinHandle<()>,
 }
 
+fn start_controller(client: &Client, policy_file: Option<&str>) -> tokio::task::JoinHandle<()> {
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let policy = match policy_file {
+        Some(f) => engine
+            .load_file(std::path::Path::new(&format!(
+                "{}/{f}",
+                env!("NMO_POLICY_WASM_DIR")
+            )))
+            .unwrap(),
+        None => engine.default_policy().unwrap(),
+    };
+    let ctx: Arc<Context> = Context::new(
+        client.clone(),
+        policy,
+        Settings {
+            max_concurrent: 25,
+            lease_namespace: "medik8s-leases".into(),
+            instance: "test".into(),
+        },
+    );
+    tokio::spawn(async move {
+        controller::run(ctx).await.expect("controller runs");
+    })
+}
+
 impl Env {
     async fn start(nodes: usize) -> Env {
+        Self::start_with(nodes, None).await
+    }
+
+    async fn start_with(nodes: usize, policy_file: Option<&str>) -> Env {
         let cluster = SimCluster::start(SimOptions {
             time_scale: 20.0,
             ..SimOptions::default()
@@ -38,22 +67,7 @@ impl Env {
             .unwrap();
         config.default_retry = false;
         let client = Client::try_from(config).unwrap();
-        let policy = PolicyEngine::new(EngineConfig::default())
-            .unwrap()
-            .default_policy()
-            .unwrap();
-        let ctx: Arc<Context> = Context::new(
-            client.clone(),
-            policy,
-            Settings {
-                max_concurrent: 25,
-                lease_namespace: "medik8s-leases".into(),
-                instance: "test".into(),
-            },
-        );
-        let controller = tokio::spawn(async move {
-            controller::run(ctx).await.expect("controller runs");
-        });
+        let controller = start_controller(&client, policy_file);
         Env {
             cluster,
             client,
@@ -575,6 +589,145 @@ async fn deletion_without_our_finalizer_never_recordons() {
     assert_eq!(
         env.node("worker-1").await.spec.unwrap().unschedulable,
         Some(false)
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_and_never_force_policies_drain_the_same_node_differently() {
+    for (policy, bare_evicted) in [(None, true), (Some("nmo_policy_never_force.wasm"), false)] {
+        let env = Env::start_with(2, policy).await;
+        env.cluster.apply_yaml(WORKLOAD).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        env.create_nm("nm-1", "worker-1").await;
+        if bare_evicted {
+            env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+            assert!(
+                env.pods_on("worker-1")
+                    .await
+                    .iter()
+                    .all(|p| p.name_any() != "bare"),
+                "default: --force evicts the bare pod"
+            );
+        } else {
+            let started = Instant::now();
+            loop {
+                let s = env
+                    .nms()
+                    .get("nm-1")
+                    .await
+                    .unwrap()
+                    .status
+                    .unwrap_or_default();
+                if s.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("default/bare has no controller"))
+                {
+                    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "never blocked: {s:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let left: Vec<String> = env
+                .pods_on("worker-1")
+                .await
+                .iter()
+                .map(|p| p.name_any())
+                .collect();
+            assert!(
+                left.contains(&"bare".to_string()),
+                "never-force keeps the bare pod: {left:?}"
+            );
+            assert!(
+                left.contains(&"scratch".to_string()),
+                "scratch has no controller either: {left:?}"
+            );
+            assert!(
+                left.iter().all(|n| !n.starts_with("web-")),
+                "managed pods still leave: {left:?}"
+            );
+        }
+        env.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_killed_mid_drain_converges_without_repeating_events() {
+    let mut env = Env::start(3).await;
+    env.cluster
+        .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 2"))
+        .unwrap();
+    let started = Instant::now();
+    let node = loop {
+        let pods = Api::<Pod>::namespaced(env.client.clone(), "default")
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap()
+            .items;
+        if pods
+            .iter()
+            .filter(|p| nmo_sim::cluster::is_ready(&serde_json::to_value(p).unwrap()))
+            .count()
+            == 2
+        {
+            break pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    env.create_nm("nm-1", &node).await;
+    // Blocked by the PDB, mid-drain: kill the operator.
+    let started = Instant::now();
+    while !env
+        .nms()
+        .get("nm-1")
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+        .last_error
+        .is_some_and(|e| e.contains("PodDisruptionBudget"))
+    {
+        assert!(started.elapsed() < Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    env.controller.abort();
+    let _ = (&mut env.controller).await;
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client.clone(), "default")
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    // A new operator picks up where the old one stopped.
+    env.controller = start_controller(&env.client, None);
+    env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    // Restarting again changes nothing and repeats nothing.
+    env.controller.abort();
+    env.controller = start_controller(&env.client, None);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let events = env.events_for("nm-1").await;
+    for reason in ["BeginMaintenance", "SucceedMaintenance"] {
+        assert_eq!(
+            events.iter().filter(|(_, r, _)| r == reason).count(),
+            1,
+            "{reason}: {events:?}"
+        );
+    }
+    env.nms()
+        .delete("nm-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-1").await;
+    assert_ne!(
+        env.node(&node).await.spec.unwrap().unschedulable,
+        Some(true)
     );
     env.stop().await;
 }
