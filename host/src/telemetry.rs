@@ -82,8 +82,9 @@ impl Visit for Fields {
 /// The zap-shaped line.
 pub struct ZapJson;
 
-/// Formats one event as a zap-shaped JSON object.
-pub fn zap_line(level: &tracing::Level, target: &str, fields: Map<String, Value>) -> Value {
+/// Formats one event as a zap-shaped JSON line: `level`, `ts`, `logger`,
+/// `msg` first, in that order, then the other fields.
+pub fn zap_line(level: &tracing::Level, target: &str, fields: Map<String, Value>) -> String {
     let mut fields = fields;
     let msg = fields
         .remove("message")
@@ -92,16 +93,19 @@ pub fn zap_line(level: &tracing::Level, target: &str, fields: Map<String, Value>
         .remove("logger")
         .unwrap_or_else(|| Value::String(target.to_owned()));
     let ts = jiff::Timestamp::now();
-    let mut line = Map::new();
-    line.insert("level".into(), Value::String(level.as_str().to_lowercase()));
-    line.insert(
-        "ts".into(),
-        Value::String(ts.round(jiff::Unit::Millisecond).unwrap_or(ts).to_string()),
+    let ts = ts.round(jiff::Unit::Millisecond).unwrap_or(ts).to_string();
+    let mut line = format!(
+        "{{\"level\":{},\"ts\":{},\"logger\":{},\"msg\":{}",
+        Value::String(level.as_str().to_lowercase()),
+        Value::String(ts),
+        logger,
+        msg
     );
-    line.insert("logger".into(), logger);
-    line.insert("msg".into(), msg);
-    line.extend(fields);
-    Value::Object(line)
+    for (k, v) in fields {
+        line.push_str(&format!(",{}:{}", Value::String(k), v));
+    }
+    line.push('}');
+    line
 }
 
 impl<S, N> FormatEvent<S, N> for ZapJson
@@ -143,19 +147,20 @@ mod tests {
         f.insert("message".into(), Value::from("Begin a node maintenance"));
         f.insert("logger".into(), Value::from("controller"));
         f.insert("nodeName".into(), Value::from("node02"));
-        let line = zap_line(&tracing::Level::INFO, "nmo::controller", f);
-        let keys: Vec<&str> = line
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect();
-        assert_eq!(keys, ["level", "ts", "logger", "msg", "nodeName"]);
+        let text = zap_line(&tracing::Level::INFO, "nmo::controller", f);
+        assert!(text.starts_with("{\"level\":\"info\",\"ts\":\""), "{text}");
+        assert!(
+            text.ends_with("\"logger\":\"controller\",\"msg\":\"Begin a node maintenance\",\"nodeName\":\"node02\"}"),
+            "{text}"
+        );
+        let line: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(line["level"], "info");
         assert_eq!(line["logger"], "controller");
         assert_eq!(line["msg"], "Begin a node maintenance");
         assert!(line["ts"].as_str().unwrap().ends_with('Z'));
-        let no_logger = zap_line(&tracing::Level::ERROR, "nmo::policy", Map::new());
+        let no_logger: Value =
+            serde_json::from_str(&zap_line(&tracing::Level::ERROR, "nmo::policy", Map::new()))
+                .unwrap();
         assert_eq!(no_logger["logger"], "nmo::policy");
         assert_eq!(no_logger["level"], "error");
     }
