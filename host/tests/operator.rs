@@ -731,3 +731,87 @@ async fn the_operator_killed_mid_drain_converges_without_repeating_events() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenances_converge_under_api_faults() {
+    let env = Env::start(4).await;
+    env.cluster
+        .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 6"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.cluster.set_faults(|f| {
+        f.rules = vec![
+            nmo_sim::FaultRule {
+                verb: None,
+                resource: None,
+                rate: 0.10,
+                code: 500,
+            },
+            nmo_sim::FaultRule {
+                verb: Some("patch".into()),
+                resource: None,
+                rate: 0.10,
+                code: 409,
+            },
+            nmo_sim::FaultRule {
+                verb: Some("update".into()),
+                resource: None,
+                rate: 0.10,
+                code: 409,
+            },
+        ];
+        f.latency = Duration::from_millis(20);
+        f.drop_watches_after = Some(Duration::from_secs(2));
+    });
+    // Creating may itself hit an injected error: retry as a user would.
+    for i in 1..=3 {
+        let nm = NodeMaintenance::new(
+            &format!("nm-{i}"),
+            NodeMaintenanceSpec {
+                node_name: format!("worker-{i}"),
+                reason: None,
+            },
+        );
+        while env.nms().create(&PostParams::default(), &nm).await.is_err() {
+            if env
+                .nms()
+                .get_opt(&format!("nm-{i}"))
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+            {
+                break;
+            }
+        }
+    }
+    for i in 1..=3 {
+        let started = Instant::now();
+        loop {
+            let phase = env
+                .nms()
+                .get(&format!("nm-{i}"))
+                .await
+                .ok()
+                .and_then(|n| n.status)
+                .and_then(|s| s.phase);
+            if phase == Some(MaintenancePhase::Succeeded) {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "nm-{i} did not converge: {phase:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    env.cluster.set_faults(|f| *f = Default::default());
+    for i in 1..=3 {
+        let pods = env.pods_on(&format!("worker-{i}")).await;
+        assert!(
+            pods.iter().all(|p| p.name_any().starts_with("agent-")),
+            "worker-{i} drained"
+        );
+    }
+    env.stop().await;
+}

@@ -22,6 +22,16 @@ pub struct Cli {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_maintenances: u16,
 
+    /// Elect a leader (a coordination Lease) so only one replica reconciles.
+    #[arg(long, default_value_t = false)]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader election lease (default: the pod's own, from
+    /// POD_NAMESPACE or the service account, else
+    /// node-maintenance-operator-system).
+    #[arg(long)]
+    pub leader_election_namespace: Option<String>,
+
     /// A policy file (.wasm) to use instead of the embedded default policy.
     #[arg(long)]
     pub policy: Option<PathBuf>,
@@ -63,7 +73,7 @@ pub enum PolicyCommand {
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        None => operator(cli.max_concurrent_maintenances, cli.policy).map(|()| ExitCode::SUCCESS),
+        None => operator(&cli).map(|()| ExitCode::SUCCESS),
         Some(Command::Crd) => {
             print!("{}", nmo::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)
@@ -73,10 +83,22 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The namespace this pod runs in, when it runs in a cluster.
+fn own_namespace() -> Option<String> {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
+        })
+        .map(|s| s.trim().to_owned())
+}
+
 /// Runs the operator until interrupted.
-fn operator(max_concurrent: u16, policy_file: Option<PathBuf>) -> anyhow::Result<()> {
+fn operator(cli: &Cli) -> anyhow::Result<()> {
+    let max_concurrent = cli.max_concurrent_maintenances;
     let engine = PolicyEngine::new(EngineConfig::default())?;
-    let policy = match &policy_file {
+    let policy = match &cli.policy {
         Some(path) => engine.load_file(path)?,
         None => engine.default_policy()?,
     };
@@ -98,8 +120,26 @@ fn operator(max_concurrent: u16, policy_file: Option<PathBuf>) -> anyhow::Result
             max_concurrent,
             ..Default::default()
         };
-        tracing::info!(logger = "setup", "starting the NodeMaintenance controller");
-        nmo::controller::run(nmo::controller::Context::new(client, policy, settings)).await?;
+        let ctx = nmo::controller::Context::new(client.clone(), policy, settings);
+        if cli.leader_elect {
+            let ns = cli
+                .leader_election_namespace
+                .clone()
+                .or_else(own_namespace)
+                .unwrap_or_else(|| "node-maintenance-operator-system".to_owned());
+            let identity = format!(
+                "{}_{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "nmo".into()),
+                std::process::id()
+            );
+            let elector =
+                nmo::controller::leader::Elector::new(client, &ns, identity, Default::default());
+            tracing::info!(logger = "setup", namespace = %ns, "waiting for leadership");
+            elector.run(nmo::controller::run(ctx)).await?;
+        } else {
+            tracing::info!(logger = "setup", "starting the NodeMaintenance controller");
+            nmo::controller::run(ctx).await?;
+        }
         anyhow::Ok(())
     })
 }

@@ -4,6 +4,7 @@
 
 pub mod drain;
 pub mod events;
+pub mod leader;
 pub mod lease;
 pub mod node;
 mod reconcile;
