@@ -1,130 +1,368 @@
-//! `nmo demo`: what the operator would decide for a busy node.
+//! `nmo demo`: the operator's main job on an embedded simulated cluster.
 //!
-//! Until the simulated cluster and the controller land, the demo runs the
-//! policy engine alone: it builds a realistic worker node, asks the policy
-//! for a drain plan and for its verdict on each kind of failure, and prints
-//! both the way the operator will act on them.
+//! Starts the simulated cluster with a realistic workload, runs the
+//! operator, puts a node into maintenance showing live progress and events,
+//! prints the final NodeMaintenance as `kubectl describe nm` would, then
+//! ends the maintenance and shows the node restored.
 
-use std::collections::BTreeMap;
+use std::collections::HashSet;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use nmo::fixtures;
-use nmo::policy::types::{DrainReport, Failure, PodRef};
-use nmo::policy::{Action, EngineConfig, PolicyEngine, Verdict, convert, selfcheck};
+use anyhow::Context as _;
+use indicatif::{ProgressBar, ProgressStyle};
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::{Client, ResourceExt};
+use nmo::controller::{self, Context, Settings};
+use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::policy::{EngineConfig, PolicyEngine};
+use nmo_sim::{SimCluster, SimOptions};
 
-pub fn run(policy_file: Option<PathBuf>, pods: usize) -> anyhow::Result<()> {
+/// Options of `nmo demo`.
+pub struct DemoOptions {
+    pub policy: Option<PathBuf>,
+    pub nodes: usize,
+    pub pods: usize,
+    pub keep_running: bool,
+}
+
+fn workload(pods: usize) -> String {
+    let web = pods.saturating_sub(8).max(2);
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: shop}}
+spec:
+  replicas: {web}
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}, annotations: {{sim.nmo.medik8s.io/shutdown-seconds: "3"}}}}
+    spec: {{containers: [{{name: web, image: "nginx:1.27"}}]}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: web, namespace: shop}}
+spec:
+  maxUnavailable: 1
+  selector: {{matchLabels: {{app: web}}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: api, namespace: shop}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: api}}}}
+  template:
+    metadata: {{labels: {{app: api}}}}
+    spec: {{containers: [{{name: api, image: "api:2.1"}}]}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: api, namespace: shop}}
+spec:
+  minAvailable: 2
+  selector: {{matchLabels: {{app: api}}}}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: db, namespace: shop}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: db}}}}
+  template:
+    metadata: {{labels: {{app: db}}}}
+    spec: {{containers: [{{name: db, image: "postgres:17"}}]}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {{name: node-exporter, namespace: kube-system}}
+spec:
+  selector: {{matchLabels: {{app: node-exporter}}}}
+  template:
+    metadata: {{labels: {{app: node-exporter}}}}
+    spec: {{containers: [{{name: exporter, image: "node-exporter:1.8"}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: debug-shell, namespace: shop}}
+spec: {{nodeName: worker-1, containers: [{{name: sh, image: busybox}}]}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: cache-warmer, namespace: shop}}
+spec:
+  nodeName: worker-1
+  containers: [{{name: warm, image: "warmer:1"}}]
+  volumes: [{{name: scratch, emptyDir: {{}}}}]
+"#
+    )
+}
+
+fn row(label: &str, value: impl std::fmt::Display) {
+    println!("{label:<24}{value}");
+}
+
+async fn print_pods(client: &Client, node: &str) -> anyhow::Result<()> {
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    let mut names: Vec<String> = pods
+        .items
+        .iter()
+        .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+        .collect();
+    names.sort();
+    println!("  pods on {node} ({}): {}", names.len(), names.join(", "));
+    Ok(())
+}
+
+fn node_line(node: &Node) -> String {
+    let spec = node.spec.clone().unwrap_or_default();
+    let taints: Vec<String> = spec
+        .taints
+        .unwrap_or_default()
+        .iter()
+        .map(|t| format!("{}:{}", t.key, t.effect))
+        .collect();
+    format!(
+        "unschedulable={} taints=[{}] exclude-from-remediation={}",
+        spec.unschedulable.unwrap_or(false),
+        taints.join(", "),
+        node.labels()
+            .get(nmo::controller::node::EXCLUDE_LABEL)
+            .map_or("-", String::as_str)
+    )
+}
+
+/// Prints a NodeMaintenance the way `kubectl describe nm` lays it out.
+fn describe(nm: &NodeMaintenance, events: &[Event]) {
+    let s = nm.status.clone().unwrap_or_default();
+    println!();
+    row("Name:", nm.name_any());
+    row("Namespace:", "");
+    row("API Version:", "nodemaintenance.medik8s.io/v1beta1");
+    row("Kind:", "NodeMaintenance");
+    row("Finalizers:", nm.finalizers().join(", "));
+    println!("Spec:");
+    row("  Node Name:", &nm.spec.node_name);
+    row("  Reason:", nm.spec.reason.clone().unwrap_or_default());
+    println!("Status:");
+    row("  Drain Progress:", s.drain_progress);
+    row("  Error On Lease Count:", s.error_on_lease_count);
+    row("  Eviction Pods:", s.eviction_pods);
+    if let Some(e) = &s.last_error {
+        row("  Last Error:", e);
+    }
+    if let Some(t) = &s.last_update {
+        row("  Last Update:", t.0);
+    }
+    row("  Phase:", s.phase.map_or("", |p| p.as_str()));
+    row("  Totalpods:", s.total_pods);
+    println!("Events:");
+    println!("  {:<8} {:<20} {:<16} Message", "Type", "Reason", "From");
+    println!("  {:<8} {:<20} {:<16} -------", "----", "------", "----");
+    for e in events {
+        println!(
+            "  {:<8} {:<20} {:<16} {}",
+            e.type_.clone().unwrap_or_default(),
+            e.reason.clone().unwrap_or_default(),
+            e.source
+                .as_ref()
+                .and_then(|s| s.component.clone())
+                .unwrap_or_default(),
+            e.message.clone().unwrap_or_default()
+        );
+    }
+    println!();
+}
+
+async fn events_for(client: &Client, name: &str) -> Vec<Event> {
+    let mut items = Api::<Event>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    items.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+    items
+}
+
+pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
+    let began = Instant::now();
     let engine = PolicyEngine::new(EngineConfig::default())?;
-    let policy = match &policy_file {
+    let policy = match &opts.policy {
         Some(path) => engine.load_file(path)?,
         None => engine.default_policy()?,
     };
     println!(
-        "policy {} (sha256 {}), world {}",
+        "== nmo demo: policy {} (sha256 {})",
         policy.name(),
-        &policy.digest()[..12],
-        nmo::policy::WORLD
+        &policy.digest()[..12]
     );
 
-    let node = fixtures::node("worker-1");
-    let k8s_pods = fixtures::node_pods("worker-1", pods);
-    let records: Vec<_> = k8s_pods.iter().map(convert::pod).collect();
-    let mut m = selfcheck::sample_maintenance();
-    m.name = "nm-worker-1".into();
-    m.node_name = "worker-1".into();
-    m.reason = "kernel upgrade".into();
-
-    let started = Instant::now();
-    let plan = policy.plan_drain(&m, &convert::node(&node), &records)?;
-    let took = started.elapsed();
-    println!(
-        "\nplan-drain for node worker-1 with {} pods: {:.2} ms (fresh sandbox, validated)",
-        records.len(),
-        took.as_secs_f64() * 1e3
-    );
-    println!(
-        "attempt timeout {:?}, max concurrent evictions {}, {} wave(s)",
-        plan.attempt_timeout,
-        plan.max_concurrent_evictions
-            .map_or("unlimited".to_string(), |n| n.to_string()),
-        plan.waves().count()
-    );
-
-    let mut by_action: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for step in &plan.steps {
-        let label = match &step.action {
-            Action::Evict { .. } => "evict".to_string(),
-            Action::Delete { .. } => "delete".to_string(),
-            Action::Skip { reason } => format!("skip ({reason})"),
-            Action::Block { reason } => format!("block ({reason})"),
-        };
-        by_action
-            .entry(label)
-            .or_default()
-            .push(format!("{}/{}", step.namespace, step.name));
+    let cluster = SimCluster::start(SimOptions {
+        time_scale: 10.0,
+        ..SimOptions::default()
+    })
+    .await?;
+    cluster.apply_yaml(&nmo::crd::crd_yaml())?;
+    cluster.create(
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
+    )?;
+    for i in 1..=opts.nodes.max(2) {
+        cluster.add_node(&format!("worker-{i}"))?;
     }
-    for (action, names) in &by_action {
-        let shown: Vec<_> = names.iter().take(3).cloned().collect();
-        let more = names.len().saturating_sub(shown.len());
-        let more = if more > 0 {
-            format!(" and {more} more")
-        } else {
-            String::new()
-        };
+    let node1 = cluster.get("v1", "Node", None, "worker-1")?;
+    cluster.create(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "kube-proxy-worker-1", "namespace": "kube-system",
+        "annotations": {"kubernetes.io/config.mirror": "demo", "kubernetes.io/config.source": "file"},
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": node1["metadata"]["uid"], "controller": true}]},
+        "spec": {"nodeName": "worker-1", "containers": [{"name": "kube-proxy", "image": "kube-proxy:v1.32"}]}}))?;
+    cluster.apply_yaml(&workload(opts.pods))?;
+    println!(
+        "== simulated cluster at {} with {} nodes; workload: Deployments web and api (with PDBs), StatefulSet db, DaemonSet node-exporter, a bare pod, an emptyDir pod, a static pod",
+        cluster.url(),
+        opts.nodes.max(2)
+    );
+
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig())?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    config.default_retry = false;
+    let client = Client::try_from(config)?;
+    let ctx = Context::new(
+        client.clone(),
+        policy,
+        Settings {
+            instance: "nmo-demo".into(),
+            ..Settings::default()
+        },
+    );
+    let operator = tokio::spawn(controller::run(ctx));
+
+    // Let the workload come up.
+    let pods_api = Api::<Pod>::all(client.clone());
+    let started = Instant::now();
+    loop {
+        let pods = pods_api.list(&ListParams::default()).await?;
+        let running = pods
+            .items
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        if running == pods.items.len() && running >= opts.pods.min(20)
+            || started.elapsed() > Duration::from_secs(20)
+        {
+            println!("== {running} pods running");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    print_pods(&client, "worker-1").await?;
+
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    let nm = NodeMaintenance::new(
+        "worker-1-maintenance",
+        NodeMaintenanceSpec {
+            node_name: "worker-1".into(),
+            reason: Some("kernel upgrade".into()),
+        },
+    );
+    nms.create(&PostParams::default(), &nm)
+        .await
+        .context("creating the NodeMaintenance")?;
+    println!(
+        "== kubectl apply: NodeMaintenance worker-1-maintenance (node worker-1, reason \"kernel upgrade\")"
+    );
+
+    let bar = ProgressBar::new(100);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} drain [{bar:40}] {pos:>3}% {msg}")?
+            .progress_chars("=> "),
+    );
+    let mut seen_events = HashSet::new();
+    let mut last_pending = usize::MAX;
+    let done = loop {
+        let current = nms.get("worker-1-maintenance").await?;
+        let s = current.status.clone().unwrap_or_default();
+        bar.set_position(s.drain_progress.clamp(0, 100) as u64);
+        let pending = s.pending_pods.clone().unwrap_or_default();
+        if pending.len() != last_pending {
+            last_pending = pending.len();
+            bar.set_message(format!("{} pod(s) pending", pending.len()));
+            if bar.is_hidden() && s.phase.is_some() {
+                println!(
+                    "  drain {:>3}%: {} pod(s) pending",
+                    s.drain_progress,
+                    pending.len()
+                );
+            }
+        }
+        for e in events_for(&client, "worker-1-maintenance").await {
+            if seen_events.insert(e.name_any()) {
+                let line = format!(
+                    "  event {} {}: {}",
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default()
+                );
+                if bar.is_hidden() {
+                    println!("{line}");
+                } else {
+                    bar.println(line);
+                }
+            }
+        }
+        match s.phase {
+            Some(MaintenancePhase::Succeeded) | Some(MaintenancePhase::Failed) => break current,
+            _ => {}
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            break current;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    bar.finish_with_message("done");
+    describe(&done, &events_for(&client, "worker-1-maintenance").await);
+    let node = Api::<Node>::all(client.clone()).get("worker-1").await?;
+    println!("== node worker-1 in maintenance: {}", node_line(&node));
+    print_pods(&client, "worker-1").await?;
+
+    if opts.keep_running {
+        let path = std::env::temp_dir().join("nmo-demo.kubeconfig");
+        cluster.write_kubeconfig(&path)?;
         println!(
-            "  {:>5} x {action}: {}{more}",
-            names.len(),
-            shown.join(", ")
+            "== cluster left running: kubectl --kubeconfig {} get nm,nodes,pods -A   (Ctrl-C to stop)",
+            path.display()
+        );
+        tokio::signal::ctrl_c().await?;
+    }
+
+    nms.delete("worker-1-maintenance", &DeleteParams::default())
+        .await?;
+    println!("== kubectl delete nm worker-1-maintenance");
+    let started = Instant::now();
+    while nms.get_opt("worker-1-maintenance").await?.is_some()
+        && started.elapsed() < Duration::from_secs(30)
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let node = Api::<Node>::all(client.clone()).get("worker-1").await?;
+    println!("== node worker-1 restored: {}", node_line(&node));
+    for e in events_for(&client, "worker-1").await {
+        println!(
+            "  event on node worker-1: {} {}",
+            e.reason.unwrap_or_default(),
+            e.message.unwrap_or_default()
         );
     }
-
-    println!("\non-failure verdicts:");
-    let pending = vec![PodRef {
-        namespace: "team-3".into(),
-        name: "app3-3".into(),
-    }];
-    let mut during_drain = m.clone();
-    during_drain.drain_progress = 40;
-    let cases = [
-        ("node missing", m.clone(), Failure::NodeNotFound),
-        (
-            "lease held before the drain",
-            m.clone(),
-            Failure::LeaseHeld("node-healthcheck".into()),
-        ),
-        (
-            "4th lease error during the drain",
-            {
-                let mut x = during_drain.clone();
-                x.error_on_lease_count = 4;
-                x
-            },
-            Failure::LeaseError("lease renewal conflict".into()),
-        ),
-        (
-            "drain incomplete (PDB)",
-            during_drain.clone(),
-            Failure::DrainIncomplete(DrainReport {
-                pending: pending.clone(),
-                pdb_blocked: pending,
-                blocked: Vec::new(),
-                timed_out: true,
-                message: "drain did not complete within 30s".into(),
-            }),
-        ),
-    ];
-    for (label, maintenance, failure) in cases {
-        let verdict = policy.on_failure(&maintenance, &failure)?;
-        let text = match verdict {
-            Verdict::RetryAfter(d) => format!("retry after {d:?}"),
-            Verdict::RetryWithBackoff => "retry with backoff".to_string(),
-            Verdict::Fail(msg) => format!("fail: {msg}"),
-        };
-        println!("  {label:<34} -> {text}");
-    }
-    println!(
-        "\nThe controller and the simulated cluster that carry these decisions out are \
-         being built; see README.md, \"Status\"."
+    println!("== demo finished in {:.1} s", began.elapsed().as_secs_f64());
+    operator.abort();
+    cluster.stop().await;
+    let phase = done.status.and_then(|s| s.phase);
+    anyhow::ensure!(
+        phase == Some(MaintenancePhase::Succeeded),
+        "the maintenance ended in {phase:?}"
     );
     Ok(())
 }

@@ -46,14 +46,22 @@ pub struct Cli {
 pub enum Command {
     /// Print the NodeMaintenance CRD as YAML.
     Crd,
-    /// Show what a policy decides for a busy worker node.
+    /// Run the operator on an embedded simulated cluster: put a node into
+    /// maintenance, show the drain live, then restore the node.
     Demo {
         /// A policy file (.wasm) to use instead of the embedded default.
         #[arg(long)]
         policy: Option<PathBuf>,
-        /// How many pods the node carries.
-        #[arg(long, default_value_t = 110)]
+        /// Worker nodes in the simulated cluster.
+        #[arg(long, default_value_t = 4)]
+        nodes: usize,
+        /// Pods in the workload (roughly; at least 10).
+        #[arg(long, default_value_t = 30)]
         pods: usize,
+        /// Leave the cluster up after the maintenance, with a kubeconfig for
+        /// kubectl, until Ctrl-C.
+        #[arg(long)]
+        keep_running: bool,
     },
     /// Work with drain policies.
     #[command(subcommand)]
@@ -78,7 +86,21 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", nmo::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)
         }
-        Some(Command::Demo { policy, pods }) => demo::run(policy, pods).map(|()| ExitCode::SUCCESS),
+        Some(Command::Demo {
+            policy,
+            nodes,
+            pods,
+            keep_running,
+        }) => {
+            let opts = demo::DemoOptions {
+                policy,
+                nodes,
+                pods,
+                keep_running,
+            };
+            tokio::runtime::Runtime::new()?.block_on(demo::run(opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
     }
 }
