@@ -815,3 +815,184 @@ async fn maintenances_converge_under_api_faults() {
     }
     env.stop().await;
 }
+
+impl Env {
+    async fn create_nm_with_reason(&self, name: &str, node: &str, reason: &str) {
+        let nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: node.into(),
+                reason: Some(reason.into()),
+            },
+        );
+        self.nms()
+            .create(&PostParams::default(), &nm)
+            .await
+            .unwrap();
+    }
+
+    async fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        f: impl Fn(&nmo::crd::NodeMaintenanceStatus) -> bool,
+    ) -> nmo::crd::NodeMaintenanceStatus {
+        let started = Instant::now();
+        loop {
+            let s = self
+                .nms()
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .unwrap_or_default();
+            if f(&s) {
+                return s;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name}: never {what}: {s:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+const HOSTILE: Option<&str> = Some("nmo_policy_hostile.wasm");
+
+fn bare(name: &str, node: &str, annotations: serde_json::Value, grace: i64) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+           "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace, "containers": [{"name": "c", "image": "i"}]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_never_terminates_leaves_the_drain_incomplete_at_the_attempt_timeout() {
+    let env = Env::start_with(2, HOSTILE).await;
+    env.cluster
+        .create(bare(
+            "stuck",
+            "worker-1",
+            json!({"sim.nmo.medik8s.io/never-terminate": "true"}),
+            30,
+        ))
+        .unwrap();
+    env.cluster
+        .create(bare("quick", "worker-1", json!({}), 30))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.create_nm_with_reason("nm-1", "worker-1", "tune:timeout=1500")
+        .await;
+    let s = env
+        .wait_status("nm-1", "incomplete", |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("did not complete within 1.5s"))
+        })
+        .await;
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert_eq!(s.pending_pods, Some(vec!["stuck".to_string()]));
+    assert_eq!(s.drain_progress, 50);
+    let left: Vec<String> = env
+        .pods_on("worker-1")
+        .await
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(left, ["stuck"]);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grace_period_longer_than_the_attempt_timeout_finishes_on_a_later_attempt() {
+    let env = Env::start_with(2, HOSTILE).await;
+    // 60 simulated seconds to shut down (3 s real), 120 s of grace; the
+    // policy gives each attempt 1 s.
+    env.cluster
+        .create(bare(
+            "slow",
+            "worker-1",
+            json!({"sim.nmo.medik8s.io/shutdown-seconds": "60"}),
+            120,
+        ))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.create_nm_with_reason("nm-1", "worker-1", "tune:timeout=1000")
+        .await;
+    env.wait_status("nm-1", "incomplete first", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("did not complete"))
+    })
+    .await;
+    env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_actions_and_waves_are_honoured() {
+    let env = Env::start_with(2, HOSTILE).await;
+    env.cluster.apply_yaml(concat!(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: default}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec: {nodeSelector: {kubernetes.io/hostname: worker-1}, containers: [{name: db, image: db}]}\n",
+    )).unwrap();
+    env.cluster
+        .create(bare(
+            "web-a",
+            "worker-1",
+            json!({"sim.nmo.medik8s.io/shutdown-seconds": "20"}),
+            30,
+        ))
+        .unwrap();
+    env.cluster
+        .create(bare(
+            "web-b",
+            "worker-1",
+            json!({"sim.nmo.medik8s.io/shutdown-seconds": "20"}),
+            30,
+        ))
+        .unwrap();
+    let started = Instant::now();
+    while !env
+        .pods_on("worker-1")
+        .await
+        .iter()
+        .any(|p| p.name_any() == "db-0")
+    {
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.cluster.record_audit(true);
+    env.create_nm_with_reason("nm-1", "worker-1", "tune:delete,sts-last,max=1")
+        .await;
+    // While a first-wave pod is still on the node, the StatefulSet pod (second wave) is untouched.
+    let mut saw_first_wave = false;
+    loop {
+        let pods = env.pods_on("worker-1").await;
+        let first_wave_left = pods.iter().any(|p| p.name_any().starts_with("web-"));
+        let db = pods.iter().find(|p| p.name_any() == "db-0");
+        if first_wave_left {
+            saw_first_wave = true;
+            assert!(
+                db.is_some_and(|d| d.metadata.deletion_timestamp.is_none()),
+                "db-0 removed before wave 0 finished"
+            );
+        } else {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(saw_first_wave);
+    env.wait_status("nm-1", "db-0 gone", |s| {
+        s.drain_progress == 100 || s.phase == Some(MaintenancePhase::Succeeded)
+    })
+    .await;
+    let audit = env.cluster.audit();
+    let evictions = audit.iter().filter(|a| a.subresource == "eviction").count();
+    let deletes = audit
+        .iter()
+        .filter(|a| a.verb == "delete" && a.resource == "pods")
+        .count();
+    assert_eq!(evictions, 0, "the policy said delete");
+    assert!(deletes >= 3, "web-a, web-b and db-0 deleted: {deletes}");
+    env.stop().await;
+}

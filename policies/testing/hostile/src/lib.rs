@@ -114,6 +114,32 @@ impl Policy for Hostile {
                 println!("hello from the policy's stdout");
                 eprintln!("hello from the policy's stderr");
             }
+            tune if tune.starts_with("tune:") => {
+                // Knobs for the operator's tests: "tune:timeout=2000,delete,sts-last,max=1".
+                for opt in tune["tune:".len()..].split(',') {
+                    match opt.split_once('=') {
+                        Some(("timeout", ms)) => {
+                            plan.attempt_timeout_ms = ms.parse().unwrap_or(30_000)
+                        }
+                        Some(("max", n)) => plan.max_concurrent_evictions = n.parse().ok(),
+                        _ if opt == "delete" => {
+                            for d in plan.decisions.iter_mut() {
+                                if matches!(d.action, PodAction::Evict(_)) {
+                                    d.action = PodAction::delete();
+                                }
+                            }
+                        }
+                        _ if opt == "sts-last" => {
+                            for (d, p) in plan.decisions.iter_mut().zip(&pods) {
+                                if p.controller_kind() == Some("StatefulSet") {
+                                    d.order = 1;
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
             _ => {}
         }
         plan
@@ -128,6 +154,7 @@ impl Policy for Hostile {
             "fail-empty" => Verdict::Fail(String::new()),
             "fail-huge" => Verdict::Fail("z".repeat(100_000)),
             "retry-forever" => Verdict::RetryAfterMs(u64::MAX),
+            tune if tune.starts_with("tune:") => Verdict::RetryAfterMs(500),
             _ => Verdict::RetryAfterMs(1_000),
         }
     }
