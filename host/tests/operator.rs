@@ -932,9 +932,7 @@ async fn a_grace_period_longer_than_the_attempt_timeout_finishes_on_a_later_atte
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_actions_and_waves_are_honoured() {
     let env = Env::start_with(2, HOSTILE).await;
-    env.cluster.apply_yaml(concat!(
-        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: default}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec: {nodeSelector: {kubernetes.io/hostname: worker-1}, containers: [{name: db, image: db}]}\n",
-    )).unwrap();
+    env.cluster.apply_yaml("apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: default}\nspec:\n  replicas: 1\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n    spec: {nodeSelector: {kubernetes.io/hostname: worker-1}, containers: [{name: db, image: db}]}\n").unwrap();
     env.cluster
         .create(bare(
             "web-a",
