@@ -162,6 +162,30 @@ impl Env {
     }
 }
 
+/// Waits until `ready` web pods are Ready; returns the node of one of them.
+async fn web_node(env: &Env, ready: usize) -> String {
+    let started = Instant::now();
+    loop {
+        let pods = Api::<Pod>::namespaced(env.client.clone(), "default")
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap()
+            .items;
+        let n = pods
+            .iter()
+            .filter(|p| nmo_sim::cluster::is_ready(&serde_json::to_value(p).unwrap()))
+            .count();
+        if n == ready {
+            return pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "web pods never ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn taint_keys(node: &Node) -> Vec<String> {
     let mut keys: Vec<String> = node
         .spec
@@ -473,23 +497,7 @@ async fn a_pdb_blocks_the_drain_until_it_allows() {
     env.cluster
         .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 2"))
         .unwrap();
-    let started = Instant::now();
-    let node = loop {
-        let pods = Api::<Pod>::namespaced(env.client.clone(), "default")
-            .list(&ListParams::default().labels("app=web"))
-            .await
-            .unwrap()
-            .items;
-        let ready = pods
-            .iter()
-            .filter(|p| nmo_sim::cluster::is_ready(&serde_json::to_value(p).unwrap()))
-            .count();
-        if ready == 2 {
-            break pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
-        }
-        assert!(started.elapsed() < Duration::from_secs(20));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let node = web_node(&env, 2).await;
     env.create_nm("nm-pdb", &node).await;
     let started = Instant::now();
     loop {
@@ -661,24 +669,7 @@ async fn the_operator_killed_mid_drain_converges_without_repeating_events() {
     env.cluster
         .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 2"))
         .unwrap();
-    let started = Instant::now();
-    let node = loop {
-        let pods = Api::<Pod>::namespaced(env.client.clone(), "default")
-            .list(&ListParams::default().labels("app=web"))
-            .await
-            .unwrap()
-            .items;
-        if pods
-            .iter()
-            .filter(|p| nmo_sim::cluster::is_ready(&serde_json::to_value(p).unwrap()))
-            .count()
-            == 2
-        {
-            break pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
-        }
-        assert!(started.elapsed() < Duration::from_secs(20));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let node = web_node(&env, 2).await;
     env.create_nm("nm-1", &node).await;
     // Blocked by the PDB, mid-drain: kill the operator.
     let started = Instant::now();

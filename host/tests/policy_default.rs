@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use nmo::fixtures::{self, PodKind};
-use nmo::policy::types::{DrainReport, Failure, Maintenance, MaintenancePhase, PodRef};
+use nmo::policy::types::{DrainReport, Failure, Maintenance, PodRef};
 use nmo::policy::{Action, EngineConfig, Plan, Policy, PolicyEngine, Verdict, convert, native};
 use proptest::prelude::*;
 
@@ -23,18 +23,12 @@ fn default_policy() -> Policy {
 }
 
 fn maintenance(node: &str) -> Maintenance {
-    Maintenance {
-        name: format!("nm-{node}"),
-        node_name: node.into(),
-        reason: "kernel upgrade".into(),
-        labels: Vec::new(),
-        annotations: Vec::new(),
-        phase: Some(MaintenancePhase::Running),
-        drain_progress: 0,
-        error_on_lease_count: 0,
-        attempt: 1,
-        elapsed_ms: 1_000,
-    }
+    let mut m = nmo::policy::selfcheck::sample_maintenance();
+    m.name = format!("nm-{node}");
+    m.node_name = node.into();
+    m.reason = "kernel upgrade".into();
+    m.elapsed_ms = 1_000;
+    m
 }
 
 fn plan_for(policy: &Policy, pods: &[k8s_openapi::api::core::v1::Pod]) -> Plan {

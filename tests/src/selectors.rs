@@ -132,6 +132,18 @@ impl LabelSelector {
     }
 }
 
+/// A JSON string map as `k=v,k=v` (how selectors print).
+pub fn to_string(map: &Value) -> String {
+    map.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
 /// A parsed field selector.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);

@@ -712,15 +712,7 @@ fn has_scale(rt: &ResourceType) -> bool {
 
 /// The `autoscaling/v1` Scale view of an object.
 fn scale_of(obj: &Value) -> Value {
-    let selector = obj["spec"]["selector"]["matchLabels"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
+    let selector = crate::selectors::to_string(&obj["spec"]["selector"]["matchLabels"]);
     json!({
         "apiVersion": "autoscaling/v1",
         "kind": "Scale",

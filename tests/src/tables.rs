@@ -435,16 +435,11 @@ fn layout(rt: &ResourceType) -> (Vec<Value>, RowFn) {
                 age_col,
             ],
             Box::new(move |r| {
-                let sel = r["spec"]["template"]["spec"]["nodeSelector"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    })
-                    .filter(|s| !s.is_empty())
-                    .unwrap_or_else(|| "<none>".into());
+                let sel = Some(crate::selectors::to_string(
+                    &r["spec"]["template"]["spec"]["nodeSelector"],
+                ))
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "<none>".into());
                 let st = &r["status"];
                 vec![
                     json!(r["metadata"]["name"]),

@@ -145,13 +145,13 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
                 .filter(|f| *f != FINALIZER)
                 .cloned()
                 .collect();
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": nm.resource_version()}})),
+            patch_metadata(
+                &api,
+                &nm,
+                json!({"finalizers": finalizers}),
+                "removing the finalizer",
             )
-            .await
-            .map_err(Error::kube("removing the finalizer"))?;
+            .await?;
             let (reason, message) = reasons::REMOVED;
             log_err(
                 ctx.recorder
@@ -173,14 +173,13 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     if !has_finalizer(&nm) {
         let mut finalizers = nm.finalizers().to_vec();
         finalizers.push(FINALIZER.to_owned());
-        nm = api
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": finalizers, "resourceVersion": nm.resource_version()}})),
-            )
-            .await
-            .map_err(Error::kube("adding the finalizer"))?;
+        nm = patch_metadata(
+            &api,
+            &nm,
+            json!({"finalizers": finalizers}),
+            "adding the finalizer",
+        )
+        .await?;
         let (reason, message) = reasons::BEGIN;
         log_err(
             ctx.recorder
@@ -250,14 +249,13 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
                 controller: Some(false),
             },
         );
-        nm = api
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"ownerReferences": refs, "resourceVersion": nm.resource_version()}})),
-            )
-            .await
-            .map_err(Error::kube("setting the owner reference"))?;
+        nm = patch_metadata(
+            &api,
+            &nm,
+            json!({"ownerReferences": refs}),
+            "setting the owner reference",
+        )
+        .await?;
     }
 
     // 6. The node lease.
@@ -397,6 +395,24 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         outcome.message,
     )
     .await
+}
+
+/// A merge patch of metadata, guarded by the resourceVersion we read.
+async fn patch_metadata(
+    api: &Api<NodeMaintenance>,
+    nm: &NodeMaintenance,
+    metadata: serde_json::Value,
+    op: &'static str,
+) -> Result<NodeMaintenance> {
+    let mut metadata = metadata;
+    metadata["resourceVersion"] = json!(nm.resource_version());
+    api.patch(
+        &nm.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": metadata})),
+    )
+    .await
+    .map_err(Error::kube(op))
 }
 
 fn log_err(r: Result<()>) {
