@@ -6,6 +6,7 @@
 //! - [`controller`]: the reconcile loop, drain executor, lease, node marks, events.
 //! - [`policy`]: the WebAssembly policy engine (wasmtime sandbox, WIT
 //!   bindings, conversion from Kubernetes objects, validation of answers).
+//! - [`server`], [`webhook`], [`metrics`]: probes, Prometheus metrics, the validating webhook.
 //! - [`telemetry`]: JSON logs in the Go operator's shape.
 //! - [`fixtures`]: realistic pods and nodes for tests and benchmarks.
 //! - [`error`]: the one error type, with metric categories.
@@ -14,7 +15,10 @@ pub mod controller;
 pub mod crd;
 pub mod error;
 pub mod fixtures;
+pub mod metrics;
 pub mod policy;
+pub mod server;
 pub mod telemetry;
+pub mod webhook;
 
 pub use error::{Error, Result};

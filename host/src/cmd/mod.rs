@@ -32,6 +32,23 @@ pub struct Cli {
     #[arg(long)]
     pub leader_election_namespace: Option<String>,
 
+    /// Where Prometheus metrics are served (`/metrics`); `0` turns them off.
+    #[arg(long, default_value = ":8080")]
+    pub metrics_bind_address: String,
+
+    /// Where the probes are served (`/healthz`, `/readyz`); `0` turns them off.
+    #[arg(long, default_value = ":8081")]
+    pub health_probe_bind_address: String,
+
+    /// Where the validating webhook is served (TLS); `0` turns it off.
+    #[arg(long, default_value = ":9443")]
+    pub webhook_bind_address: String,
+
+    /// Directory with the webhook's tls.crt and tls.key (re-read when they
+    /// change). Without them the webhook stays off, with one warning.
+    #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
+    pub webhook_cert_dir: PathBuf,
+
     /// A policy file (.wasm) to use instead of the embedded default policy.
     #[arg(long)]
     pub policy: Option<PathBuf>,
@@ -142,7 +159,9 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             max_concurrent,
             ..Default::default()
         };
+        let policy_name = policy.name().to_owned();
         let ctx = nmo::controller::Context::new(client.clone(), policy, settings);
+        start_servers(cli, &ctx, &client, policy_name).await?;
         if cli.leader_elect {
             let ns = cli
                 .leader_election_namespace
@@ -164,6 +183,73 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
+}
+
+/// Starts the probe, metrics and webhook servers.
+async fn start_servers(
+    cli: &Cli,
+    ctx: &std::sync::Arc<nmo::controller::Context>,
+    client: &kube::Client,
+    policy_name: String,
+) -> anyhow::Result<()> {
+    use nmo::server;
+    if let Some(addr) = server::parse_bind(&cli.metrics_bind_address)? {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let ctx = ctx.clone();
+        tokio::spawn(server::serve(
+            listener,
+            server::metrics(std::sync::Arc::new(move || ctx.refresh_gauges())),
+        ));
+        tracing::info!(logger = "setup", address = %addr, "serving metrics");
+    }
+    if let Some(addr) = server::parse_bind(&cli.health_probe_bind_address)? {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let leader_elect = cli.leader_elect;
+        let sync_ctx = ctx.clone();
+        let checks: Vec<(&'static str, server::Check)> = vec![
+            (
+                "informer-sync",
+                Box::new(move || match (sync_ctx.started(), sync_ctx.synced()) {
+                    (_, true) => Ok(()),
+                    (false, false) if leader_elect => Ok(()), // a standby replica
+                    (false, false) => Err("the controller has not started".into()),
+                    (true, false) => Err("the NodeMaintenance cache has not synced".into()),
+                }),
+            ),
+            (
+                "policy",
+                Box::new(move || {
+                    if policy_name.is_empty() {
+                        Err("no policy loaded".into())
+                    } else {
+                        Ok(())
+                    }
+                }),
+            ),
+        ];
+        tokio::spawn(server::serve(listener, server::probes(checks)));
+        tracing::info!(logger = "setup", address = %addr, "serving probes");
+    }
+    if let Some(addr) = server::parse_bind(&cli.webhook_bind_address)? {
+        if cli.webhook_cert_dir.join("tls.crt").exists() {
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            let validator = nmo::webhook::Validator::new(client.clone()).await;
+            let dir = cli.webhook_cert_dir.clone();
+            tokio::spawn(async move {
+                if let Err(e) = nmo::webhook::serve(listener, &dir, validator).await {
+                    tracing::error!(logger = "webhook", error = %e, "webhook server stopped");
+                }
+            });
+            tracing::info!(logger = "setup", address = %addr, "serving the validating webhook");
+        } else {
+            tracing::warn!(
+                logger = "setup",
+                cert_dir = %cli.webhook_cert_dir.display(),
+                "no webhook certificate: the validating webhook is off"
+            );
+        }
+    }
+    Ok(())
 }
 
 fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {

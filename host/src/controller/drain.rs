@@ -192,6 +192,14 @@ pub async fn execute(
     }
     watch.abort();
 
+    let m = &crate::metrics::METRICS.evictions;
+    for (_, t) in &targets {
+        match t.action {
+            Action::Skip { .. } => m.with_label_values(&["skipped"]).inc(),
+            Action::Block { .. } => m.with_label_values(&["blocked"]).inc(),
+            _ => {}
+        }
+    }
     let present = state.present.lock().await.clone();
     let pdb = state.pdb_blocked.lock().await.clone();
     let pending: Vec<&Target> = removals
@@ -285,12 +293,16 @@ async fn remove(client: &Client, t: &Target, state: &Attempt, deadline: Instant)
         };
         let wait = match result {
             Ok(()) => {
-                let counter = if matches!(t.action, Action::Delete { .. }) {
-                    &state.deleted
+                let (counter, outcome) = if matches!(t.action, Action::Delete { .. }) {
+                    (&state.deleted, "deleted")
                 } else {
-                    &state.evicted
+                    (&state.evicted, "evicted")
                 };
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                crate::metrics::METRICS
+                    .evictions
+                    .with_label_values(&[outcome])
+                    .inc();
                 state.pdb_blocked.lock().await.remove(&t.uid);
                 tracing::info!(logger = "drain", pod = %format!("{}/{}", t.namespace, t.name), "pod removed from node");
                 return;
@@ -304,12 +316,20 @@ async fn remove(client: &Client, t: &Target, state: &Attempt, deadline: Instant)
                 return;
             }
             Err(kube::Error::Api(e)) if e.code == 429 => {
+                crate::metrics::METRICS
+                    .evictions
+                    .with_label_values(&["pdb-429"])
+                    .inc();
                 state.pdb_blocked.lock().await.insert(t.uid.clone());
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {}", t.namespace, t.name, e.message);
                 PDB_RETRY
             }
             Err(e) => {
+                crate::metrics::METRICS
+                    .evictions
+                    .with_label_values(&["error"])
+                    .inc();
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {e}", t.namespace, t.name);
                 ERROR_RETRY

@@ -13,13 +13,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 
-use crate::crd::NodeMaintenance;
+use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
+use crate::metrics::{CONTROLLER, METRICS};
 use crate::policy::Policy;
 
 pub use reconcile::reconcile;
@@ -58,6 +62,10 @@ pub struct Context {
     /// Consecutive failures per NodeMaintenance uid (the policy's `attempt`
     /// and the backoff's exponent).
     failures: Mutex<HashMap<String, u32>>,
+    /// The controller's cache of NodeMaintenances, once it runs.
+    store: Mutex<Option<Store<NodeMaintenance>>>,
+    /// The cache has synced.
+    synced: AtomicBool,
 }
 
 impl Context {
@@ -69,7 +77,47 @@ impl Context {
             policy,
             settings,
             failures: Mutex::new(HashMap::new()),
+            store: Mutex::new(None),
+            synced: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the controller has started (a standby replica waiting for
+    /// leadership has not).
+    pub fn started(&self) -> bool {
+        self.store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Whether the controller's cache has synced.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Relaxed)
+    }
+
+    /// Sets the per-maintenance gauges from the controller's cache (called
+    /// at each scrape, so they are never stale).
+    pub fn refresh_gauges(&self) {
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(store) = store else { return };
+        let mut counts: HashMap<&'static str, i64> = ["Pending", "Running", "Succeeded", "Failed"]
+            .into_iter()
+            .map(|p| (p, 0))
+            .collect();
+        METRICS.drain_progress.reset();
+        for nm in store.state() {
+            let status = nm.status.clone().unwrap_or_default();
+            let phase = status.phase.map_or("Pending", MaintenancePhase::as_str);
+            *counts.entry(phase).or_default() += 1;
+            METRICS
+                .drain_progress
+                .with_label_values(&[nm.name_any().as_str(), nm.spec.node_name.as_str()])
+                .set(status.drain_progress as i64);
+        }
+        for (phase, n) in counts {
+            METRICS.maintenances.with_label_values(&[phase]).set(n);
+        }
     }
 
     /// Counts a failure; returns how many in a row.
@@ -110,18 +158,60 @@ fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, _ctx: Arc<Context>) -> A
     Action::requeue(Duration::from_secs(5))
 }
 
+/// The reconcile, timed and counted under controller-runtime's names.
+async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action> {
+    let started = std::time::Instant::now();
+    let result = reconcile(nm, ctx).await;
+    let secs = started.elapsed().as_secs_f64();
+    METRICS
+        .reconcile_duration
+        .with_label_values(&[CONTROLLER])
+        .observe(secs);
+    METRICS
+        .reconcile_time
+        .with_label_values(&[CONTROLLER])
+        .observe(secs);
+    let label = match &result {
+        Err(_) => "error",
+        Ok(a) if *a == Action::await_change() => "success",
+        Ok(_) => "requeue_after",
+    };
+    METRICS
+        .reconcile_total
+        .with_label_values(&[CONTROLLER, label])
+        .inc();
+    result
+}
+
 /// Runs the controller until the stream ends.
 pub async fn run(ctx: Arc<Context>) -> Result<()> {
     let api: Api<NodeMaintenance> = Api::all(ctx.client.clone());
-    api.list(&kube::api::ListParams::default().limit(1))
+    let initial = api
+        .list_metadata(&kube::api::ListParams::default())
         .await
         .map_err(Error::kube(
             "listing NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)",
-        ))?;
-    Controller::new(api, watcher::Config::default())
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent))
+        ))?
+        .items
+        .len();
+    let controller = Controller::new(api, watcher::Config::default())
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent));
+    let store = controller.store();
+    *ctx.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(store.clone());
+    {
+        // Synced: the cache holds at least what a list returned at start.
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            while store.state().len() < initial {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            ctx.synced.store(true, Ordering::Relaxed);
+            tracing::info!(logger = "controller", objects = initial, "cache synced");
+        });
+    }
+    controller
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(instrumented, error_policy, ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(logger = "controller", error = %e, "reconcile result");

@@ -268,6 +268,15 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
             }
         }
         Err(e @ (Error::LeaseHeld { .. } | Error::Kube { .. })) => {
+            let kind = if matches!(e, Error::LeaseHeld { .. }) {
+                "held"
+            } else {
+                "api"
+            };
+            crate::metrics::METRICS
+                .lease_errors
+                .with_label_values(&[kind])
+                .inc();
             if status(&nm).drain_progress > 0 {
                 nm = update_status(&api, &name, |s| s.error_on_lease_count += 1)
                     .await?
@@ -350,6 +359,12 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         })
         .await?;
         if old.phase != Some(MaintenancePhase::Succeeded) {
+            if let Some(created) = &nm.metadata.creation_timestamp {
+                let secs = (Timestamp::now().as_millisecond() - created.0.as_millisecond()).max(0)
+                    as f64
+                    / 1e3;
+                crate::metrics::METRICS.drain_duration.observe(secs);
+            }
             let (reason, message) = reasons::SUCCEEDED;
             log_err(
                 ctx.recorder

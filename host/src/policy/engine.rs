@@ -335,28 +335,36 @@ impl Policy {
         pods: &[PodView<'_>],
     ) -> Result<Plan> {
         const FUNCTION: &str = "plan-drain";
-        let raw = self.call(FUNCTION, |instance, store| {
-            let f = instance
-                .get_typed_func::<(&Maintenance, &NodeView<'_>, &[PodView<'_>]), (DrainPlan,)>(
-                    &mut *store,
-                    FUNCTION,
-                )?;
-            Ok(f.call(&mut *store, (maintenance, node, pods))?.0)
-        })?;
-        validate::plan(&self.inner.name, pods, raw)
+        let started = std::time::Instant::now();
+        let result = self
+            .call(FUNCTION, |instance, store| {
+                let f = instance
+                    .get_typed_func::<(&Maintenance, &NodeView<'_>, &[PodView<'_>]), (DrainPlan,)>(
+                        &mut *store,
+                        FUNCTION,
+                    )?;
+                Ok(f.call(&mut *store, (maintenance, node, pods))?.0)
+            })
+            .and_then(|raw| validate::plan(&self.inner.name, pods, raw));
+        observe(FUNCTION, started, &result);
+        result
     }
 
     /// Asks the policy what to do after `failure`, and validates the answer.
     pub fn on_failure(&self, maintenance: &Maintenance, failure: &Failure) -> Result<Verdict> {
         const FUNCTION: &str = "on-failure";
-        let raw = self.call(FUNCTION, |instance, store| {
-            let f = instance.get_typed_func::<(&Maintenance, &Failure), (types::Verdict,)>(
-                &mut *store,
-                FUNCTION,
-            )?;
-            Ok(f.call(&mut *store, (maintenance, failure))?.0)
-        })?;
-        validate::verdict(&self.inner.name, raw)
+        let started = std::time::Instant::now();
+        let result = self
+            .call(FUNCTION, |instance, store| {
+                let f = instance.get_typed_func::<(&Maintenance, &Failure), (types::Verdict,)>(
+                    &mut *store,
+                    FUNCTION,
+                )?;
+                Ok(f.call(&mut *store, (maintenance, failure))?.0)
+            })
+            .and_then(|raw| validate::verdict(&self.inner.name, raw));
+        observe(FUNCTION, started, &result);
+        result
     }
 
     /// Instantiates the policy into a fresh store and runs `f` under the
@@ -433,6 +441,17 @@ impl Policy {
                 }
             }
         })
+    }
+}
+
+/// Records a decision's latency, and its error category if it failed.
+fn observe<T>(function: &'static str, started: std::time::Instant, result: &Result<T>) {
+    let m = &crate::metrics::METRICS;
+    m.policy_latency
+        .with_label_values(&[function])
+        .observe(started.elapsed().as_secs_f64());
+    if let Err(e) = result {
+        m.policy_errors.with_label_values(&[e.category()]).inc();
     }
 }
 

@@ -1,0 +1,206 @@
+//! Prometheus metrics: controller-runtime's names (so the Go operator's
+//! dashboards keep working) and our own, every label bounded.
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+/// The controller name in controller-runtime's labels.
+pub const CONTROLLER: &str = "nodemaintenance";
+
+/// Every metric the operator exports.
+pub struct Metrics {
+    pub registry: Registry,
+    pub reconcile_total: IntCounterVec,
+    pub reconcile_duration: HistogramVec,
+    pub reconcile_time: HistogramVec,
+    pub webhook_requests: IntCounterVec,
+    pub webhook_latency: HistogramVec,
+    pub maintenances: IntGaugeVec,
+    pub drain_progress: IntGaugeVec,
+    pub drain_duration: Histogram,
+    pub evictions: IntCounterVec,
+    pub policy_latency: HistogramVec,
+    pub policy_errors: IntCounterVec,
+    pub lease_errors: IntCounterVec,
+    pub build_info: IntGaugeVec,
+    pub ready: IntGauge,
+}
+
+fn buckets(start: f64, factor: f64, n: usize) -> Vec<f64> {
+    prometheus::exponential_buckets(start, factor, n).expect("valid buckets")
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let registry = Registry::new();
+        let reconcile_total = IntCounterVec::new(
+            Opts::new(
+                "controller_runtime_reconcile_total",
+                "Total number of reconciliations per controller",
+            ),
+            &["controller", "result"],
+        )
+        .expect("metric");
+        let reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "controller_runtime_reconcile_duration_seconds",
+                "Length of time per reconciliation per controller",
+            )
+            .buckets(buckets(0.005, 2.0, 16)),
+            &["controller"],
+        )
+        .expect("metric");
+        // controller-runtime itself names it this way; both are kept so
+        // dashboards built on either work.
+        let reconcile_time = HistogramVec::new(
+            HistogramOpts::new(
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+            )
+            .buckets(buckets(0.005, 2.0, 16)),
+            &["controller"],
+        )
+        .expect("metric");
+        let webhook_requests = IntCounterVec::new(
+            Opts::new(
+                "controller_runtime_webhook_requests_total",
+                "Total number of admission requests by HTTP status code.",
+            ),
+            &["webhook", "code"],
+        )
+        .expect("metric");
+        let webhook_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "controller_runtime_webhook_latency_seconds",
+                "Histogram of the latency of processing admission requests",
+            )
+            .buckets(buckets(0.001, 2.0, 14)),
+            &["webhook"],
+        )
+        .expect("metric");
+        let maintenances = IntGaugeVec::new(
+            Opts::new(
+                "nmo_node_maintenances",
+                "NodeMaintenances by phase (Pending: not started yet).",
+            ),
+            &["phase"],
+        )
+        .expect("metric");
+        let drain_progress = IntGaugeVec::new(
+            Opts::new(
+                "nmo_drain_progress_percent",
+                "Drain progress of each NodeMaintenance, percent.",
+            ),
+            &["node_maintenance", "node"],
+        )
+        .expect("metric");
+        let drain_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "nmo_drain_duration_seconds",
+                "Time from a NodeMaintenance's creation to its drain succeeding.",
+            )
+            .buckets(buckets(1.0, 2.0, 14)),
+        )
+        .expect("metric");
+        let evictions = IntCounterVec::new(
+            Opts::new(
+                "nmo_pod_removals_total",
+                "Pod decisions carried out by the drain executor, by outcome: evicted, deleted, skipped, blocked, pdb-429, error.",
+            ),
+            &["outcome"],
+        )
+        .expect("metric");
+        let policy_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "nmo_policy_evaluation_seconds",
+                "Time to get a validated answer from a policy (instantiate, call, validate).",
+            )
+            .buckets(buckets(0.0001, 2.0, 16)),
+            &["function"],
+        )
+        .expect("metric");
+        let policy_errors = IntCounterVec::new(
+            Opts::new("nmo_policy_errors_total", "Policy errors by category (load, wrong_world, trap, deadline, memory_limit, invalid_decision, engine)."),
+            &["category"],
+        )
+        .expect("metric");
+        let lease_errors = IntCounterVec::new(
+            Opts::new(
+                "nmo_lease_errors_total",
+                "Node lease failures: held by another holder, or an API error.",
+            ),
+            &["kind"],
+        )
+        .expect("metric");
+        let build_info = IntGaugeVec::new(
+            Opts::new(
+                "nmo_build_info",
+                "Build information; the value is always 1.",
+            ),
+            &["version"],
+        )
+        .expect("metric");
+        let ready = IntGauge::new(
+            "nmo_ready",
+            "1 when the operator is ready (caches synced, policy loaded).",
+        )
+        .expect("metric");
+        for c in [
+            Box::new(reconcile_total.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(reconcile_duration.clone()),
+            Box::new(reconcile_time.clone()),
+            Box::new(webhook_requests.clone()),
+            Box::new(webhook_latency.clone()),
+            Box::new(maintenances.clone()),
+            Box::new(drain_progress.clone()),
+            Box::new(drain_duration.clone()),
+            Box::new(evictions.clone()),
+            Box::new(policy_latency.clone()),
+            Box::new(policy_errors.clone()),
+            Box::new(lease_errors.clone()),
+            Box::new(build_info.clone()),
+            Box::new(ready.clone()),
+        ] {
+            registry.register(c).expect("unique metric names");
+        }
+        build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
+        for phase in ["Pending", "Running", "Succeeded", "Failed"] {
+            maintenances.with_label_values(&[phase]).set(0);
+        }
+        Metrics {
+            registry,
+            reconcile_total,
+            reconcile_duration,
+            reconcile_time,
+            webhook_requests,
+            webhook_latency,
+            maintenances,
+            drain_progress,
+            drain_duration,
+            evictions,
+            policy_latency,
+            policy_errors,
+            lease_errors,
+            build_info,
+            ready,
+        }
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding cannot fail");
+        String::from_utf8(out).expect("utf-8")
+    }
+}
+
+/// The process-wide metrics.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);

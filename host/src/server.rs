@@ -1,0 +1,135 @@
+//! The plain-HTTP servers: probes (`/healthz`, `/readyz`) and Prometheus
+//! metrics (`/metrics`), on hyper.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use tokio::net::TcpListener;
+
+use crate::error::{Error, Result};
+use crate::metrics::METRICS;
+
+/// A readiness check: its name, and `Err(why)` when not ready.
+pub type Check = Box<dyn Fn() -> std::result::Result<(), String> + Send + Sync>;
+
+/// Parses a Go-style bind address (`:8080`, `127.0.0.1:8080`); `0`
+/// disables the server (controller-runtime's convention).
+pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>> {
+    if s == "0" {
+        return Ok(None);
+    }
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_owned()
+    };
+    full.parse()
+        .map(Some)
+        .map_err(|e| Error::Config(format!("bad bind address {s:?}: {e}")))
+}
+
+type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Serves HTTP/1 on `listener` with `handler` until the task is dropped.
+pub async fn serve(listener: TcpListener, handler: Handler) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let handler = handler.clone();
+                async move { Ok::<_, Infallible>(handler(req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header("Content-Type", "text/plain; charset=utf-8")
+        .body(Full::new(body.into()))
+        .expect("valid response")
+}
+
+/// `/healthz` (the process and its runtime answer) and `/readyz` (every
+/// check passes; `?verbose` lists them as Kubernetes does).
+pub fn probes(checks: Vec<(&'static str, Check)>) -> Handler {
+    let checks = Arc::new(checks);
+    Arc::new(move |req: Request<Incoming>| {
+        let checks = checks.clone();
+        Box::pin(async move {
+            let verbose = req.uri().query().is_some_and(|q| {
+                q.split('&')
+                    .any(|p| p == "verbose" || p.starts_with("verbose="))
+            });
+            match req.uri().path() {
+                "/healthz" | "/livez" => text(StatusCode::OK, "ok"),
+                "/readyz" => {
+                    let mut lines = Vec::new();
+                    let mut ok = true;
+                    for (name, check) in checks.iter() {
+                        match check() {
+                            Ok(()) => lines.push(format!("[+]{name} ok")),
+                            Err(why) => {
+                                ok = false;
+                                lines.push(format!("[-]{name} failed: {why}"));
+                            }
+                        }
+                    }
+                    METRICS.ready.set(i64::from(ok));
+                    if ok && !verbose {
+                        return text(StatusCode::OK, "ok");
+                    }
+                    lines.push(if ok {
+                        "readyz check passed".into()
+                    } else {
+                        "readyz check failed".into()
+                    });
+                    let code = if ok {
+                        StatusCode::OK
+                    } else {
+                        StatusCode::INTERNAL_SERVER_ERROR
+                    };
+                    text(code, lines.join("\n") + "\n")
+                }
+                _ => text(StatusCode::NOT_FOUND, "404 page not found\n"),
+            }
+        })
+    })
+}
+
+/// `/metrics`, calling `refresh` first so gauges read from caches are
+/// current.
+pub fn metrics(refresh: Arc<dyn Fn() + Send + Sync>) -> Handler {
+    Arc::new(move |req: Request<Incoming>| {
+        let refresh = refresh.clone();
+        Box::pin(async move {
+            if req.uri().path() != "/metrics" {
+                return text(StatusCode::NOT_FOUND, "404 page not found\n");
+            }
+            refresh();
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                .body(Full::new(Bytes::from(METRICS.render())))
+                .expect("valid response")
+        })
+    })
+}

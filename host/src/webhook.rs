@@ -1,0 +1,316 @@
+//! The validating admission webhook for NodeMaintenance, over TLS, with the
+//! Go operator's rules and messages:
+//! - create: the node must exist; no other NodeMaintenance may target it;
+//!   on OpenShift a control-plane node may not enter maintenance when that
+//!   would break etcd quorum;
+//! - update: `spec.nodeName` is immutable.
+//!
+//! The certificate and key are read from a directory (`tls.crt`,
+//! `tls.key`, as cert-manager and controller-runtime lay them out) and
+//! read again whenever they change on disk.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
+use tokio_rustls::rustls::{ServerConfig, crypto::ring};
+
+use crate::crd::NodeMaintenance;
+use crate::error::{Error, Result};
+use crate::metrics::METRICS;
+
+/// The path the Go operator's webhook is registered at.
+pub const PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
+/// Largest AdmissionReview accepted.
+pub const MAX_BODY: usize = 3 << 20;
+
+/// The Go operator's messages.
+pub mod messages {
+    pub fn node_not_found(node: &str) -> String {
+        format!("invalid nodeName, no node with name {node} found")
+    }
+    pub fn already_exists(node: &str) -> String {
+        format!("invalid nodeName, a NodeMaintenance for node {node} already exists")
+    }
+    pub const NODE_NAME_IMMUTABLE: &str = "updating spec.NodeName isn't allowed";
+    pub fn etcd_quorum(node: &str) -> String {
+        format!(
+            "can not put master/control-plane node into maintenance at this moment, disrupting node {node} will violate etcd quorum"
+        )
+    }
+}
+
+/// What the rules need.
+#[derive(Clone)]
+pub struct Validator {
+    client: Client,
+    openshift: bool,
+}
+
+impl Validator {
+    /// Detects OpenShift by the `config.openshift.io` API group.
+    pub async fn new(client: Client) -> Self {
+        let openshift = client
+            .list_api_groups()
+            .await
+            .map(|g| g.groups.iter().any(|g| g.name == "config.openshift.io"))
+            .unwrap_or(false);
+        Validator { client, openshift }
+    }
+
+    /// Validates a create; `Err(message)` refuses.
+    pub async fn validate_create(&self, nm: &NodeMaintenance) -> std::result::Result<(), String> {
+        let node_name = &nm.spec.node_name;
+        let node = Api::<Node>::all(self.client.clone())
+            .get_opt(node_name)
+            .await
+            .map_err(|e| format!("could not check the node: {e}"))?;
+        let Some(node) = node else {
+            return Err(messages::node_not_found(node_name));
+        };
+        let others = Api::<NodeMaintenance>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("could not list NodeMaintenances: {e}"))?;
+        if others
+            .items
+            .iter()
+            .any(|o| o.spec.node_name == *node_name && o.name_any() != nm.name_any())
+        {
+            return Err(messages::already_exists(node_name));
+        }
+        if self.openshift && is_control_plane(&node) && !self.etcd_can_lose_one().await? {
+            return Err(messages::etcd_quorum(node_name));
+        }
+        Ok(())
+    }
+
+    /// Validates an update; `Err(message)` refuses.
+    pub fn validate_update(
+        old: &NodeMaintenance,
+        new: &NodeMaintenance,
+    ) -> std::result::Result<(), String> {
+        if old.spec.node_name != new.spec.node_name {
+            return Err(messages::NODE_NAME_IMMUTABLE.to_owned());
+        }
+        Ok(())
+    }
+
+    /// OpenShift's etcd guard PDB allows a disruption.
+    async fn etcd_can_lose_one(&self) -> std::result::Result<bool, String> {
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), "openshift-etcd");
+        for name in ["etcd-guard-pdb", "etcd-quorum-guard"] {
+            if let Some(pdb) = pdbs
+                .get_opt(name)
+                .await
+                .map_err(|e| format!("could not read {name}: {e}"))?
+            {
+                return Ok(pdb.status.map(|s| s.disruptions_allowed).unwrap_or(0) > 0);
+            }
+        }
+        // No guard: nothing to protect.
+        Ok(true)
+    }
+
+    /// Answers one AdmissionReview body: the HTTP status and the body.
+    pub async fn review(&self, body: &[u8]) -> (StatusCode, Value) {
+        let review: Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    error_body(&format!("the body is not an AdmissionReview: {e}")),
+                );
+            }
+        };
+        let request = &review["request"];
+        let Some(uid) = request["uid"].as_str() else {
+            return (
+                StatusCode::BAD_REQUEST,
+                error_body("the AdmissionReview has no request.uid"),
+            );
+        };
+        let parse = |v: &Value| serde_json::from_value::<NodeMaintenance>(v.clone());
+        let verdict = match request["operation"].as_str() {
+            Some("CREATE") => match parse(&request["object"]) {
+                Ok(nm) => self.validate_create(&nm).await,
+                Err(e) => Err(format!("the object is not a NodeMaintenance: {e}")),
+            },
+            Some("UPDATE") => match (parse(&request["oldObject"]), parse(&request["object"])) {
+                (Ok(old), Ok(new)) => Self::validate_update(&old, &new),
+                (Err(e), _) | (_, Err(e)) => {
+                    Err(format!("the object is not a NodeMaintenance: {e}"))
+                }
+            },
+            _ => Ok(()),
+        };
+        let response = match verdict {
+            Ok(()) => json!({"uid": uid, "allowed": true}),
+            Err(message) => {
+                json!({"uid": uid, "allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": message}})
+            }
+        };
+        (
+            StatusCode::OK,
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+        )
+    }
+}
+
+fn error_body(message: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 400, "reason": "BadRequest", "message": message})
+}
+
+fn is_control_plane(node: &Node) -> bool {
+    node.labels().keys().any(|k| {
+        k == "node-role.kubernetes.io/master" || k == "node-role.kubernetes.io/control-plane"
+    })
+}
+
+/// A certificate resolver that reads `tls.crt`/`tls.key` again whenever
+/// they change on disk (a rotated cert-manager secret).
+#[derive(Debug)]
+pub struct ReloadingCert {
+    dir: PathBuf,
+    current: Mutex<(SystemTime, Arc<CertifiedKey>)>,
+}
+
+fn modified(dir: &Path) -> SystemTime {
+    ["tls.crt", "tls.key"]
+        .iter()
+        .filter_map(|f| {
+            std::fs::metadata(dir.join(f))
+                .and_then(|m| m.modified())
+                .ok()
+        })
+        .max()
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+fn load_key(dir: &Path) -> Result<Arc<CertifiedKey>> {
+    let bad = |what: &str, e: &dyn std::fmt::Display| {
+        Error::Config(format!("webhook {what} in {}: {e}", dir.display()))
+    };
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("tls.crt"))
+        .map_err(|e| bad("certificate", &e))?
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| bad("certificate", &e))?;
+    if certs.is_empty() {
+        return Err(bad("certificate", &"no certificate in tls.crt"));
+    }
+    let key = PrivateKeyDer::from_pem_file(dir.join("tls.key")).map_err(|e| bad("key", &e))?;
+    let signing = ring::sign::any_supported_type(&key).map_err(|e| bad("key", &e))?;
+    Ok(Arc::new(CertifiedKey::new(certs, signing)))
+}
+
+impl ReloadingCert {
+    /// Loads the certificate from `dir`; an error when it is missing or bad.
+    pub fn new(dir: &Path) -> Result<Self> {
+        let key = load_key(dir)?;
+        Ok(ReloadingCert {
+            dir: dir.to_owned(),
+            current: Mutex::new((modified(dir), key)),
+        })
+    }
+}
+
+impl ResolvesServerCert for ReloadingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let now = modified(&self.dir);
+        if now != current.0 {
+            match load_key(&self.dir) {
+                Ok(key) => {
+                    tracing::info!(logger = "webhook", "serving certificate reloaded");
+                    *current = (now, key);
+                }
+                Err(e) => {
+                    tracing::warn!(logger = "webhook", error = %e, "keeping the previous certificate")
+                }
+            }
+        }
+        Some(current.1.clone())
+    }
+}
+
+/// Serves the webhook over TLS on `listener` until dropped.
+pub async fn serve(listener: TcpListener, cert_dir: &Path, validator: Validator) -> Result<()> {
+    let resolver = Arc::new(ReloadingCert::new(cert_dir)?);
+    let config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS: {e}")))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let validator = validator.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let validator = validator.clone();
+                async move { Ok::<_, std::convert::Infallible>(handle(&validator, req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await;
+        });
+    }
+}
+
+async fn handle(validator: &Validator, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let started = Instant::now();
+    let (code, body) = if req.uri().path() != PATH {
+        (
+            StatusCode::NOT_FOUND,
+            error_body(&format!("no webhook at {}", req.uri().path())),
+        )
+    } else if req.method() != hyper::Method::POST {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            error_body("the webhook takes POST"),
+        )
+    } else {
+        match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => validator.review(&b.to_bytes()).await,
+            Err(e) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                error_body(&format!("reading the body: {e}")),
+            ),
+        }
+    };
+    METRICS
+        .webhook_requests
+        .with_label_values(&[PATH, code.as_str()])
+        .inc();
+    METRICS
+        .webhook_latency
+        .with_label_values(&[PATH])
+        .observe(started.elapsed().as_secs_f64());
+    Response::builder()
+        .status(code)
+        .header("Content-Type", "application/json")
+        .body(Full::new(Bytes::from(
+            serde_json::to_vec(&body).unwrap_or_default(),
+        )))
+        .expect("valid response")
+}

@@ -1,0 +1,296 @@
+//! What the operator's end-to-end tests share: a simulated cluster with the
+//! CRD and nodes, a kube client, and the controller running in-process.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
+use kube::{Client, Config};
+use nmo::controller::{self, Context, Settings};
+use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::policy::{EngineConfig, PolicyEngine};
+use nmo_sim::{SimCluster, SimOptions};
+use serde_json::json;
+
+pub struct Env {
+    pub cluster: SimCluster,
+    pub client: Client,
+    pub controller: tokio::task::JoinHandle<()>,
+}
+
+pub fn start_controller(client: &Client, policy_file: Option<&str>) -> tokio::task::JoinHandle<()> {
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let policy = match policy_file {
+        Some(f) => engine
+            .load_file(std::path::Path::new(&format!(
+                "{}/{f}",
+                env!("NMO_POLICY_WASM_DIR")
+            )))
+            .unwrap(),
+        None => engine.default_policy().unwrap(),
+    };
+    let ctx: Arc<Context> = Context::new(
+        client.clone(),
+        policy,
+        Settings {
+            max_concurrent: 25,
+            lease_namespace: "medik8s-leases".into(),
+            instance: "test".into(),
+        },
+    );
+    tokio::spawn(async move {
+        controller::run(ctx).await.expect("controller runs");
+    })
+}
+
+impl Env {
+    pub async fn start(nodes: usize) -> Env {
+        Self::start_with(nodes, None).await
+    }
+
+    pub async fn start_with(nodes: usize, policy_file: Option<&str>) -> Env {
+        let cluster = SimCluster::start(SimOptions {
+            time_scale: 20.0,
+            ..SimOptions::default()
+        })
+        .await
+        .unwrap();
+        cluster.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
+        for i in 1..=nodes {
+            cluster.add_node(&format!("worker-{i}")).unwrap();
+        }
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        config.default_retry = false;
+        let client = Client::try_from(config).unwrap();
+        let controller = start_controller(&client, policy_file);
+        Env {
+            cluster,
+            client,
+            controller,
+        }
+    }
+
+    pub fn nms(&self) -> Api<NodeMaintenance> {
+        Api::all(self.client.clone())
+    }
+
+    pub async fn create_nm(&self, name: &str, node: &str) -> NodeMaintenance {
+        let nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: node.into(),
+                reason: Some("test".into()),
+            },
+        );
+        self.nms()
+            .create(&PostParams::default(), &nm)
+            .await
+            .unwrap()
+    }
+
+    pub async fn wait_phase(&self, name: &str, phase: MaintenancePhase) -> NodeMaintenance {
+        let started = Instant::now();
+        loop {
+            let nm = self.nms().get(name).await.unwrap();
+            if nm.status.as_ref().and_then(|s| s.phase) == Some(phase) {
+                return nm;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name} never reached {phase:?}: {:?}",
+                nm.status
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn wait_gone(&self, name: &str) {
+        let started = Instant::now();
+        while self.nms().get_opt(name).await.unwrap().is_some() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name} was never removed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn node(&self, name: &str) -> Node {
+        Api::<Node>::all(self.client.clone())
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    pub async fn pods_on(&self, node: &str) -> Vec<Pod> {
+        Api::<Pod>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    pub async fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
+        Api::<Event>::all(self.client.clone())
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|e| {
+                assert_eq!(
+                    e.source.and_then(|s| s.component).as_deref(),
+                    Some("NodeMaintenance")
+                );
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    pub async fn stop(self) {
+        self.controller.abort();
+        self.cluster.stop().await;
+    }
+}
+
+/// Waits until `ready` web pods are Ready; returns the node of one of them.
+pub async fn web_node(env: &Env, ready: usize) -> String {
+    let started = Instant::now();
+    loop {
+        let pods = Api::<Pod>::namespaced(env.client.clone(), "default")
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap()
+            .items;
+        let n = pods
+            .iter()
+            .filter(|p| nmo_sim::cluster::is_ready(&serde_json::to_value(p).unwrap()))
+            .count();
+        if n == ready {
+            return pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "web pods never ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn taint_keys(node: &Node) -> Vec<String> {
+    let mut keys: Vec<String> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| t.key)
+        .collect();
+    keys.sort();
+    keys
+}
+
+pub const WORKLOAD: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: web, image: nginx}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 2
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: agent}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bare, namespace: default}
+spec: {nodeName: worker-1, containers: [{name: c, image: busybox}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: scratch, namespace: default}
+spec:
+  nodeName: worker-1
+  containers: [{name: c, image: busybox}]
+  volumes: [{name: tmp, emptyDir: {}}]
+"#;
+
+impl Env {
+    pub async fn create_nm_with_reason(&self, name: &str, node: &str, reason: &str) {
+        let nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: node.into(),
+                reason: Some(reason.into()),
+            },
+        );
+        self.nms()
+            .create(&PostParams::default(), &nm)
+            .await
+            .unwrap();
+    }
+
+    pub async fn wait_status(
+        &self,
+        name: &str,
+        what: &str,
+        f: impl Fn(&nmo::crd::NodeMaintenanceStatus) -> bool,
+    ) -> nmo::crd::NodeMaintenanceStatus {
+        let started = Instant::now();
+        loop {
+            let s = self
+                .nms()
+                .get(name)
+                .await
+                .unwrap()
+                .status
+                .unwrap_or_default();
+            if f(&s) {
+                return s;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name}: never {what}: {s:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+pub const HOSTILE: Option<&str> = Some("nmo_policy_hostile.wasm");
+
+pub fn bare(
+    name: &str,
+    node: &str,
+    annotations: serde_json::Value,
+    grace: i64,
+) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+           "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace, "containers": [{"name": "c", "image": "i"}]}})
+}

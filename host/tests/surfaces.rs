@@ -1,0 +1,405 @@
+//! What a cluster operator wires into their platform: /metrics, probes and
+//! the validating webhook, on the simulated cluster.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::*;
+use nmo::crd::MaintenancePhase;
+use nmo::server;
+use serde_json::json;
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+        let body = out
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        (code, body)
+    })
+    .await
+    .unwrap()
+}
+
+fn sample(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Histogram(ref h) => {
+                h.iter().map(|b| b.count).fold(0.0, f64::max)
+            }
+            _ => 0.0,
+        })
+        .sum()
+}
+
+async fn scrape(addr: std::net::SocketAddr) -> (String, prometheus_parse::Scrape) {
+    let (code, body) = http_get(addr, "/metrics").await;
+    assert_eq!(code, 200);
+    let lines = body.lines().map(|l| Ok(l.to_owned()));
+    let parsed = prometheus_parse::Scrape::parse(lines).expect("valid Prometheus text format");
+    (body, parsed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_with_a_maintenance() {
+    let env = Env::start(3).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server::serve(listener, server::metrics(Arc::new(|| {}))));
+    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (_, before) = scrape(addr).await;
+    let evicted_before = sample(&before, "nmo_pod_removals_total", &[("outcome", "evicted")]);
+
+    env.create_nm("nm-1", "worker-1").await;
+    env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    let (text, after) = scrape(addr).await;
+    // Every family has HELP text and a TYPE.
+    for family in [
+        "controller_runtime_reconcile_total",
+        "controller_runtime_reconcile_duration_seconds",
+        "controller_runtime_reconcile_time_seconds",
+        "nmo_pod_removals_total",
+        "nmo_policy_evaluation_seconds",
+        "nmo_node_maintenances",
+        "nmo_build_info",
+        "nmo_drain_duration_seconds",
+    ] {
+        assert!(
+            text.contains(&format!("# HELP {family} ")),
+            "no HELP for {family}"
+        );
+        assert!(
+            text.contains(&format!("# TYPE {family} ")),
+            "no TYPE for {family}"
+        );
+    }
+    assert!(
+        sample(
+            &after,
+            "controller_runtime_reconcile_total",
+            &[("controller", "nodemaintenance")]
+        ) >= 1.0
+    );
+    let evicted_after = sample(&after, "nmo_pod_removals_total", &[("outcome", "evicted")]);
+    assert!(
+        evicted_after >= evicted_before + 2.0,
+        "bare and scratch at least: {evicted_before} -> {evicted_after}\n{text}"
+    );
+    assert!(
+        sample(&after, "nmo_pod_removals_total", &[("outcome", "skipped")]) >= 1.0,
+        "the DaemonSet pod"
+    );
+    assert!(
+        sample(
+            &after,
+            "nmo_policy_evaluation_seconds_count",
+            &[("function", "plan-drain")]
+        ) >= 1.0
+    );
+    assert!(sample(&after, "nmo_drain_duration_seconds_count", &[]) >= 1.0);
+    assert_eq!(sample(&after, "nmo_build_info", &[]), 1.0);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn phase_gauges_and_readiness_follow_the_controller() {
+    let env = Env::start(2).await;
+    // A second, not yet started controller context for readiness.
+    let policy = nmo::policy::PolicyEngine::new(Default::default())
+        .unwrap()
+        .default_policy()
+        .unwrap();
+    let ctx = nmo::controller::Context::new(env.client.clone(), policy, Default::default());
+    let checks: Vec<(&'static str, server::Check)> = {
+        let c = ctx.clone();
+        vec![(
+            "informer-sync",
+            Box::new(move || {
+                if c.synced() {
+                    Ok(())
+                } else {
+                    Err("the NodeMaintenance cache has not synced".into())
+                }
+            }),
+        )]
+    };
+    let probes = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let probes_addr = probes.local_addr().unwrap();
+    tokio::spawn(server::serve(probes, server::probes(checks)));
+    assert_eq!(http_get(probes_addr, "/healthz").await.0, 200);
+    let (code, body) = http_get(probes_addr, "/readyz?verbose").await;
+    assert_eq!(code, 500);
+    assert!(
+        body.contains("[-]informer-sync failed: the NodeMaintenance cache has not synced"),
+        "{body}"
+    );
+
+    let metrics = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let metrics_addr = metrics.local_addr().unwrap();
+    let c = ctx.clone();
+    tokio::spawn(server::serve(
+        metrics,
+        server::metrics(Arc::new(move || c.refresh_gauges())),
+    ));
+    let run = tokio::spawn(nmo::controller::run(ctx.clone()));
+    env.create_nm("nm-a", "worker-1").await;
+    env.wait_phase("nm-a", MaintenancePhase::Succeeded).await;
+    let started = std::time::Instant::now();
+    loop {
+        let (code, body) = http_get(probes_addr, "/readyz?verbose").await;
+        if code == 200 {
+            assert!(body.contains("[+]informer-sync ok"), "{body}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never ready: {body} started={} finished={}",
+            ctx.started(),
+            run.is_finished()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, s) = scrape(metrics_addr).await;
+    assert_eq!(
+        sample(&s, "nmo_node_maintenances", &[("phase", "Succeeded")]),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &s,
+            "nmo_drain_progress_percent",
+            &[("node_maintenance", "nm-a"), ("node", "worker-1")]
+        ),
+        100.0
+    );
+    run.abort();
+    env.stop().await;
+}
+
+/// A webhook certificate for 127.0.0.1 in a temp dir; returns the dir and
+/// the caBundle.
+fn webhook_cert() -> (tempfile::TempDir, String) {
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+    (
+        dir,
+        base64::engine::general_purpose::STANDARD.encode(cert.cert.pem()),
+    )
+}
+
+async fn kubectl(
+    env: &Env,
+    dir: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String) {
+    use tokio::io::AsyncWriteExt;
+    let kc = dir.join("kc");
+    env.cluster.write_kubeconfig(&kc).unwrap();
+    let mut child = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).await.unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().await.unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn nm_yaml(name: &str, node: &str) -> String {
+    format!(
+        "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_refuses_what_the_go_operator_refuses() {
+    let env = Env::start(2).await;
+    let (certs, ca) = webhook_cert();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let validator = nmo::webhook::Validator::new(env.client.clone()).await;
+    let dir = certs.path().to_owned();
+    tokio::spawn(async move {
+        nmo::webhook::serve(listener, &dir, validator)
+            .await
+            .unwrap()
+    });
+    env.cluster
+        .create(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "vnodemaintenance"},
+            "webhooks": [{"name": "vnodemaintenance.kb.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}{}", nmo::webhook::PATH), "caBundle": ca},
+                "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["nodemaintenance.medik8s.io"],
+                           "apiVersions": ["v1beta1"], "resources": ["nodemaintenances"]}]}],
+        }))
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, out) = kubectl(
+        &env,
+        tmp.path(),
+        &["create", "-f", "-"],
+        Some(&nm_yaml("nm-ghost", "ghost")),
+    )
+    .await;
+    assert!(!ok);
+    assert!(out.contains("admission webhook \"vnodemaintenance.kb.io\" denied the request: invalid nodeName, no node with name ghost found"), "{out}");
+    let (ok, out) = kubectl(
+        &env,
+        tmp.path(),
+        &["create", "-f", "-"],
+        Some(&nm_yaml("nm-1", "worker-1")),
+    )
+    .await;
+    assert!(ok, "a valid one passes: {out}");
+    let (ok, out) = kubectl(
+        &env,
+        tmp.path(),
+        &["create", "-f", "-"],
+        Some(&nm_yaml("nm-2", "worker-1")),
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        out.contains("invalid nodeName, a NodeMaintenance for node worker-1 already exists"),
+        "{out}"
+    );
+    let (ok, out) = kubectl(
+        &env,
+        tmp.path(),
+        &[
+            "patch",
+            "nm",
+            "nm-1",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"nodeName":"worker-2"}}"#,
+        ],
+        None,
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        out.contains("updating spec.NodeName isn't allowed"),
+        "{out}"
+    );
+    // Other updates pass.
+    let (ok, out) = kubectl(
+        &env,
+        tmp.path(),
+        &["label", "nm", "nm-1", "team=blue"],
+        None,
+    )
+    .await;
+    assert!(ok, "{out}");
+
+    // Garbage, truncated and oversized bodies get clear errors and the
+    // server keeps answering.
+    let url = format!("https://127.0.0.1:{port}{}", nmo::webhook::PATH);
+    let ca_file = certs.path().join("tls.crt");
+    for (body, expect) in [
+        ("this is not json".to_string(), "400"),
+        (
+            "{\"request\": {\"uid\": \"1\", \"operation\": \"CREATE\", \"object\": {\"spec\""
+                .to_string(),
+            "400",
+        ),
+        ("x".repeat(4 << 20), "413"),
+        (
+            "{\"request\": {\"uid\": \"u\", \"operation\": \"CREATE\", \"object\": {\"kind\": 5}}}"
+                .to_string(),
+            "200",
+        ),
+    ] {
+        let body_file = tmp.path().join("body");
+        std::fs::write(&body_file, body).unwrap();
+        let out = tokio::process::Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+            .arg(&ca_file)
+            .args(["-X", "POST", "--data-binary"])
+            .arg(format!("@{}", body_file.display()))
+            .arg(&url)
+            .output()
+            .await;
+        if let Ok(out) = out {
+            assert_eq!(String::from_utf8_lossy(&out.stdout), expect);
+        }
+    }
+    let (ok, out) = kubectl(
+        &env,
+        tmp.path(),
+        &["create", "-f", "-"],
+        Some(&nm_yaml("nm-3", "worker-2")),
+    )
+    .await;
+    assert!(ok, "still serving after garbage: {out}");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_to_the_probe_and_metrics_ports_breaks_nothing() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server::serve(listener, server::probes(Vec::new())));
+    tokio::task::spawn_blocking(move || {
+        for junk in [
+            &b"\x00\x01\x02garbage\r\n\r\n"[..],
+            b"GET /healthz HTTP/1.1\r\nContent-Length: 99999999\r\n\r\nabc",
+            b"POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello",
+        ] {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            let _ = s.write_all(junk);
+            let _ = s.shutdown(std::net::Shutdown::Write);
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink);
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(http_get(addr, "/healthz").await, (200, "ok".to_string()));
+    assert_eq!(http_get(addr, "/readyz").await.0, 200);
+    assert_eq!(http_get(addr, "/nope").await.0, 404);
+}
