@@ -403,3 +403,55 @@ async fn garbage_to_the_probe_and_metrics_ports_breaks_nothing() {
     assert_eq!(http_get(addr, "/readyz").await.0, 200);
     assert_eq!(http_get(addr, "/nope").await.0, 404);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_openshift_a_control_plane_node_keeps_etcd_quorum() {
+    let env = Env::start(1).await;
+    // OpenShift is recognised by its config.openshift.io API group.
+    env.cluster
+        .apply_yaml(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: clusterversions.config.openshift.io}\nspec:\n  group: config.openshift.io\n  names: {kind: ClusterVersion, plural: clusterversions, singular: clusterversion}\n  scope: Cluster\n  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]\n",
+        )
+        .unwrap();
+    let mut master = nmo_sim::node("master-0");
+    master["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+    env.cluster.create(master).unwrap();
+    env.cluster.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "openshift-etcd"}})).unwrap();
+    // The guard PDB allows no disruption (no healthy guard pod beyond the minimum).
+    env.cluster
+        .create(
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "etcd-guard-pdb", "namespace": "openshift-etcd"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guard"}}}}),
+        )
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let validator = nmo::webhook::Validator::new(env.client.clone()).await;
+    let nm = |name: &str, node: &str| {
+        nmo::crd::NodeMaintenance::new(
+            name,
+            nmo::crd::NodeMaintenanceSpec {
+                node_name: node.into(),
+                reason: None,
+            },
+        )
+    };
+    assert_eq!(
+        validator.validate_create(&nm("m", "master-0")).await,
+        Err("can not put master/control-plane node into maintenance at this moment, disrupting node master-0 will violate etcd quorum".into())
+    );
+    assert_eq!(
+        validator.validate_create(&nm("w", "worker-1")).await,
+        Ok(()),
+        "workers are not guarded"
+    );
+    // Without OpenShift, the rule does not apply.
+    let crd_api: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = kube::Api::all(env.client.clone());
+    crd_api
+        .delete("clusterversions.config.openshift.io", &Default::default())
+        .await
+        .unwrap();
+    let plain = nmo::webhook::Validator::new(env.client.clone()).await;
+    assert_eq!(plain.validate_create(&nm("m", "master-0")).await, Ok(()));
+    env.stop().await;
+}
