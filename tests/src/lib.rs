@@ -211,6 +211,20 @@ impl SimCluster {
         Ok(self.sim.get(&rt, ns, name)?)
     }
 
+    /// Deletes an object (as `kubectl delete`, background propagation).
+    pub fn delete(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+    ) -> Result<Value, SimError> {
+        let rt = self.type_of(&json!({"apiVersion": api_version, "kind": kind}))?;
+        Ok(self
+            .sim
+            .delete(&rt, ns, name, &api::DeleteOptions::default())?)
+    }
+
     /// Every object of a kind (all namespaces).
     pub fn list(&self, api_version: &str, kind: &str) -> Result<Vec<Value>, SimError> {
         let rt = self.type_of(&json!({"apiVersion": api_version, "kind": kind}))?;

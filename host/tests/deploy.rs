@@ -1,0 +1,288 @@
+//! deploy/: the kustomize layout renders, applies to the simulated cluster,
+//! its Deployment's args are ones the binary accepts, and its RBAC allows
+//! exactly the API calls the operator makes.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use nmo_sim::{SimCluster, SimOptions};
+use serde_json::{Value, json};
+
+fn render(overlay: &str) -> Vec<Value> {
+    let out = std::process::Command::new("kubectl")
+        .args([
+            "kustomize",
+            &format!("{}/../deploy/{overlay}", env!("CARGO_MANIFEST_DIR")),
+        ])
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "kustomize: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// CRDs a real cluster gets from cert-manager and the Prometheus operator.
+const THIRD_PARTY: &[(&str, &str, &str)] = &[
+    ("cert-manager.io", "Certificate", "certificates"),
+    ("cert-manager.io", "Issuer", "issuers"),
+    ("monitoring.coreos.com", "ServiceMonitor", "servicemonitors"),
+    ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rendered_manifests_apply_and_the_args_are_accepted() {
+    let docs = render("default");
+    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    for k in [
+        "CustomResourceDefinition",
+        "Deployment",
+        "ClusterRole",
+        "ValidatingWebhookConfiguration",
+        "ServiceMonitor",
+        "PrometheusRule",
+        "Certificate",
+    ] {
+        assert!(kinds.contains(k), "{k} missing from deploy/default");
+    }
+    render("no-cert-manager");
+
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    for (group, kind, plural) in THIRD_PARTY {
+        let v = if *group == "cert-manager.io" {
+            "v1"
+        } else {
+            "v1"
+        };
+        c.create(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                     "versions": [{"name": v, "served": true, "storage": true,
+                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kc");
+    c.write_kubeconfig(&kc).unwrap();
+    let rendered = dir.path().join("all.yaml");
+    std::fs::write(
+        &rendered,
+        docs.iter()
+            .map(|d| serde_yaml::to_string(d).unwrap())
+            .collect::<Vec<_>>()
+            .join("---\n"),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .args(["apply", "-f"])
+        .arg(&rendered)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "apply: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deployment = c
+        .get(
+            "apps/v1",
+            "Deployment",
+            Some("node-maintenance-operator-system"),
+            "node-maintenance-operator-controller-manager",
+        )
+        .unwrap();
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(&args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(
+        help.status.success(),
+        "nmo refuses the Deployment's args {args:?}: {}",
+        String::from_utf8_lossy(&help.stderr)
+    );
+    c.stop().await;
+}
+
+/// Whether `rules` allow `verb` on `group`/`resource`.
+fn allowed(rules: &[Value], verb: &str, group: &str, resource: &str) -> bool {
+    rules.iter().any(|r| {
+        let has = |field: &str, v: &str| {
+            r[field]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x == v || x == "*"))
+        };
+        has("verbs", verb) && has("apiGroups", group) && has("resources", resource)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
+    let docs = render("default");
+    let rules: Vec<Value> = docs
+        .iter()
+        .filter(|d| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
+        .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+        .collect();
+
+    let c = SimCluster::start(SimOptions {
+        time_scale: 20.0,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    c.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
+    for n in ["worker-1", "worker-2", "worker-3"] {
+        c.add_node(n).unwrap();
+    }
+    c.apply_yaml(common::WORKLOAD).unwrap();
+    c.create(common::bare("extra", "worker-2", json!({}), 30))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.record_audit(true);
+
+    // Everything the operator does, on its own client: leadership, two
+    // maintenances (evict and delete), their deletion, the webhook's checks.
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&c.kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).unwrap();
+    let elector = nmo::controller::leader::Elector::new(
+        client.clone(),
+        "default",
+        "rbac-test",
+        Default::default(),
+    );
+    assert!(elector.try_acquire_or_renew().await.unwrap());
+    assert!(elector.try_acquire_or_renew().await.unwrap());
+    let controller = common::start_controller(&client, common::HOSTILE);
+    for (name, node, reason) in [
+        ("nm-1", "worker-1", "behave"),
+        ("nm-2", "worker-2", "tune:delete"),
+    ] {
+        c.create(
+            json!({"apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+            "metadata": {"name": name}, "spec": {"nodeName": node, "reason": reason}}),
+        )
+        .unwrap();
+    }
+    for name in ["nm-1", "nm-2"] {
+        let started = Instant::now();
+        while c
+            .get(
+                "nodemaintenance.medik8s.io/v1beta1",
+                "NodeMaintenance",
+                None,
+                name,
+            )
+            .unwrap()["status"]["phase"]
+            != "Succeeded"
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name} did not succeed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        c.delete(
+            "nodemaintenance.medik8s.io/v1beta1",
+            "NodeMaintenance",
+            None,
+            name,
+        )
+        .unwrap();
+    }
+    for name in ["nm-1", "nm-2"] {
+        let started = Instant::now();
+        while c
+            .get(
+                "nodemaintenance.medik8s.io/v1beta1",
+                "NodeMaintenance",
+                None,
+                name,
+            )
+            .is_ok()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name} not removed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // The webhook on OpenShift reads the etcd guard PDB.
+    c.apply_yaml("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: clusterversions.config.openshift.io}\nspec:\n  group: config.openshift.io\n  names: {kind: ClusterVersion, plural: clusterversions, singular: clusterversion}\n  scope: Cluster\n  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]\n").unwrap();
+    let mut master = nmo_sim::node("master-0");
+    master["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+    c.create(master).unwrap();
+    let validator = nmo::webhook::Validator::new(client.clone()).await;
+    let nm = nmo::crd::NodeMaintenance::new(
+        "m",
+        nmo::crd::NodeMaintenanceSpec {
+            node_name: "master-0".into(),
+            reason: None,
+        },
+    );
+    assert!(validator.validate_create(&nm).await.is_ok());
+    controller.abort();
+
+    let calls: BTreeSet<(String, String, String)> = c
+        .audit()
+        .into_iter()
+        .map(|a| {
+            let resource = if a.subresource.is_empty() {
+                a.resource
+            } else {
+                format!("{}/{}", a.resource, a.subresource)
+            };
+            (a.verb, a.group, resource)
+        })
+        .collect();
+    for (verb, group, resource) in &calls {
+        assert!(
+            allowed(&rules, verb, group, resource),
+            "the operator calls {verb} {group}/{resource}, which RBAC does not allow"
+        );
+    }
+    for rule in &rules {
+        for group in rule["apiGroups"].as_array().unwrap() {
+            for resource in rule["resources"].as_array().unwrap() {
+                for verb in rule["verbs"].as_array().unwrap() {
+                    let used = calls
+                        .iter()
+                        .any(|(v, g, r)| v == verb && g == group && r == resource);
+                    assert!(
+                        used,
+                        "RBAC grants {verb} {group}/{resource}, which the operator never uses"
+                    );
+                }
+            }
+        }
+    }
+    c.stop().await;
+}
