@@ -56,16 +56,11 @@ async fn the_rendered_manifests_apply_and_the_args_are_accepted() {
 
     let c = SimCluster::start(SimOptions::default()).await.unwrap();
     for (group, kind, plural) in THIRD_PARTY {
-        let v = if *group == "cert-manager.io" {
-            "v1"
-        } else {
-            "v1"
-        };
         c.create(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": format!("{plural}.{group}")},
             "spec": {"group": group, "scope": "Namespaced",
                      "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
-                     "versions": [{"name": v, "served": true, "storage": true,
+                     "versions": [{"name": "v1", "served": true, "storage": true,
                                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
             .unwrap();
     }
