@@ -272,34 +272,20 @@ async fn a_pdb_blocks_the_drain_until_it_allows() {
         .unwrap();
     let node = web_node(&env, 2).await;
     env.create_nm("nm-pdb", &node).await;
-    let started = Instant::now();
-    loop {
-        let s = env
-            .nms()
-            .get("nm-pdb")
-            .await
-            .unwrap()
-            .status
-            .unwrap_or_default();
-        if s.last_error
-            .as_deref()
-            .is_some_and(|e| e.contains("PodDisruptionBudget"))
-        {
-            assert_eq!(s.phase, Some(MaintenancePhase::Running));
-            assert!(
-                s.pending_pods
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|p| p.starts_with("web-"))
-            );
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "never blocked: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let s = env
+        .wait_status("nm-pdb", "blocked by the PDB", |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("PodDisruptionBudget"))
+        })
+        .await;
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert!(
+        s.pending_pods
+            .unwrap_or_default()
+            .iter()
+            .any(|p| p.starts_with("web-"))
+    );
     // A third replica makes room.
     Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client.clone(), "default")
         .patch(
@@ -445,20 +431,12 @@ async fn the_operator_killed_mid_drain_converges_without_repeating_events() {
     let node = web_node(&env, 2).await;
     env.create_nm("nm-1", &node).await;
     // Blocked by the PDB, mid-drain: kill the operator.
-    let started = Instant::now();
-    while !env
-        .nms()
-        .get("nm-1")
-        .await
-        .unwrap()
-        .status
-        .unwrap_or_default()
-        .last_error
-        .is_some_and(|e| e.contains("PodDisruptionBudget"))
-    {
-        assert!(started.elapsed() < Duration::from_secs(60));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    env.wait_status("nm-1", "blocked by the PDB", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("PodDisruptionBudget"))
+    })
+    .await;
     env.controller.abort();
     let _ = (&mut env.controller).await;
     Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client.clone(), "default")

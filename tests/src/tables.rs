@@ -8,47 +8,27 @@ use crate::resources::ResourceType;
 
 /// kubectl's short human duration (`duration.HumanDuration`).
 pub fn human_duration(secs: i64) -> String {
+    // "5m" or "5m3s": a unit and, when not zero, the next smaller one.
+    let pair = |big: i64, bu: &str, small: i64, su: &str| {
+        if small == 0 {
+            format!("{big}{bu}")
+        } else {
+            format!("{big}{bu}{small}{su}")
+        }
+    };
     let s = secs.max(0);
-    if s < 120 {
-        return format!("{s}s");
-    }
-    let m = s / 60;
-    if m < 10 {
-        let rem = s % 60;
-        return if rem == 0 {
-            format!("{m}m")
-        } else {
-            format!("{m}m{rem}s")
-        };
-    }
-    if m < 180 {
-        return format!("{m}m");
-    }
-    let h = s / 3600;
-    if h < 8 {
-        let rm = m % 60;
-        return if rm == 0 {
-            format!("{h}h")
-        } else {
-            format!("{h}h{rm}m")
-        };
-    }
-    if h < 48 {
-        return format!("{h}h");
-    }
+    let (m, h) = (s / 60, s / 3600);
     let d = h / 24;
-    if d < 8 {
-        let rh = h % 24;
-        return if rh == 0 {
-            format!("{d}d")
-        } else {
-            format!("{d}d{rh}h")
-        };
+    match () {
+        _ if s < 120 => format!("{s}s"),
+        _ if m < 10 => pair(m, "m", s % 60, "s"),
+        _ if m < 180 => format!("{m}m"),
+        _ if h < 8 => pair(h, "h", m % 60, "m"),
+        _ if h < 48 => format!("{h}h"),
+        _ if d < 8 => pair(d, "d", h % 24, "h"),
+        _ if d < 365 * 2 => format!("{d}d"),
+        _ => format!("{}y", d / 365),
     }
-    if d < 365 * 2 {
-        return format!("{d}d");
-    }
-    format!("{}y", d / 365)
 }
 
 fn age(v: &Value) -> String {
