@@ -345,7 +345,8 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         },
     )
     .await;
-    let _ = writer.await;
+    // The final status below supersedes any progress still being written.
+    writer.abort();
 
     if outcome.complete() {
         let (old, _) = update_status(&api, &name, |s| {
