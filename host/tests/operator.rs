@@ -686,3 +686,59 @@ async fn delete_actions_and_waves_are_honoured() {
     assert!(deletes >= 3, "web-a, web-b and db-0 deleted: {deletes}");
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_errors_during_the_drain_are_counted_and_reset_by_a_success() {
+    let env = Env::start_with(2, HOSTILE).await;
+    env.cluster
+        .create(bare(
+            "stuck",
+            "worker-1",
+            json!({"sim.nmo.medik8s.io/never-terminate": "true"}),
+            30,
+        ))
+        .unwrap();
+    env.cluster
+        .create(bare("quick", "worker-1", json!({}), 30))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.create_nm_with_reason("nm-1", "worker-1", "tune:timeout=1000")
+        .await;
+    env.wait_status("nm-1", "half drained", |s| s.drain_progress == 50)
+        .await;
+    // Another holder (a remediator) takes the lease mid-drain.
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), "medik8s-leases");
+    let mut lease = leases.get("node-worker-1").await.unwrap();
+    let spec = lease.spec.as_mut().unwrap();
+    spec.holder_identity = Some("node-healthcheck".into());
+    spec.renew_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    leases
+        .replace("node-worker-1", &PostParams::default(), &lease)
+        .await
+        .unwrap();
+    let s = env
+        .wait_status("nm-1", "lease errors counted", |s| {
+            s.error_on_lease_count >= 2
+        })
+        .await;
+    assert!(
+        s.last_error
+            .unwrap_or_default()
+            .contains("node-healthcheck")
+    );
+    assert_eq!(
+        s.phase,
+        Some(MaintenancePhase::Running),
+        "this policy keeps retrying"
+    );
+    // The other holder lets go: the next success resets the count.
+    leases
+        .delete("node-worker-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_status("nm-1", "count reset", |s| s.error_on_lease_count == 0)
+        .await;
+    env.stop().await;
+}
