@@ -14,6 +14,9 @@ const POLICIES: &[&str] = &[
     "nmo-policy-default",
     "nmo-policy-hostile",
     "nmo-policy-never-force",
+    "nmo-policy-stateful-last",
+    "nmo-policy-opt-out",
+    "nmo-policy-give-up",
 ];
 
 fn main() {

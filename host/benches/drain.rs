@@ -124,7 +124,7 @@ async fn main() {
         .unwrap();
     let ctx = Context::new(
         client.clone(),
-        policy,
+        nmo::policy::PolicyStore::single(policy),
         Settings {
             max_concurrent: 64,
             ..Settings::default()

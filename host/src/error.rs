@@ -54,6 +54,11 @@ pub enum Error {
         reason: String,
     },
 
+    /// A NodeMaintenance asked (by annotation) for a policy the operator
+    /// does not have.
+    #[error("policy {name:?} is not loaded (loaded: {available})")]
+    PolicyNotFound { name: String, available: String },
+
     /// The WebAssembly engine itself could not be set up.
     #[error("policy engine: {0}")]
     Engine(String),
@@ -93,6 +98,7 @@ impl Error {
             Error::PolicyDeadline { .. } => "deadline",
             Error::PolicyMemoryLimit { .. } => "memory_limit",
             Error::PolicyInvalidDecision { .. } => "invalid_decision",
+            Error::PolicyNotFound { .. } => "not_found",
             Error::Engine(_) => "engine",
             Error::Kube { .. } => "api",
             Error::NodeNotFound(_) => "node_not_found",
@@ -123,6 +129,7 @@ impl Error {
                 | Error::PolicyDeadline { .. }
                 | Error::PolicyMemoryLimit { .. }
                 | Error::PolicyInvalidDecision { .. }
+                | Error::PolicyNotFound { .. }
         )
     }
 

@@ -25,6 +25,8 @@ pub struct Metrics {
     pub evictions: IntCounterVec,
     pub policy_latency: HistogramVec,
     pub policy_errors: IntCounterVec,
+    pub policy_reloads: IntCounterVec,
+    pub policy_reload_ok: IntGauge,
     pub lease_errors: IntCounterVec,
     pub build_info: IntGaugeVec,
     pub ready: IntGauge,
@@ -124,8 +126,21 @@ impl Metrics {
         )
         .expect("metric");
         let policy_errors = IntCounterVec::new(
-            Opts::new("nmo_policy_errors_total", "Policy errors by category (load, wrong_world, trap, deadline, memory_limit, invalid_decision, engine)."),
+            Opts::new("nmo_policy_errors_total", "Policy errors by category (load, wrong_world, trap, deadline, memory_limit, invalid_decision, not_found, engine)."),
             &["category"],
+        )
+        .expect("metric");
+        let policy_reloads = IntCounterVec::new(
+            Opts::new(
+                "nmo_policy_reloads_total",
+                "Policy directory reloads, by result: success, or failure (the last good set stays in use).",
+            ),
+            &["result"],
+        )
+        .expect("metric");
+        let policy_reload_ok = IntGauge::new(
+            "nmo_policy_last_reload_successful",
+            "1 when the policy directory's current content is in use, 0 when its last reload was rejected.",
         )
         .expect("metric");
         let lease_errors = IntCounterVec::new(
@@ -161,6 +176,8 @@ impl Metrics {
             Box::new(evictions.clone()),
             Box::new(policy_latency.clone()),
             Box::new(policy_errors.clone()),
+            Box::new(policy_reloads.clone()),
+            Box::new(policy_reload_ok.clone()),
             Box::new(lease_errors.clone()),
             Box::new(build_info.clone()),
             Box::new(ready.clone()),
@@ -170,6 +187,10 @@ impl Metrics {
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        policy_reload_ok.set(1);
+        for result in ["success", "failure"] {
+            policy_reloads.with_label_values(&[result]);
+        }
         for phase in ["Pending", "Running", "Succeeded", "Failed"] {
             maintenances.with_label_values(&[phase]).set(0);
         }
@@ -186,6 +207,8 @@ impl Metrics {
             evictions,
             policy_latency,
             policy_errors,
+            policy_reloads,
+            policy_reload_ok,
             lease_errors,
             build_info,
             ready,

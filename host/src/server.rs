@@ -16,8 +16,32 @@ use tokio::net::TcpListener;
 use crate::error::{Error, Result};
 use crate::metrics::METRICS;
 
-/// A readiness check: its name, and `Err(why)` when not ready.
-pub type Check = Box<dyn Fn() -> std::result::Result<(), String> + Send + Sync>;
+/// A readiness check: `Ok(detail)` when ready (the detail, if not empty,
+/// is shown by `/readyz?verbose`), `Err(why)` when not.
+pub type Check = Box<dyn Fn() -> std::result::Result<String, String> + Send + Sync>;
+
+/// The operator's readiness checks: `informer-sync` (the NodeMaintenance
+/// cache has synced; a standby replica waiting for leadership counts as
+/// ready when `standby_ready`) and `policy` (a policy set is in use; its
+/// detail names it and any rejected reload).
+pub fn readiness_checks(
+    ctx: Arc<crate::controller::Context>,
+    standby_ready: bool,
+) -> Vec<(&'static str, Check)> {
+    let policies = ctx.policies.clone();
+    vec![
+        (
+            "informer-sync",
+            Box::new(move || match (ctx.started(), ctx.synced()) {
+                (_, true) => Ok(String::new()),
+                (false, false) if standby_ready => Ok(String::new()),
+                (false, false) => Err("the controller has not started".into()),
+                (true, false) => Err("the NodeMaintenance cache has not synced".into()),
+            }),
+        ),
+        ("policy", Box::new(move || Ok(policies.readiness()))),
+    ]
+}
 
 /// Parses a Go-style bind address (`:8080`, `127.0.0.1:8080`); `0`
 /// disables the server (controller-runtime's convention).
@@ -86,7 +110,8 @@ pub fn probes(checks: Vec<(&'static str, Check)>) -> Handler {
                     let mut ok = true;
                     for (name, check) in checks.iter() {
                         match check() {
-                            Ok(()) => lines.push(format!("[+]{name} ok")),
+                            Ok(detail) if detail.is_empty() => lines.push(format!("[+]{name} ok")),
+                            Ok(detail) => lines.push(format!("[+]{name} ok: {detail}")),
                             Err(why) => {
                                 ok = false;
                                 lines.push(format!("[-]{name} failed: {why}"));

@@ -130,20 +130,12 @@ async fn phase_gauges_and_readiness_follow_the_controller() {
         .unwrap()
         .default_policy()
         .unwrap();
-    let ctx = nmo::controller::Context::new(env.client.clone(), policy, Default::default());
-    let checks: Vec<(&'static str, server::Check)> = {
-        let c = ctx.clone();
-        vec![(
-            "informer-sync",
-            Box::new(move || {
-                if c.synced() {
-                    Ok(())
-                } else {
-                    Err("the NodeMaintenance cache has not synced".into())
-                }
-            }),
-        )]
-    };
+    let ctx = nmo::controller::Context::new(
+        env.client.clone(),
+        nmo::policy::PolicyStore::single(policy),
+        Default::default(),
+    );
+    let checks = server::readiness_checks(ctx.clone(), false);
     let probes = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let probes_addr = probes.local_addr().unwrap();
     tokio::spawn(server::serve(probes, server::probes(checks)));
@@ -151,7 +143,11 @@ async fn phase_gauges_and_readiness_follow_the_controller() {
     let (code, body) = http_get(probes_addr, "/readyz?verbose").await;
     assert_eq!(code, 500);
     assert!(
-        body.contains("[-]informer-sync failed: the NodeMaintenance cache has not synced"),
+        body.contains("[-]informer-sync failed: the controller has not started"),
+        "{body}"
+    );
+    assert!(
+        body.contains("[+]policy ok: 1 policies (default), default default, 0 rules"),
         "{body}"
     );
 

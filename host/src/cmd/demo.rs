@@ -232,7 +232,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     let client = Client::try_from(config)?;
     let ctx = Context::new(
         client.clone(),
-        policy,
+        nmo::policy::PolicyStore::single(policy),
         Settings {
             instance: "nmo-demo".into(),
             ..Settings::default()

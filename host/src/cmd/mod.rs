@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use nmo::policy::{EngineConfig, PolicyEngine, selfcheck};
+use std::time::Duration;
+
+use nmo::policy::{EngineConfig, PolicyEngine, PolicyStore, selfcheck};
 use nmo::telemetry::ZapLevel;
 
 /// Node Maintenance Operator with WebAssembly drain policies.
@@ -49,8 +51,20 @@ pub struct Cli {
     #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
     pub webhook_cert_dir: PathBuf,
 
-    /// A policy file (.wasm) to use instead of the embedded default policy.
-    #[arg(long)]
+    /// The policy directory: .wasm files and policies.yaml, usually a
+    /// mounted ConfigMap; reloaded when it changes. Without it, the
+    /// embedded default policy.
+    #[arg(long, default_value = "/etc/nmo/policies")]
+    pub policy_dir: PathBuf,
+
+    /// Where compiled policies are kept between starts (keyed by engine and
+    /// module digest); empty to compile at every start.
+    #[arg(long, default_value = "/tmp/nmo-policy-cache")]
+    pub policy_cache_dir: PathBuf,
+
+    /// One policy file (.wasm) for every maintenance, instead of the policy
+    /// directory.
+    #[arg(long, conflicts_with = "policy_dir")]
     pub policy: Option<PathBuf>,
 
     /// With no subcommand, nmo runs the operator against the current
@@ -137,17 +151,21 @@ fn own_namespace() -> Option<String> {
 fn operator(cli: &Cli) -> anyhow::Result<()> {
     let max_concurrent = cli.max_concurrent_maintenances;
     let engine = PolicyEngine::new(EngineConfig::default())?;
-    let policy = match &cli.policy {
-        Some(path) => engine.load_file(path)?,
-        None => engine.default_policy()?,
+    let cache_dir = Some(cli.policy_cache_dir.clone()).filter(|d| !d.as_os_str().is_empty());
+    let policies = match &cli.policy {
+        Some(path) => {
+            let policy = engine.load_file(path)?;
+            selfcheck::run(&policy)?;
+            tracing::info!(
+                logger = "setup",
+                policy = policy.name(),
+                digest = policy.digest(),
+                "policy loaded"
+            );
+            PolicyStore::single(policy)
+        }
+        None => PolicyStore::from_dir(engine, &cli.policy_dir, cache_dir)?,
     };
-    selfcheck::run(&policy)?;
-    tracing::info!(
-        logger = "setup",
-        policy = policy.name(),
-        digest = policy.digest(),
-        "policy loaded"
-    );
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let mut config = kube::Config::infer().await?;
@@ -159,9 +177,9 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             max_concurrent,
             ..Default::default()
         };
-        let policy_name = policy.name().to_owned();
-        let ctx = nmo::controller::Context::new(client.clone(), policy, settings);
-        start_servers(cli, &ctx, &client, policy_name).await?;
+        let ctx = nmo::controller::Context::new(client.clone(), policies.clone(), settings);
+        tokio::spawn(policies.watch(Duration::from_millis(250), Duration::from_secs(30)));
+        start_servers(cli, &ctx, &client).await?;
         if cli.leader_elect {
             let ns = cli
                 .leader_election_namespace
@@ -190,7 +208,6 @@ async fn start_servers(
     cli: &Cli,
     ctx: &std::sync::Arc<nmo::controller::Context>,
     client: &kube::Client,
-    policy_name: String,
 ) -> anyhow::Result<()> {
     use nmo::server;
     if let Some(addr) = server::parse_bind(&cli.metrics_bind_address)? {
@@ -204,29 +221,7 @@ async fn start_servers(
     }
     if let Some(addr) = server::parse_bind(&cli.health_probe_bind_address)? {
         let listener = tokio::net::TcpListener::bind(addr).await?;
-        let leader_elect = cli.leader_elect;
-        let sync_ctx = ctx.clone();
-        let checks: Vec<(&'static str, server::Check)> = vec![
-            (
-                "informer-sync",
-                Box::new(move || match (sync_ctx.started(), sync_ctx.synced()) {
-                    (_, true) => Ok(()),
-                    (false, false) if leader_elect => Ok(()), // a standby replica
-                    (false, false) => Err("the controller has not started".into()),
-                    (true, false) => Err("the NodeMaintenance cache has not synced".into()),
-                }),
-            ),
-            (
-                "policy",
-                Box::new(move || {
-                    if policy_name.is_empty() {
-                        Err("no policy loaded".into())
-                    } else {
-                        Ok(())
-                    }
-                }),
-            ),
-        ];
+        let checks = server::readiness_checks(ctx.clone(), cli.leader_elect);
         tokio::spawn(server::serve(listener, server::probes(checks)));
         tracing::info!(logger = "setup", address = %addr, "serving probes");
     }

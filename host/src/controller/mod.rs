@@ -24,7 +24,7 @@ use kube::{Api, Client, ResourceExt};
 use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
 use crate::metrics::{CONTROLLER, METRICS};
-use crate::policy::Policy;
+use crate::policy::{POLICY_ANNOTATION, PolicyStore, Selected};
 
 pub use reconcile::reconcile;
 
@@ -55,7 +55,8 @@ impl Default for Settings {
 /// Shared by every reconcile.
 pub struct Context {
     pub client: Client,
-    pub policy: Policy,
+    /// The policies, as loaded (and reloaded) from the policy directory.
+    pub policies: Arc<PolicyStore>,
     pub recorder: events::Recorder,
     pub leases: lease::LeaseManager,
     pub settings: Settings,
@@ -66,20 +67,62 @@ pub struct Context {
     store: Mutex<Option<Store<NodeMaintenance>>>,
     /// The cache has synced.
     synced: AtomicBool,
+    /// The policy each maintenance started with, by uid: a maintenance
+    /// finishes with the policy it started with, whatever reloads happen
+    /// meanwhile.
+    pins: Mutex<HashMap<String, Selected>>,
 }
 
 impl Context {
-    pub fn new(client: Client, policy: Policy, settings: Settings) -> Arc<Self> {
+    pub fn new(client: Client, policies: Arc<PolicyStore>, settings: Settings) -> Arc<Self> {
         Arc::new(Context {
             recorder: events::Recorder::new(client.clone(), settings.instance.clone()),
             leases: lease::LeaseManager::new(client.clone(), settings.lease_namespace.clone()),
             client,
-            policy,
+            policies,
             settings,
             failures: Mutex::new(HashMap::new()),
             store: Mutex::new(None),
             synced: AtomicBool::new(false),
+            pins: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The policy that decides for `nm`: the one it started with, or, at
+    /// its first decision, the one the current set selects (its annotation,
+    /// a rule matching the node's labels, or the default), which is then
+    /// kept until the maintenance is deleted.
+    pub fn policy_for(
+        &self,
+        nm: &NodeMaintenance,
+        node: Option<&k8s_openapi::api::core::v1::Node>,
+    ) -> Result<Selected> {
+        let uid = nm.uid().unwrap_or_default();
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = pins.get(&uid) {
+            return Ok(s.clone());
+        }
+        let annotation = nm.annotations().get(POLICY_ANNOTATION).map(String::as_str);
+        let labels = node.map(|n| n.labels());
+        let selected = self.policies.current().select(annotation, labels)?;
+        tracing::info!(
+            logger = "controller",
+            nodeMaintenance = %nm.name_any(),
+            policy = %selected.name,
+            digest = selected.policy.digest(),
+            chosen_by = %selected.why,
+            "policy selected"
+        );
+        pins.insert(uid, selected.clone());
+        Ok(selected)
+    }
+
+    /// Forgets the policy a maintenance started with (it is gone).
+    fn unpin(&self, uid: &str) {
+        self.pins
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
     }
 
     /// Whether the controller has started (a standby replica waiting for

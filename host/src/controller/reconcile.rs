@@ -159,6 +159,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
                     .await,
             );
             ctx.succeeded(&uid);
+            ctx.unpin(&uid);
         }
         return Ok(Action::await_change());
     }
@@ -197,7 +198,10 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     if status(&nm).phase.is_none() {
         let (pods, _) = pods_on(&ctx.client, &node_name).await?;
         let removals = match &node {
-            Some(n) => match ctx.policy.plan_drain_k8s(&record(&nm, 1), n, &pods) {
+            Some(n) => match ctx
+                .policy_for(&nm, Some(n))
+                .and_then(|s| s.policy.plan_drain_k8s(&record(&nm, 1), n, &pods))
+            {
                 Ok(plan) => plan
                     .removals()
                     .map(|s| PodReference {
@@ -304,8 +308,8 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     let (pods, list_rv) = pods_on(&ctx.client, &node_name).await?;
     let attempt = ctx.failures(&uid) + 1;
     let plan: Plan = match ctx
-        .policy
-        .plan_drain_k8s(&record(&nm, attempt), &node, &pods)
+        .policy_for(&nm, Some(&node))
+        .and_then(|s| s.policy.plan_drain_k8s(&record(&nm, attempt), &node, &pods))
     {
         Ok(p) => p,
         Err(e) => return policy_failed(&ctx, &api, &nm, e).await,
@@ -448,7 +452,10 @@ async fn handle_failure(
     let uid = nm.uid().unwrap_or_default();
     let name = nm.name_any();
     let attempt = ctx.failed(&uid);
-    let verdict = match ctx.policy.on_failure(&record(nm, attempt), &failure) {
+    let verdict = match ctx
+        .policy_for(nm, None)
+        .and_then(|s| s.policy.on_failure(&record(nm, attempt), &failure))
+    {
         Ok(v) => v,
         Err(e) => return policy_failed(ctx, api, nm, e).await,
     };

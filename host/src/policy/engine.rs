@@ -1,6 +1,7 @@
 //! The wasmtime sandbox: one engine, policies compiled once, a fresh store
 //! per decision.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -195,12 +196,32 @@ impl PolicyEngine {
     /// Compiles and links a policy. `name` is what logs, metrics and errors
     /// call it (usually the file name).
     pub fn load(&self, name: &str, wasm: &[u8]) -> Result<Policy> {
+        self.load_cached(name, wasm, None)
+    }
+
+    /// [`PolicyEngine::load`], keeping the compiled artifact in `cache_dir`
+    /// (when given) so the next start does not compile again. Artifacts are
+    /// keyed by the engine's compatibility hash and the module's SHA-256,
+    /// and checked against a checksum before use; a missing, stale or
+    /// damaged artifact is compiled again and rewritten, never trusted.
+    pub fn load_cached(&self, name: &str, wasm: &[u8], cache_dir: Option<&Path>) -> Result<Policy> {
         check_header(name, wasm)?;
-        let component =
-            Component::new(&self.inner.engine, wasm).map_err(|e| Error::PolicyLoad {
-                policy: name.to_owned(),
-                reason: format!("{e:#}"),
-            })?;
+        let digest = hex_digest(wasm);
+        let cache = cache_dir.map(|dir| ArtifactCache::new(dir, self.compat_hash(), &digest));
+        let component = match cache.as_ref().and_then(|c| c.read(&self.inner.engine)) {
+            Some(component) => component,
+            None => {
+                let component =
+                    Component::new(&self.inner.engine, wasm).map_err(|e| Error::PolicyLoad {
+                        policy: name.to_owned(),
+                        reason: format!("{e:#}"),
+                    })?;
+                if let Some(cache) = &cache {
+                    cache.write(name, &component);
+                }
+                component
+            }
+        };
         let wrong_world = |e: wasmtime::Error| Error::PolicyWrongWorld {
             policy: name.to_owned(),
             reason: format!("{e:#}"),
@@ -214,15 +235,29 @@ impl PolicyEngine {
         Ok(Policy {
             inner: Arc::new(PolicyInner {
                 name: name.to_owned(),
-                digest: hex_digest(wasm),
+                digest,
                 pre,
                 engine: self.clone(),
             }),
         })
     }
 
+    /// A stable hex digest of everything that makes a compiled artifact
+    /// usable by this engine (wasmtime version, target, settings).
+    pub fn compat_hash(&self) -> String {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same engine gives the same value in
+        // every process of the same binary.
+        let mut h = std::hash::DefaultHasher::new();
+        self.inner
+            .engine
+            .precompile_compatibility_hash()
+            .hash(&mut h);
+        format!("{:016x}", h.finish())
+    }
+
     /// Reads and loads a policy file.
-    pub fn load_file(&self, path: &std::path::Path) -> Result<Policy> {
+    pub fn load_file(&self, path: &Path) -> Result<Policy> {
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -238,6 +273,69 @@ impl PolicyEngine {
     pub fn default_policy(&self) -> Result<Policy> {
         self.load(DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM)
     }
+}
+
+/// Compiled policies on disk: `<compat>-<sha256>.cwasm` and, beside it, the
+/// artifact's own SHA-256 in `.cwasm.sha256`, written last, so a write cut
+/// short by a crash is never loaded.
+struct ArtifactCache {
+    artifact: PathBuf,
+    checksum: PathBuf,
+}
+
+impl ArtifactCache {
+    fn new(dir: &Path, compat: String, digest: &str) -> Self {
+        let base = format!("{compat}-{digest}.cwasm");
+        ArtifactCache {
+            artifact: dir.join(&base),
+            checksum: dir.join(format!("{base}.sha256")),
+        }
+    }
+
+    fn read(&self, engine: &Engine) -> Option<Component> {
+        let want = std::fs::read_to_string(&self.checksum).ok()?;
+        let bytes = std::fs::read(&self.artifact).ok()?;
+        if hex_digest(&bytes) != want.trim() {
+            tracing::warn!(artifact = %self.artifact.display(), "cached policy artifact is damaged; compiling again");
+            return None;
+        }
+        // SAFETY: the bytes are an artifact this program serialised with an
+        // engine of the same compatibility hash (part of the file name),
+        // unchanged since (checked against the checksum written after it).
+        // wasmtime also checks the artifact's version and settings.
+        match unsafe { Component::deserialize(engine, &bytes) } {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(artifact = %self.artifact.display(), error = %e, "cached policy artifact unusable; compiling again");
+                None
+            }
+        }
+    }
+
+    /// Best effort: a cache that cannot be written costs a compile, nothing
+    /// else.
+    fn write(&self, name: &str, component: &Component) {
+        let result = (|| -> std::io::Result<()> {
+            let bytes = component
+                .serialize()
+                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+            if let Some(dir) = self.artifact.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            write_atomic(&self.artifact, &bytes)?;
+            write_atomic(&self.checksum, hex_digest(&bytes).as_bytes())
+        })();
+        if let Err(e) = result {
+            tracing::warn!(policy = name, artifact = %self.artifact.display(), error = %e, "cannot cache the compiled policy");
+        }
+    }
+}
+
+/// Writes a file through a temporary name and a rename.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Tells a non-WebAssembly file and a core module apart from a component

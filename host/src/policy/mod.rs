@@ -27,6 +27,8 @@ mod output;
 pub mod convert;
 pub mod native;
 pub mod selfcheck;
+pub mod set;
+pub mod store;
 pub mod validate;
 pub mod view;
 
@@ -46,6 +48,8 @@ pub mod types {
 }
 
 pub use engine::{EngineConfig, Policy, PolicyEngine};
+pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
+pub use store::{PolicyStore, Reload};
 pub use validate::{Action, Plan, Step, Verdict};
 
 /// The default policy, built from `policies/default` by the host's build

@@ -10,7 +10,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Config};
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
-use nmo::policy::{EngineConfig, PolicyEngine};
+use nmo::policy::{EngineConfig, PolicyEngine, PolicyStore};
 use nmo_sim::{SimCluster, SimOptions};
 use serde_json::json;
 
@@ -21,6 +21,12 @@ pub struct Env {
 }
 
 pub fn start_controller(client: &Client, policy_file: Option<&str>) -> tokio::task::JoinHandle<()> {
+    start_controller_with(client, policy_store(policy_file))
+}
+
+/// A store of one built policy (a file of `target/policies`), or of the
+/// embedded default.
+pub fn policy_store(policy_file: Option<&str>) -> Arc<PolicyStore> {
     let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
     let policy = match policy_file {
         Some(f) => engine
@@ -31,9 +37,17 @@ pub fn start_controller(client: &Client, policy_file: Option<&str>) -> tokio::ta
             .unwrap(),
         None => engine.default_policy().unwrap(),
     };
+    PolicyStore::single(policy)
+}
+
+/// Runs the controller with a policy store (a policy directory, say).
+pub fn start_controller_with(
+    client: &Client,
+    policies: Arc<PolicyStore>,
+) -> tokio::task::JoinHandle<()> {
     let ctx: Arc<Context> = Context::new(
         client.clone(),
-        policy,
+        policies,
         Settings {
             max_concurrent: 25,
             lease_namespace: "medik8s-leases".into(),
@@ -51,6 +65,11 @@ impl Env {
     }
 
     pub async fn start_with(nodes: usize, policy_file: Option<&str>) -> Env {
+        Self::start_store(nodes, policy_store(policy_file)).await
+    }
+
+    /// A cluster of `nodes` workers and the controller running `policies`.
+    pub async fn start_store(nodes: usize, policies: Arc<PolicyStore>) -> Env {
         let cluster = SimCluster::start(SimOptions {
             time_scale: 20.0,
             ..SimOptions::default()
@@ -67,7 +86,7 @@ impl Env {
             .unwrap();
         config.default_retry = false;
         let client = Client::try_from(config).unwrap();
-        let controller = start_controller(&client, policy_file);
+        let controller = start_controller_with(&client, policies);
         Env {
             cluster,
             client,

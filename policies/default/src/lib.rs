@@ -23,55 +23,20 @@
 
 use nmo_policy_sdk::*;
 
-/// Time one drain attempt may take (the Go operator's `DrainerTimeout`).
-pub const ATTEMPT_TIMEOUT_MS: u64 = 30_000;
-/// Wait after an incomplete drain (`waitDurationOnDrainError`).
-pub const DRAIN_RETRY_MS: u64 = 5_000;
-/// Lease errors tolerated during a drain
-/// (`maxAllowedErrorToUpdateOwnedLease`).
-pub const MAX_LEASE_ERRORS: u32 = 3;
+pub use nmo_policy_sdk::defaults::{
+    ATTEMPT_TIMEOUT_MS, DRAIN_RETRY_MS, MAX_LEASE_ERRORS, pod_action as action_for,
+};
 
 /// The policy.
 pub struct DefaultPolicy;
 
-/// kubectl drain's filters, in kubectl's order.
-pub fn action_for(pod: &Pod) -> PodAction {
-    if pod.is_daemonset_managed() {
-        PodAction::skip("DaemonSet-managed pod (--ignore-daemonsets)")
-    } else if pod.is_mirror() {
-        PodAction::skip("mirror (static) pod, owned by the kubelet")
-    } else {
-        PodAction::evict()
-    }
-}
-
 impl Policy for DefaultPolicy {
     fn plan_drain(_maintenance: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
-        DrainPlan {
-            decisions: pods.iter().map(|p| p.decide(action_for(p), 0)).collect(),
-            attempt_timeout_ms: ATTEMPT_TIMEOUT_MS,
-            max_concurrent_evictions: None,
-        }
+        defaults::plan(&pods, action_for)
     }
 
     fn on_failure(maintenance: Maintenance, failure: Failure) -> Verdict {
-        match failure {
-            Failure::NodeNotFound => {
-                Verdict::Fail(format!("nodes \"{}\" not found", maintenance.node_name))
-            }
-            Failure::LeaseHeld(_) | Failure::LeaseError(_) => {
-                if maintenance.error_on_lease_count > MAX_LEASE_ERRORS {
-                    Verdict::Fail(format!(
-                        "maintenance failed: lease could not be extended after {} attempts",
-                        maintenance.error_on_lease_count
-                    ))
-                } else {
-                    Verdict::RetryWithBackoff
-                }
-            }
-            Failure::DrainIncomplete(_) => Verdict::RetryAfterMs(DRAIN_RETRY_MS),
-            Failure::ApiError(_) => Verdict::RetryWithBackoff,
-        }
+        defaults::on_failure(&maintenance, &failure)
     }
 }
 

@@ -206,3 +206,64 @@ impl Maintenance {
         self.drain_progress > 0
     }
 }
+
+/// The Go operator's rules, as the default policy applies them, for
+/// policies that change one thing and keep the rest.
+pub mod defaults {
+    use super::*;
+
+    /// Time one drain attempt may take (the Go operator's `DrainerTimeout`).
+    pub const ATTEMPT_TIMEOUT_MS: u64 = 30_000;
+    /// Wait after an incomplete drain (`waitDurationOnDrainError`).
+    pub const DRAIN_RETRY_MS: u64 = 5_000;
+    /// Lease errors tolerated during a drain
+    /// (`maxAllowedErrorToUpdateOwnedLease`).
+    pub const MAX_LEASE_ERRORS: u32 = 3;
+
+    /// kubectl drain's filters with `--ignore-daemonsets
+    /// --delete-emptydir-data --force`: skip DaemonSet-managed and mirror
+    /// pods, evict everything else with its own grace period.
+    pub fn pod_action(pod: &Pod) -> PodAction {
+        if pod.is_daemonset_managed() {
+            PodAction::skip("DaemonSet-managed pod (--ignore-daemonsets)")
+        } else if pod.is_mirror() {
+            PodAction::skip("mirror (static) pod, owned by the kubelet")
+        } else {
+            PodAction::evict()
+        }
+    }
+
+    /// One wave, every pod decided by `action`, 30 s per attempt, no limit
+    /// on evictions in flight.
+    pub fn plan(pods: &[Pod], action: impl Fn(&Pod) -> PodAction) -> DrainPlan {
+        DrainPlan {
+            decisions: pods.iter().map(|p| p.decide(action(p), 0)).collect(),
+            attempt_timeout_ms: ATTEMPT_TIMEOUT_MS,
+            max_concurrent_evictions: None,
+        }
+    }
+
+    /// The Go operator's answers to failures: a missing node fails the
+    /// maintenance, an incomplete drain is retried after 5 s, lease trouble
+    /// is retried with backoff until more than 3 lease errors during the
+    /// drain, anything else is retried with backoff.
+    pub fn on_failure(maintenance: &Maintenance, failure: &Failure) -> Verdict {
+        match failure {
+            Failure::NodeNotFound => {
+                Verdict::Fail(format!("nodes \"{}\" not found", maintenance.node_name))
+            }
+            Failure::LeaseHeld(_) | Failure::LeaseError(_) => {
+                if maintenance.error_on_lease_count > MAX_LEASE_ERRORS {
+                    Verdict::Fail(format!(
+                        "maintenance failed: lease could not be extended after {} attempts",
+                        maintenance.error_on_lease_count
+                    ))
+                } else {
+                    Verdict::RetryWithBackoff
+                }
+            }
+            Failure::DrainIncomplete(_) => Verdict::RetryAfterMs(DRAIN_RETRY_MS),
+            Failure::ApiError(_) => Verdict::RetryWithBackoff,
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! A policy set: the policies of a policy directory and the rules that say
+//! which one decides for a maintenance.
+//!
+//! A policy directory holds `.wasm` files (a policy's name is its file name
+//! without `.wasm`) and, optionally, `policies.yaml`:
+//!
+//! ```yaml
+//! # The policy for maintenances no rule picks. A name from this directory,
+//! # or `builtin` for the embedded default policy. Default: `default` when
+//! # the directory has a default.wasm, else `builtin`.
+//! default: default
+//! # First match wins; a rule picks by the labels of the maintenance's node.
+//! rules:
+//!   - nodeSelector:            # a metav1.LabelSelector, or "k=v,k2 in (a,b)"
+//!       matchLabels: {storage: local}
+//!     policy: stateful-last
+//! ```
+//!
+//! A NodeMaintenance may name its policy itself with the annotation
+//! `nodemaintenance.medik8s.io/policy: <name>`; that beats every rule.
+//!
+//! The directory may be a plain directory or what a kubelet makes of a
+//! mounted ConfigMap (files behind a `..data` symlink that is swapped
+//! atomically on update; `.wasm` files come from the ConfigMap's
+//! `binaryData`). The snapshot is read through `..data` when there is one,
+//! so a set is never read half old, half new.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::engine::{Policy, PolicyEngine};
+use super::selfcheck;
+use crate::error::{Error, Result};
+use nmo_sim::selectors::LabelSelector;
+
+/// The annotation with which a NodeMaintenance picks its policy.
+pub const POLICY_ANNOTATION: &str = "nodemaintenance.medik8s.io/policy";
+/// The policy directory's configuration file.
+pub const CONFIG_FILE: &str = "policies.yaml";
+/// The name of the embedded default policy in a policy set.
+pub const BUILTIN: &str = "builtin";
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ConfigFile {
+    default: Option<String>,
+    #[serde(default)]
+    rules: Vec<RuleFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RuleFile {
+    node_selector: serde_json::Value,
+    policy: String,
+}
+
+#[derive(Debug)]
+struct Rule {
+    selector: LabelSelector,
+    shown: String,
+    policy: String,
+}
+
+/// The files of a policy directory at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// File name to contents, for `.wasm` files and `policies.yaml`.
+    pub files: BTreeMap<String, Vec<u8>>,
+    /// SHA-256 over names and contents: equal snapshots, equal sets.
+    pub fingerprint: String,
+}
+
+impl Snapshot {
+    /// Reads a policy directory. A ConfigMap mount is read through its
+    /// `..data` link; hidden files and files other than `.wasm` and
+    /// `policies.yaml` are ignored.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let err =
+            |what: String| Error::Config(format!("policy directory {}: {what}", dir.display()));
+        let data = dir.join("..data");
+        let root: PathBuf = if data.exists() {
+            // Resolve the link once: the timestamped directory behind it is
+            // never modified, only replaced.
+            std::fs::canonicalize(&data).map_err(|e| err(format!("resolving ..data: {e}")))?
+        } else {
+            dir.to_owned()
+        };
+        let entries = std::fs::read_dir(&root).map_err(|e| err(format!("cannot read: {e}")))?;
+        let mut files = BTreeMap::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| err(format!("cannot read: {e}")))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || !(name.ends_with(".wasm") || name == CONFIG_FILE) {
+                continue;
+            }
+            let path = entry.path();
+            if !path.is_file() {
+                continue;
+            }
+            let bytes =
+                std::fs::read(&path).map_err(|e| err(format!("cannot read {name}: {e}")))?;
+            files.insert(name, bytes);
+        }
+        let mut h = Sha256::new();
+        for (name, bytes) in &files {
+            h.update((name.len() as u64).to_le_bytes());
+            h.update(name.as_bytes());
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        }
+        let fingerprint = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Snapshot { files, fingerprint })
+    }
+}
+
+/// Loaded policies and the rules choosing among them. Immutable: a reload
+/// builds a new set.
+#[derive(Debug)]
+pub struct PolicySet {
+    policies: BTreeMap<String, Policy>,
+    default: String,
+    rules: Vec<Rule>,
+    fingerprint: String,
+}
+
+/// Which policy decides for a maintenance, and why.
+#[derive(Debug, Clone)]
+pub struct Selected {
+    pub policy: Policy,
+    /// The name in the set (`builtin`, or a file name without `.wasm`).
+    pub name: String,
+    /// How it was chosen: `annotation`, `rule <selector>` or `default`.
+    pub why: String,
+}
+
+impl PolicySet {
+    /// A set of one policy, used for everything (`--policy FILE`, tests).
+    pub fn single(policy: Policy) -> Self {
+        let name = policy.name().trim_end_matches(".wasm").to_owned();
+        PolicySet {
+            fingerprint: policy.digest().to_owned(),
+            policies: BTreeMap::from([(name.clone(), policy)]),
+            default: name,
+            rules: Vec::new(),
+        }
+    }
+
+    /// Compiles (or takes from `cache_dir`) and self-checks every policy of
+    /// a snapshot and checks its configuration. Any error rejects the whole
+    /// set: a set is used complete or not at all.
+    pub fn load(engine: &PolicyEngine, snap: &Snapshot, cache_dir: Option<&Path>) -> Result<Self> {
+        let config: ConfigFile = match snap.files.get(CONFIG_FILE) {
+            Some(bytes) => serde_yaml::from_slice::<Option<ConfigFile>>(bytes)
+                .map_err(|e| Error::Config(format!("{CONFIG_FILE}: {e}")))?
+                .unwrap_or_default(),
+            None => ConfigFile::default(),
+        };
+        let mut policies = BTreeMap::new();
+        policies.insert(
+            BUILTIN.to_owned(),
+            engine.load_cached(BUILTIN, super::DEFAULT_POLICY_WASM, cache_dir)?,
+        );
+        for (file, bytes) in &snap.files {
+            let Some(name) = file.strip_suffix(".wasm") else {
+                continue;
+            };
+            if name == BUILTIN {
+                return Err(Error::Config(format!(
+                    "{file}: the name {BUILTIN:?} is reserved for the embedded default policy"
+                )));
+            }
+            let policy = engine.load_cached(name, bytes, cache_dir)?;
+            selfcheck::run(&policy)?;
+            policies.insert(name.to_owned(), policy);
+        }
+        let known = |name: &str, what: &str| -> Result<()> {
+            if policies.contains_key(name) {
+                Ok(())
+            } else {
+                Err(Error::Config(format!(
+                    "{CONFIG_FILE}: {what} names policy {name:?}, which is not in the directory \
+                     (policies: {})",
+                    policies.keys().cloned().collect::<Vec<_>>().join(", ")
+                )))
+            }
+        };
+        let default = match config.default {
+            Some(d) => {
+                known(&d, "default")?;
+                d
+            }
+            None if policies.contains_key("default") => "default".to_owned(),
+            None => BUILTIN.to_owned(),
+        };
+        let mut rules = Vec::new();
+        for (i, r) in config.rules.into_iter().enumerate() {
+            let what = format!("rule {}", i + 1);
+            known(&r.policy, &what)?;
+            let (selector, shown) = match &r.node_selector {
+                serde_json::Value::String(s) => (LabelSelector::parse(s), s.clone()),
+                v @ serde_json::Value::Object(_) => (LabelSelector::from_object(v), v.to_string()),
+                other => (
+                    Err(format!("expected a label selector, found {other}")),
+                    String::new(),
+                ),
+            };
+            let selector = selector
+                .map_err(|e| Error::Config(format!("{CONFIG_FILE}: {what}: nodeSelector: {e}")))?;
+            if selector.is_empty() {
+                return Err(Error::Config(format!(
+                    "{CONFIG_FILE}: {what}: an empty nodeSelector would match every node; use \
+                     `default` instead"
+                )));
+            }
+            rules.push(Rule {
+                selector,
+                shown,
+                policy: r.policy,
+            });
+        }
+        Ok(PolicySet {
+            policies,
+            default,
+            rules,
+            fingerprint: snap.fingerprint.clone(),
+        })
+    }
+
+    /// The set with only the embedded default policy.
+    pub fn builtin(engine: &PolicyEngine, cache_dir: Option<&Path>) -> Result<Self> {
+        let snap = Snapshot {
+            files: BTreeMap::new(),
+            fingerprint: String::new(),
+        };
+        Self::load(engine, &snap, cache_dir)
+    }
+
+    /// Picks the policy for a maintenance: its annotation, else the first
+    /// rule matching the node's labels (when the node is known), else the
+    /// default.
+    pub fn select(
+        &self,
+        annotation: Option<&str>,
+        node_labels: Option<&BTreeMap<String, String>>,
+    ) -> Result<Selected> {
+        let pick = |name: &str, why: String| -> Result<Selected> {
+            match self.policies.get(name) {
+                Some(p) => Ok(Selected {
+                    policy: p.clone(),
+                    name: name.to_owned(),
+                    why,
+                }),
+                None => Err(Error::PolicyNotFound {
+                    name: name.to_owned(),
+                    available: self.names().join(", "),
+                }),
+            }
+        };
+        if let Some(name) = annotation.map(str::trim).filter(|s| !s.is_empty()) {
+            return pick(name, format!("annotation {POLICY_ANNOTATION}"));
+        }
+        if let Some(labels) = node_labels {
+            let labels = serde_json::to_value(labels).unwrap_or_default();
+            if let Some(rule) = self.rules.iter().find(|r| r.selector.matches(&labels)) {
+                return pick(&rule.policy, format!("rule nodeSelector {}", rule.shown));
+            }
+        }
+        pick(&self.default, "default".to_owned())
+    }
+
+    /// The names of the policies, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.policies.keys().cloned().collect()
+    }
+
+    /// Whether the set has a policy of this name.
+    pub fn contains(&self, name: &str) -> bool {
+        self.policies.contains_key(name)
+    }
+
+    /// The default policy's name.
+    pub fn default_name(&self) -> &str {
+        &self.default
+    }
+
+    /// The snapshot fingerprint the set was built from.
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// One line for logs and the readiness detail.
+    pub fn summary(&self) -> String {
+        let names: BTreeSet<&str> = self.policies.keys().map(String::as_str).collect();
+        format!(
+            "{} policies ({}), default {}, {} rules",
+            names.len(),
+            names.into_iter().collect::<Vec<_>>().join(", "),
+            self.default,
+            self.rules.len()
+        )
+    }
+}

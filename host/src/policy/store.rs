@@ -1,0 +1,227 @@
+//! The policy set in use, and its hot reload.
+//!
+//! [`PolicyStore`] holds the current [`PolicySet`]. When it was loaded from
+//! a directory, [`PolicyStore::watch`] reloads it when the directory
+//! changes (inotify events, debounced, plus a slow poll as a safety net).
+//! A new set is used only if every policy in it compiles and passes its
+//! self-check and `policies.yaml` is valid; otherwise the last good set
+//! keeps running and the rejection is logged, counted
+//! (`nmo_policy_reloads_total{result="failure"}`,
+//! `nmo_policy_last_reload_successful 0`) and shown in `/readyz?verbose`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use super::engine::{Policy, PolicyEngine};
+use super::set::{PolicySet, Snapshot};
+use crate::error::Result;
+use crate::metrics::METRICS;
+
+/// What a reload did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reload {
+    /// The directory has not changed since the last attempt.
+    Unchanged,
+    /// A new set is in use.
+    Reloaded,
+    /// The new content was rejected; the last good set stays in use.
+    Rejected(String),
+}
+
+#[derive(Debug, Default)]
+struct Status {
+    /// Fingerprint of the last snapshot tried, good or bad.
+    last_tried: String,
+    /// Why the last reload was rejected, while the directory still holds
+    /// that content.
+    rejected: Option<String>,
+}
+
+/// The policy set in use. Shared by the controller, the probes and the
+/// reloader.
+#[derive(Debug)]
+pub struct PolicyStore {
+    current: RwLock<Arc<PolicySet>>,
+    status: Mutex<Status>,
+    source: Option<Source>,
+}
+
+#[derive(Debug)]
+struct Source {
+    dir: PathBuf,
+    engine: PolicyEngine,
+    cache_dir: Option<PathBuf>,
+}
+
+impl PolicyStore {
+    /// A store that never changes.
+    pub fn fixed(set: PolicySet) -> Arc<Self> {
+        Arc::new(PolicyStore {
+            status: Mutex::new(Status {
+                last_tried: set.fingerprint().to_owned(),
+                rejected: None,
+            }),
+            current: RwLock::new(Arc::new(set)),
+            source: None,
+        })
+    }
+
+    /// A store of one policy, for everything.
+    pub fn single(policy: Policy) -> Arc<Self> {
+        Self::fixed(PolicySet::single(policy))
+    }
+
+    /// Loads the policy directory `dir`; a directory that does not exist
+    /// gives the embedded default policy (and is picked up if it appears).
+    /// A directory that exists but does not load is an error: at start
+    /// there is no last good set to fall back on.
+    pub fn from_dir(
+        engine: PolicyEngine,
+        dir: &Path,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<Arc<Self>> {
+        let (set, tried) = if dir.exists() {
+            let snap = Snapshot::read(dir)?;
+            let set = PolicySet::load(&engine, &snap, cache_dir.as_deref())?;
+            (set, snap.fingerprint)
+        } else {
+            tracing::info!(logger = "policy", dir = %dir.display(), "no policy directory; using the embedded default policy");
+            (
+                PolicySet::builtin(&engine, cache_dir.as_deref())?,
+                String::new(),
+            )
+        };
+        tracing::info!(logger = "policy", dir = %dir.display(), set = %set.summary(), "policies loaded");
+        Ok(Arc::new(PolicyStore {
+            current: RwLock::new(Arc::new(set)),
+            status: Mutex::new(Status {
+                last_tried: tried,
+                rejected: None,
+            }),
+            source: Some(Source {
+                dir: dir.to_owned(),
+                engine,
+                cache_dir,
+            }),
+        }))
+    }
+
+    /// The set in use now.
+    pub fn current(&self) -> Arc<PolicySet> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Why the directory's current content was rejected, if it was.
+    pub fn rejected(&self) -> Option<String> {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rejected
+            .clone()
+    }
+
+    /// The readiness detail: what is in use, and any rejected reload. The
+    /// operator stays ready after a rejected reload (it keeps working with
+    /// the last good set), so this never fails once a set is loaded.
+    pub fn readiness(&self) -> String {
+        let set = self.current();
+        match self.rejected() {
+            None => set.summary(),
+            Some(why) => format!(
+                "{}; the policy directory's new content was rejected, the last good set stays \
+                 in use: {why}",
+                set.summary()
+            ),
+        }
+    }
+
+    /// Reads the directory and, if it changed, loads and swaps in the new
+    /// set. Blocking (compiles); call it off the async runtime.
+    pub fn reload(&self) -> Reload {
+        let Some(src) = &self.source else {
+            return Reload::Unchanged;
+        };
+        let snap = if src.dir.exists() {
+            Snapshot::read(&src.dir)
+        } else {
+            Err(crate::Error::Config(format!(
+                "policy directory {} is gone",
+                src.dir.display()
+            )))
+        };
+        let fingerprint = match &snap {
+            Ok(s) => s.fingerprint.clone(),
+            Err(e) => format!("error: {e}"),
+        };
+        {
+            let status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            if status.last_tried == fingerprint {
+                return Reload::Unchanged;
+            }
+        }
+        let result = snap.and_then(|s| PolicySet::load(&src.engine, &s, src.cache_dir.as_deref()));
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.last_tried = fingerprint;
+        match result {
+            Ok(set) => {
+                tracing::info!(logger = "policy", dir = %src.dir.display(), set = %set.summary(), "policies reloaded");
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
+                status.rejected = None;
+                METRICS.policy_reloads.with_label_values(&["success"]).inc();
+                METRICS.policy_reload_ok.set(1);
+                Reload::Reloaded
+            }
+            Err(e) => {
+                let why = e.to_string();
+                tracing::error!(logger = "policy", dir = %src.dir.display(), error = %why, category = e.category(), "policy reload rejected; the last good set stays in use");
+                status.rejected = Some(why.clone());
+                METRICS.policy_reloads.with_label_values(&["failure"]).inc();
+                METRICS.policy_reload_ok.set(0);
+                Reload::Rejected(why)
+            }
+        }
+    }
+
+    /// Reloads whenever the directory changes, until the task is dropped:
+    /// on inotify events (debounced by `debounce`) and every `poll` in
+    /// case an event was missed (or the directory did not exist yet).
+    pub async fn watch(self: Arc<Self>, debounce: Duration, poll: Duration) {
+        let Some(src) = &self.source else { return };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let _watcher = {
+            use notify::Watcher;
+            let tx = tx.clone();
+            let watcher = notify::recommended_watcher(move |_event| {
+                let _ = tx.send(());
+            })
+            .and_then(|mut w| {
+                w.watch(&src.dir, notify::RecursiveMode::NonRecursive)
+                    .map(|()| w)
+            });
+            match watcher {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::info!(logger = "policy", dir = %src.dir.display(), error = %e, poll = ?poll, "not watching the policy directory for events; polling it");
+                    None
+                }
+            }
+        };
+        loop {
+            tokio::select! {
+                Some(()) = rx.recv() => {
+                    tokio::time::sleep(debounce).await;
+                    while rx.try_recv().is_ok() {}
+                }
+                () = tokio::time::sleep(poll) => {}
+            }
+            let store = self.clone();
+            if let Err(e) = tokio::task::spawn_blocking(move || store.reload()).await {
+                tracing::error!(logger = "policy", error = %e, "policy reload task failed");
+            }
+        }
+    }
+}
