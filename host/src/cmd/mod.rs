@@ -108,6 +108,17 @@ pub enum PolicyCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Run a policy on scenarios (YAML: a maintenance, a node, pods as
+    /// `kubectl get -o yaml` prints them, and the expected decisions).
+    /// Exit code 0: all passed; 1: some failed; 2: the policy or a scenario
+    /// could not be read.
+    Test {
+        /// The policy (.wasm); `default` names the embedded default policy.
+        policy: PathBuf,
+        /// Scenario files, or directories of them.
+        #[arg(required = true)]
+        scenarios: Vec<PathBuf>,
+    },
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -133,6 +144,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
+        Some(Command::Policy(PolicyCommand::Test { policy, scenarios })) => {
+            Ok(policy_test(&policy, &scenarios))
+        }
     }
 }
 
@@ -247,15 +261,40 @@ async fn start_servers(
     Ok(())
 }
 
+/// Loads a policy file, or the embedded default for `default`.
+fn load_policy(engine: &PolicyEngine, file: &std::path::Path) -> nmo::Result<nmo::policy::Policy> {
+    if file.as_os_str() == "default" {
+        engine.default_policy()
+    } else {
+        engine.load_file(file)
+    }
+}
+
+fn policy_test(policy: &std::path::Path, scenarios: &[PathBuf]) -> ExitCode {
+    let report = PolicyEngine::new(EngineConfig::default())
+        .and_then(|engine| load_policy(&engine, policy))
+        .and_then(|p| nmo::policy::harness::run_paths(&p, scenarios));
+    match report {
+        Ok(report) => {
+            print!("{}", report.render());
+            if report.failed() == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let engine = PolicyEngine::new(EngineConfig::default())?;
     let mut failed = 0;
     for file in files {
-        let loaded = if file.as_os_str() == "default" {
-            engine.default_policy()
-        } else {
-            engine.load_file(file)
-        };
+        let loaded = load_policy(&engine, file);
         match loaded.and_then(|p| selfcheck::run(&p).map(|()| p)) {
             Ok(p) => println!("ok    {} (sha256 {})", file.display(), &p.digest()[..12]),
             Err(e) => {

@@ -44,29 +44,7 @@ fn now() -> Time {
 
 /// The maintenance as the policy sees it.
 fn record(nm: &NodeMaintenance, attempt: u32) -> types::Maintenance {
-    let s = status(nm);
-    let elapsed = nm
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| (Timestamp::now().as_millisecond() - t.0.as_millisecond()).max(0) as u64)
-        .unwrap_or(0);
-    types::Maintenance {
-        name: nm.name_any(),
-        node_name: nm.spec.node_name.clone(),
-        reason: nm.spec.reason.clone().unwrap_or_default(),
-        labels: convert::key_values(nm.metadata.labels.as_ref()),
-        annotations: convert::key_values(nm.metadata.annotations.as_ref()),
-        phase: s.phase.map(|p| match p {
-            MaintenancePhase::Running => types::MaintenancePhase::Running,
-            MaintenancePhase::Succeeded => types::MaintenancePhase::Succeeded,
-            MaintenancePhase::Failed => types::MaintenancePhase::Failed,
-        }),
-        drain_progress: s.drain_progress.clamp(0, 100) as u32,
-        error_on_lease_count: s.error_on_lease_count.max(0) as u32,
-        attempt: attempt.max(1),
-        elapsed_ms: elapsed,
-    }
+    convert::maintenance(nm, attempt, Timestamp::now())
 }
 
 /// Reads the NodeMaintenance fresh, changes its status with `f`, and writes

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
 
-use super::types::{KeyValue, Node, Owner, Pod, PodPhase, Taint, TaintEffect};
+use super::types::{self, KeyValue, Node, Owner, Pod, PodPhase, Taint, TaintEffect};
 
 /// The annotation the kubelet puts on mirror (static) pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -131,5 +131,38 @@ pub fn node(n: &core::Node) -> Node {
             })
             .collect(),
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+    }
+}
+
+/// A NodeMaintenance as the policy sees it, `now` being the time of the
+/// decision (for `elapsed-ms`).
+pub fn maintenance(
+    nm: &crate::crd::NodeMaintenance,
+    attempt: u32,
+    now: jiff::Timestamp,
+) -> types::Maintenance {
+    use crate::crd::MaintenancePhase as Phase;
+    let s = nm.status.clone().unwrap_or_default();
+    let elapsed = nm
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| (now.as_millisecond() - t.0.as_millisecond()).max(0) as u64)
+        .unwrap_or(0);
+    types::Maintenance {
+        name: nm.metadata.name.clone().unwrap_or_default(),
+        node_name: nm.spec.node_name.clone(),
+        reason: nm.spec.reason.clone().unwrap_or_default(),
+        labels: key_values(nm.metadata.labels.as_ref()),
+        annotations: key_values(nm.metadata.annotations.as_ref()),
+        phase: s.phase.map(|p| match p {
+            Phase::Running => types::MaintenancePhase::Running,
+            Phase::Succeeded => types::MaintenancePhase::Succeeded,
+            Phase::Failed => types::MaintenancePhase::Failed,
+        }),
+        drain_progress: s.drain_progress.clamp(0, 100) as u32,
+        error_on_lease_count: s.error_on_lease_count.max(0) as u32,
+        attempt: attempt.max(1),
+        elapsed_ms: elapsed,
     }
 }

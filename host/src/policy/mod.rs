@@ -25,6 +25,7 @@ mod engine;
 mod output;
 
 pub mod convert;
+pub mod harness;
 pub mod native;
 pub mod selfcheck;
 pub mod set;

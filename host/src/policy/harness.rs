@@ -1,0 +1,572 @@
+//! The policy test harness: run a policy on scenarios and compare its
+//! answers with the expected ones.
+//!
+//! A scenario file is YAML, one scenario per document (`---` between
+//! them). The objects are ordinary Kubernetes YAML, what
+//! `kubectl get pod -o yaml` prints:
+//!
+//! ```yaml
+//! name: StatefulSet pods go last, one at a time
+//! maintenance:            # optional; a NodeMaintenance (default: nodeName node-1)
+//!   metadata: {name: nm-1, annotations: {nmo.medik8s.io/give-up-after: 15m}}
+//!   spec: {nodeName: node-1, reason: kernel upgrade}
+//!   status: {phase: Running, drainProgress: 40}
+//! elapsed: 12m            # optional: time since the maintenance was created
+//! attempt: 3              # optional: the decision's attempt number (default 1)
+//! node:                   # optional; a Node (default: named after spec.nodeName, cordoned)
+//!   metadata: {name: node-1, labels: {storage: local}}
+//! pods:                   # Pods, or the `kind: List` kubectl prints
+//!   - metadata: {name: db-0, namespace: default, ownerReferences: [...]}
+//!     spec: {containers: [...]}
+//! failure:                # optional: ask on-failure instead of plan-drain
+//!   drainIncomplete: {pending: [default/db-0], timedOut: true, message: "..."}
+//!   # or: nodeNotFound, {leaseHeld: holder}, {leaseError: msg}, {apiError: msg}
+//! expect:
+//!   decisions:            # by namespace/name (or name, for namespace default)
+//!     default/web-1: evict            # evict | delete | skip | block
+//!     default/db-0: {action: evict, order: 1, gracePeriodSeconds: 30}
+//!     default/bare: {action: block, reason: "no controller"}   # reason: a substring
+//!   attemptTimeoutMs: 30000
+//!   maxConcurrentEvictions: 2         # or null for no limit
+//!   verdict: retryWithBackoff         # | {retryAfterMs: 5000} | fail | {fail: "substring"}
+//!   error: invalid_decision           # the policy must fail, in this category
+//! ```
+//!
+//! Only what `expect` names is checked; pods it does not list may get any
+//! decision. Every answer is validated exactly as the operator validates
+//! it, so a scenario that passes here is an answer the operator acts on.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1 as core;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::engine::Policy;
+use super::types::{DrainReport, Failure, PodRef};
+use super::validate::{Action, Plan, Verdict};
+use crate::crd::NodeMaintenance;
+use crate::error::{Error, Result};
+
+/// One scenario, as read from a file.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// What the scenario shows.
+    pub name: String,
+    /// The file it came from, and its document number (from 1).
+    pub source: String,
+    maintenance: NodeMaintenance,
+    elapsed_ms: u64,
+    attempt: u32,
+    node: core::Node,
+    pods: Vec<core::Pod>,
+    failure: Option<Failure>,
+    expect: Expect,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Expect {
+    #[serde(default)]
+    decisions: BTreeMap<String, Value>,
+    attempt_timeout_ms: Option<u64>,
+    #[serde(default, deserialize_with = "present")]
+    max_concurrent_evictions: Option<Option<u32>>,
+    verdict: Option<Value>,
+    error: Option<String>,
+}
+
+/// `Some(None)` for an explicit `null`, `None` when absent.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
+    Option::<u32>::deserialize(d).map(Some)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawScenario {
+    name: String,
+    maintenance: Option<Value>,
+    elapsed: Option<Value>,
+    attempt: Option<u32>,
+    node: Option<Value>,
+    #[serde(default)]
+    pods: Value,
+    failure: Option<Value>,
+    expect: Expect,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+enum RawFailure {
+    NodeNotFound,
+    LeaseHeld(String),
+    LeaseError(String),
+    ApiError(String),
+    DrainIncomplete(RawReport),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+struct RawReport {
+    pending: Vec<String>,
+    pdb_blocked: Vec<String>,
+    blocked: Vec<String>,
+    timed_out: bool,
+    message: String,
+}
+
+fn pod_ref(key: &str) -> PodRef {
+    let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
+    PodRef {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    }
+}
+
+/// `90s`, `15m`, `2h`, `1500ms`, or a number of milliseconds.
+fn duration_ms(v: &Value) -> std::result::Result<u64, String> {
+    if let Some(n) = v.as_u64() {
+        return Ok(n);
+    }
+    let s = v
+        .as_str()
+        .ok_or("expected a duration like 90s, 15m or 2h")?;
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let n: u64 = s[..split]
+        .parse()
+        .map_err(|_| format!("cannot read duration {s:?}"))?;
+    let unit = match &s[split..] {
+        "ms" | "" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        other => return Err(format!("unknown unit {other:?} in {s:?} (ms, s, m, h)")),
+    };
+    Ok(n * unit)
+}
+
+/// Fills in `apiVersion` and `kind` when a pasted object lacks them.
+fn typed(mut v: Value, api_version: &str, kind: &str) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.entry("apiVersion").or_insert_with(|| json!(api_version));
+        o.entry("kind").or_insert_with(|| json!(kind));
+    }
+    v
+}
+
+impl Scenario {
+    fn from_raw(raw: RawScenario, source: String) -> std::result::Result<Self, String> {
+        let nm = raw.maintenance.unwrap_or_else(|| json!({}));
+        let mut nm = typed(nm, "nodemaintenance.medik8s.io/v1beta1", "NodeMaintenance");
+        let node_name = raw
+            .node
+            .as_ref()
+            .and_then(|n| n["metadata"]["name"].as_str())
+            .unwrap_or("node-1")
+            .to_owned();
+        {
+            let o = nm
+                .as_object_mut()
+                .ok_or("maintenance: expected an object")?;
+            let meta = o.entry("metadata").or_insert_with(|| json!({}));
+            if meta.get("name").is_none() {
+                meta["name"] = json!("scenario");
+            }
+            let spec = o.entry("spec").or_insert_with(|| json!({}));
+            if spec.get("nodeName").is_none() {
+                spec["nodeName"] = json!(node_name);
+            }
+        }
+        let maintenance: NodeMaintenance =
+            serde_json::from_value(nm).map_err(|e| format!("maintenance: {e}"))?;
+        let node = raw.node.unwrap_or_else(|| {
+            json!({"metadata": {"name": maintenance.spec.node_name}, "spec": {"unschedulable": true}})
+        });
+        let node: core::Node =
+            serde_json::from_value(typed(node, "v1", "Node")).map_err(|e| format!("node: {e}"))?;
+        let items = match raw.pods {
+            Value::Null => Vec::new(),
+            Value::Array(a) => a,
+            Value::Object(mut o) => match o.remove("items") {
+                Some(Value::Array(a)) => a,
+                _ => return Err("pods: expected a list of Pods or a `kind: List`".into()),
+            },
+            _ => return Err("pods: expected a list of Pods or a `kind: List`".into()),
+        };
+        let pods = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut p = typed(p, "v1", "Pod");
+                if p["metadata"]["namespace"].is_null() && p["metadata"].is_object() {
+                    p["metadata"]["namespace"] = json!("default");
+                }
+                serde_json::from_value::<core::Pod>(p).map_err(|e| format!("pods[{i}]: {e}"))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let failure = match raw.failure {
+            None => None,
+            Some(v) => Some(
+                match serde_json::from_value::<RawFailure>(v)
+                    .map_err(|e| format!("failure: {e}"))?
+                {
+                    RawFailure::NodeNotFound => Failure::NodeNotFound,
+                    RawFailure::LeaseHeld(h) => Failure::LeaseHeld(h),
+                    RawFailure::LeaseError(m) => Failure::LeaseError(m),
+                    RawFailure::ApiError(m) => Failure::ApiError(m),
+                    RawFailure::DrainIncomplete(r) => Failure::DrainIncomplete(DrainReport {
+                        pending: r.pending.iter().map(|k| pod_ref(k)).collect(),
+                        pdb_blocked: r.pdb_blocked.iter().map(|k| pod_ref(k)).collect(),
+                        blocked: r.blocked.iter().map(|k| pod_ref(k)).collect(),
+                        timed_out: r.timed_out,
+                        message: r.message,
+                    }),
+                },
+            ),
+        };
+        let e = &raw.expect;
+        let plan_expected = !e.decisions.is_empty()
+            || e.attempt_timeout_ms.is_some()
+            || e.max_concurrent_evictions.is_some();
+        if failure.is_some() && plan_expected {
+            return Err("expect: a scenario with a failure gets a verdict, not decisions".into());
+        }
+        if failure.is_none() && e.verdict.is_some() {
+            return Err("expect: a verdict needs a `failure` to answer".into());
+        }
+        if !plan_expected && e.verdict.is_none() && e.error.is_none() {
+            return Err("expect: nothing to check (decisions, verdict or error)".into());
+        }
+        let elapsed_ms = match &raw.elapsed {
+            None => 0,
+            Some(v) => duration_ms(v).map_err(|e| format!("elapsed: {e}"))?,
+        };
+        Ok(Scenario {
+            name: raw.name,
+            source,
+            maintenance,
+            elapsed_ms,
+            attempt: raw.attempt.unwrap_or(1),
+            node,
+            pods,
+            failure,
+            expect: raw.expect,
+        })
+    }
+}
+
+/// Reads the scenarios of a file, or of every `.yaml`/`.yml` file of a
+/// directory (sorted by name).
+pub fn load(path: &Path) -> Result<Vec<Scenario>> {
+    let bad = |what: String| Error::Config(format!("{}: {what}", path.display()));
+    if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| bad(e.to_string()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(bad("no .yaml scenario files".into()));
+        }
+        let mut all = Vec::new();
+        for f in files {
+            all.extend(load(&f)?);
+        }
+        return Ok(all);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let mut out = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let source = format!("{}#{}", path.display(), i + 1);
+        let value = Value::deserialize(doc).map_err(|e| bad(format!("document {}: {e}", i + 1)))?;
+        if value.is_null() {
+            continue;
+        }
+        let raw: RawScenario =
+            serde_json::from_value(value).map_err(|e| bad(format!("document {}: {e}", i + 1)))?;
+        let name = raw.name.clone();
+        out.push(
+            Scenario::from_raw(raw, source).map_err(|e| bad(format!("scenario {name:?}: {e}")))?,
+        );
+    }
+    if out.is_empty() {
+        return Err(bad("no scenarios".into()));
+    }
+    Ok(out)
+}
+
+/// How one scenario went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub name: String,
+    pub source: String,
+    /// Each difference as `(what, expected, actual)`; empty: passed.
+    pub diffs: Vec<(String, String, String)>,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        self.diffs.is_empty()
+    }
+}
+
+fn show_action(a: &Action, order: u32) -> String {
+    let grace = |g: &Option<i64>| g.map(|g| format!(" (grace {g}s)")).unwrap_or_default();
+    let mut s = match a {
+        Action::Evict {
+            grace_period_seconds: g,
+        } => format!("evict{}", grace(g)),
+        Action::Delete {
+            grace_period_seconds: g,
+        } => format!("delete{}", grace(g)),
+        Action::Skip { reason } => format!("skip: {reason}"),
+        Action::Block { reason } => format!("block: {reason}"),
+    };
+    if order != 0 {
+        let _ = write!(s, ", order {order}");
+    }
+    s
+}
+
+/// Compares one expected decision with the actual one; `Err(expected, as
+/// shown)` if it does not match.
+fn check_decision(want: &Value, got: &Action, order: u32) -> std::result::Result<(), String> {
+    let (kind, fields) = match want {
+        Value::String(s) => (s.as_str(), None),
+        Value::Object(o) => (
+            o.get("action").and_then(Value::as_str).unwrap_or(""),
+            Some(o),
+        ),
+        _ => ("", None),
+    };
+    let (got_kind, got_grace, got_reason) = match got {
+        Action::Evict {
+            grace_period_seconds: g,
+        } => ("evict", *g, ""),
+        Action::Delete {
+            grace_period_seconds: g,
+        } => ("delete", *g, ""),
+        Action::Skip { reason } => ("skip", None, reason.as_str()),
+        Action::Block { reason } => ("block", None, reason.as_str()),
+    };
+    let shown = || {
+        let mut s = kind.to_owned();
+        for (k, v) in fields.into_iter().flatten() {
+            if k != "action" {
+                let _ = write!(s, ", {k} {v}");
+            }
+        }
+        s
+    };
+    if !["evict", "delete", "skip", "block"].contains(&kind) {
+        return Err(format!(
+            "(bad expectation {want}: use evict, delete, skip or block)"
+        ));
+    }
+    let mut ok = kind == got_kind;
+    if let Some(f) = fields {
+        for (k, v) in f {
+            ok &= match k.as_str() {
+                "action" => true,
+                "order" => v.as_u64() == Some(u64::from(order)),
+                "gracePeriodSeconds" => {
+                    v.as_i64() == got_grace || (v.is_null() && got_grace.is_none())
+                }
+                "reason" => v.as_str().is_some_and(|r| got_reason.contains(r)),
+                other => return Err(format!("(unknown field {other:?} in {want})")),
+            };
+        }
+    }
+    if ok { Ok(()) } else { Err(shown()) }
+}
+
+fn check_verdict(want: &Value, got: &Verdict) -> bool {
+    match (want, got) {
+        (Value::String(s), Verdict::RetryWithBackoff) => s == "retryWithBackoff",
+        (Value::String(s), Verdict::Fail(_)) => s == "fail",
+        (Value::Object(o), Verdict::RetryAfter(d)) => {
+            o.get("retryAfterMs").and_then(Value::as_u64) == Some(d.as_millis() as u64)
+        }
+        (Value::Object(o), Verdict::Fail(m)) => o
+            .get("fail")
+            .and_then(Value::as_str)
+            .is_some_and(|want| m.contains(want)),
+        _ => false,
+    }
+}
+
+fn show_verdict(v: &Verdict) -> String {
+    match v {
+        Verdict::RetryAfter(d) => format!("{{retryAfterMs: {}}}", d.as_millis()),
+        Verdict::RetryWithBackoff => "retryWithBackoff".into(),
+        Verdict::Fail(m) => format!("{{fail: {m:?}}}"),
+    }
+}
+
+/// Runs one scenario.
+pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
+    let mut diffs = Vec::new();
+    let mut m = super::convert::maintenance(&s.maintenance, s.attempt, jiff::Timestamp::now());
+    m.elapsed_ms = s.elapsed_ms;
+    let e = &s.expect;
+    let answer: Result<std::result::Result<Plan, Verdict>> = match &s.failure {
+        Some(f) => policy.on_failure(&m, f).map(Err),
+        None => policy.plan_drain_k8s(&m, &s.node, &s.pods).map(Ok),
+    };
+    match (answer, &e.error) {
+        (Err(err), Some(cat)) if err.category() == cat => {}
+        (Err(err), Some(cat)) => diffs.push((
+            "error".into(),
+            cat.clone(),
+            format!("{} ({err})", err.category()),
+        )),
+        (Err(err), None) => diffs.push((
+            "answer".into(),
+            "a valid answer".into(),
+            format!("error {}: {err}", err.category()),
+        )),
+        (Ok(_), Some(cat)) => diffs.push(("error".into(), cat.clone(), "a valid answer".into())),
+        (Ok(Ok(plan)), None) => {
+            let by_key: BTreeMap<String, (&Action, u32)> = plan
+                .steps
+                .iter()
+                .map(|st| {
+                    (
+                        format!("{}/{}", st.namespace, st.name),
+                        (&st.action, st.order),
+                    )
+                })
+                .collect();
+            for (key, want) in &e.decisions {
+                let key = if key.contains('/') {
+                    key.clone()
+                } else {
+                    format!("default/{key}")
+                };
+                match by_key.get(&key) {
+                    None => diffs.push((
+                        key,
+                        format!("{want}"),
+                        "(no such pod in the scenario)".into(),
+                    )),
+                    Some((action, order)) => {
+                        if let Err(want) = check_decision(want, action, *order) {
+                            diffs.push((key, want, show_action(action, *order)));
+                        }
+                    }
+                }
+            }
+            if let Some(t) = e.attempt_timeout_ms {
+                let got = plan.attempt_timeout.as_millis() as u64;
+                if got != t {
+                    diffs.push(("attemptTimeoutMs".into(), t.to_string(), got.to_string()));
+                }
+            }
+            if let Some(want) = e.max_concurrent_evictions {
+                let got = plan.max_concurrent_evictions.map(|n| n.get());
+                if got != want {
+                    let show = |v: Option<u32>| v.map_or("null".to_owned(), |n| n.to_string());
+                    diffs.push(("maxConcurrentEvictions".into(), show(want), show(got)));
+                }
+            }
+        }
+        (Ok(Err(verdict)), None) => {
+            if let Some(want) = e.verdict.as_ref().filter(|w| !check_verdict(w, &verdict)) {
+                let want = match want {
+                    Value::String(s) => s.clone(),
+                    other => serde_yaml::to_string(other)
+                        .map(|s| format!("{{{}}}", s.trim().replace('\n', ", ")))
+                        .unwrap_or_default(),
+                };
+                diffs.push(("verdict".into(), want, show_verdict(&verdict)));
+            }
+        }
+    }
+    Outcome {
+        name: s.name.clone(),
+        source: s.source.clone(),
+        diffs,
+    }
+}
+
+/// The outcomes of a run, printable.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub outcomes: Vec<Outcome>,
+}
+
+impl Report {
+    pub fn passed(&self) -> usize {
+        self.outcomes.iter().filter(|o| o.passed()).count()
+    }
+
+    pub fn failed(&self) -> usize {
+        self.outcomes.len() - self.passed()
+    }
+
+    /// `PASS`/`FAIL` per scenario, a `-` expected / `+` actual diff under
+    /// each failure, and a total line.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for o in &self.outcomes {
+            let mark = if o.passed() { "PASS" } else { "FAIL" };
+            let _ = writeln!(out, "{mark}  {}  ({})", o.name, o.source);
+            for (what, want, got) in &o.diffs {
+                let _ = writeln!(out, "        {what}");
+                let _ = writeln!(out, "          - expected: {want}");
+                let _ = writeln!(out, "          + actual:   {got}");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "{} scenarios: {} passed, {} failed",
+            self.outcomes.len(),
+            self.passed(),
+            self.failed()
+        );
+        out
+    }
+}
+
+/// Runs every scenario of `paths` (files or directories) on `policy`.
+pub fn run_paths(policy: &Policy, paths: &[PathBuf]) -> Result<Report> {
+    let mut report = Report::default();
+    for p in paths {
+        for s in load(p)? {
+            report.outcomes.push(run(policy, &s));
+        }
+    }
+    Ok(report)
+}
+
+/// For a policy's own `cargo test`: loads the policy file, runs the
+/// scenarios and panics with the report if any fails.
+///
+/// ```ignore
+/// #[test]
+/// fn scenarios() {
+///     nmo::policy::harness::assert_scenarios(
+///         "target/wasm32-wasip2/release/my_policy.wasm",
+///         "scenarios",
+///     );
+/// }
+/// ```
+pub fn assert_scenarios(policy_wasm: impl AsRef<Path>, scenarios: impl AsRef<Path>) -> Report {
+    let engine =
+        super::PolicyEngine::new(super::EngineConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+    let policy = engine
+        .load_file(policy_wasm.as_ref())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let report =
+        run_paths(&policy, &[scenarios.as_ref().to_owned()]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        report.failed() == 0,
+        "policy {} failed scenarios:\n{}",
+        policy_wasm.as_ref().display(),
+        report.render()
+    );
+    report
+}

@@ -1,0 +1,461 @@
+//! The policy directory: policies.yaml, a kubelet-style ConfigMap mount,
+//! hot reload that keeps the last good set, the compiled-artifact cache,
+//! and which policy a running maintenance uses across a reload.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube::api::{DeleteParams, PostParams};
+use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::metrics::METRICS;
+use nmo::policy::set::Snapshot;
+use nmo::policy::{EngineConfig, PolicyEngine, PolicySet, PolicyStore, Reload};
+use serde_json::json;
+
+fn built(name: &str) -> Vec<u8> {
+    std::fs::read(Path::new(env!("NMO_POLICY_WASM_DIR")).join(format!("nmo_policy_{name}.wasm")))
+        .unwrap()
+}
+
+fn engine() -> PolicyEngine {
+    PolicyEngine::new(EngineConfig::default()).unwrap()
+}
+
+/// Writes `files` as a kubelet writes a ConfigMap volume: a fresh
+/// timestamped directory, `..data` swapped to it atomically, and a
+/// top-level link per key.
+fn configmap_update(dir: &Path, version: u32, files: &[(&str, Vec<u8>)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ts = format!("..2026_11_29_00_00_{version:02}.{}", 100 + version);
+    std::fs::create_dir(dir.join(&ts)).unwrap();
+    for (name, bytes) in files {
+        std::fs::write(dir.join(&ts).join(name), bytes).unwrap();
+    }
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(&ts, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    // Links for the keys; old keys' links are removed.
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if !name.starts_with("..") && !files.iter().any(|(f, _)| *f == name) {
+            std::fs::remove_file(dir.join(&name)).unwrap();
+        }
+    }
+    for (name, _) in files {
+        let link = dir.join(name);
+        if link.symlink_metadata().is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), link).unwrap();
+        }
+    }
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+const RULES: &str = r#"
+default: never-force
+rules:
+  - nodeSelector: {matchLabels: {workload: databases}}
+    policy: stateful-last
+  - nodeSelector: "tier in (batch, ml)"
+    policy: builtin
+"#;
+
+#[test]
+fn policies_yaml_picks_by_annotation_then_rule_then_default() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("never-force.wasm"), built("never_force")).unwrap();
+    std::fs::write(
+        dir.path().join("stateful-last.wasm"),
+        built("stateful_last"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("policies.yaml"), RULES).unwrap();
+    std::fs::write(dir.path().join("README.md"), "ignored").unwrap();
+    let set = PolicySet::load(&engine(), &Snapshot::read(dir.path()).unwrap(), None).unwrap();
+    assert_eq!(set.names(), ["builtin", "never-force", "stateful-last"]);
+
+    let pick = |annotation: Option<&str>, node: Option<&[(&str, &str)]>| {
+        let node = node.map(labels);
+        let s = set.select(annotation, node.as_ref()).unwrap();
+        (s.name, s.why)
+    };
+    assert_eq!(
+        pick(None, Some(&[("workload", "databases")])),
+        (
+            "stateful-last".into(),
+            r#"rule nodeSelector {"matchLabels":{"workload":"databases"}}"#.into()
+        )
+    );
+    assert_eq!(
+        pick(None, Some(&[("tier", "ml")])).0,
+        "builtin",
+        "string selectors work"
+    );
+    assert_eq!(
+        pick(None, Some(&[("tier", "web")])),
+        ("never-force".into(), "default".into())
+    );
+    assert_eq!(pick(None, None).0, "never-force", "no node: the default");
+    assert_eq!(
+        pick(Some("builtin"), Some(&[("workload", "databases")])),
+        (
+            "builtin".into(),
+            "annotation nodemaintenance.medik8s.io/policy".into()
+        ),
+        "the annotation beats the rules"
+    );
+    let err = set.select(Some("gpu-careful"), None).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"policy "gpu-careful" is not loaded (loaded: builtin, never-force, stateful-last)"#
+    );
+    assert_eq!(err.category(), "not_found");
+
+    // Without policies.yaml: default.wasm if there is one, else builtin.
+    std::fs::remove_file(dir.path().join("policies.yaml")).unwrap();
+    let set = PolicySet::load(&engine(), &Snapshot::read(dir.path()).unwrap(), None).unwrap();
+    assert_eq!(set.default_name(), "builtin");
+    std::fs::write(dir.path().join("default.wasm"), built("give_up")).unwrap();
+    let set = PolicySet::load(&engine(), &Snapshot::read(dir.path()).unwrap(), None).unwrap();
+    assert_eq!(set.default_name(), "default");
+}
+
+#[test]
+fn bad_policy_directories_are_refused_with_a_reason() {
+    let engine = engine();
+    type Files<'a> = &'a [(&'a str, &'a [u8])];
+    let cases: &[(&str, Files, &str)] = &[
+        (
+            "a rule naming a missing policy",
+            &[("policies.yaml", b"rules: [{nodeSelector: {matchLabels: {a: b}}, policy: nope}]")],
+            r#"policies.yaml: rule 1 names policy "nope", which is not in the directory (policies: builtin)"#,
+        ),
+        (
+            "a default naming a missing policy",
+            &[("policies.yaml", b"default: gone")],
+            r#"default names policy "gone""#,
+        ),
+        (
+            "an unknown field",
+            &[("policies.yaml", b"defualt: builtin")],
+            "unknown field `defualt`",
+        ),
+        (
+            "an empty selector",
+            &[("policies.yaml", b"rules: [{nodeSelector: {}, policy: builtin}]")],
+            "an empty nodeSelector would match every node",
+        ),
+        (
+            "a bad selector",
+            &[("policies.yaml", b"rules: [{nodeSelector: {matchExpressions: [{key: a, operator: Near}]}, policy: builtin}]")],
+            "unknown selector operator",
+        ),
+        (
+            "a file that is not WebAssembly",
+            &[("broken.wasm", b"<html>not found</html>")],
+            "policy broken: cannot load: not a WebAssembly file",
+        ),
+        (
+            "the reserved name",
+            &[("builtin.wasm", b"\0asm\x0d\0\x01\0")],
+            "the name \"builtin\" is reserved",
+        ),
+    ];
+    for (what, files, want) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in *files {
+            std::fs::write(dir.path().join(name), bytes).unwrap();
+        }
+        let err = PolicySet::load(&engine, &Snapshot::read(dir.path()).unwrap(), None)
+            .expect_err(what)
+            .to_string();
+        assert!(err.contains(want), "{what}: {err}");
+    }
+}
+
+fn reloads(result: &str) -> u64 {
+    METRICS.policy_reloads.with_label_values(&[result]).get()
+}
+
+#[test]
+fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("policies");
+    configmap_update(&dir, 1, &[("never-force.wasm", built("never_force"))]);
+    let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
+    assert_eq!(store.current().names(), ["builtin", "never-force"]);
+    assert_eq!(store.reload(), Reload::Unchanged);
+
+    // Version 2: a policies.yaml and another policy.
+    configmap_update(
+        &dir,
+        2,
+        &[
+            ("never-force.wasm", built("never_force")),
+            ("opt-out.wasm", built("opt_out")),
+            ("policies.yaml", b"default: opt-out\n".to_vec()),
+        ],
+    );
+    assert_eq!(store.reload(), Reload::Reloaded);
+    assert_eq!(store.current().default_name(), "opt-out");
+    let good = store.current().fingerprint().to_owned();
+
+    // Version 3 is broken: the set stays version 2's, and says why.
+    let failures = reloads("failure");
+    configmap_update(
+        &dir,
+        3,
+        &[
+            ("opt-out.wasm", b"garbage".to_vec()),
+            ("policies.yaml", b"default: opt-out\n".to_vec()),
+        ],
+    );
+    let Reload::Rejected(why) = store.reload() else {
+        panic!("a broken set must be rejected")
+    };
+    assert!(
+        why.contains("policy opt-out: cannot load: not a WebAssembly file"),
+        "{why}"
+    );
+    assert_eq!(store.current().fingerprint(), good);
+    assert_eq!(
+        store.current().names(),
+        ["builtin", "never-force", "opt-out"]
+    );
+    assert_eq!(reloads("failure"), failures + 1);
+    let ready = store.readiness();
+    assert!(
+        ready.contains("new content was rejected, the last good set stays in use: policy opt-out"),
+        "{ready}"
+    );
+    // The same broken content is not retried (nor logged again).
+    assert_eq!(store.reload(), Reload::Unchanged);
+    assert_eq!(reloads("failure"), failures + 1);
+
+    // Version 4 fixes it.
+    configmap_update(&dir, 4, &[("give-up.wasm", built("give_up"))]);
+    assert_eq!(store.reload(), Reload::Reloaded);
+    assert_eq!(store.current().names(), ["builtin", "give-up"]);
+    assert_eq!(store.rejected(), None);
+    assert!(!store.readiness().contains("rejected"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_directory_is_picked_up_without_a_restart() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("policies");
+    configmap_update(&dir, 1, &[("never-force.wasm", built("never_force"))]);
+    let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
+    // A poll interval far beyond the test: only the inotify event can
+    // trigger this reload.
+    let watcher = tokio::spawn(
+        store
+            .clone()
+            .watch(Duration::from_millis(100), Duration::from_secs(3600)),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    configmap_update(&dir, 2, &[("stateful-last.wasm", built("stateful_last"))]);
+    let started = Instant::now();
+    while store.current().names() != ["builtin", "stateful-last"] {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never reloaded: {}",
+            store.readiness()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A plain directory works too.
+    let plain = root.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let store2 = PolicyStore::from_dir(engine(), &plain, None).unwrap();
+    assert_eq!(store2.current().names(), ["builtin"]);
+    let watcher2 = tokio::spawn(
+        store2
+            .clone()
+            .watch(Duration::from_millis(100), Duration::from_secs(3600)),
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    std::fs::write(plain.join("never-force.wasm"), built("never_force")).unwrap();
+    let started = Instant::now();
+    while !store2.current().contains("never-force") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "plain directory never reloaded"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    watcher.abort();
+    watcher2.abort();
+}
+
+#[test]
+fn no_policy_directory_means_the_embedded_default() {
+    let root = tempfile::tempdir().unwrap();
+    let store = PolicyStore::from_dir(engine(), &root.path().join("absent"), None).unwrap();
+    assert_eq!(store.current().names(), ["builtin"]);
+    assert_eq!(store.current().default_name(), "builtin");
+}
+
+fn artifacts(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn compiled_policies_are_cached_and_a_damaged_artifact_is_rebuilt() {
+    let cache = tempfile::tempdir().unwrap();
+    let engine = engine();
+    let wasm = built("never_force");
+    let p1 = engine
+        .load_cached("never-force", &wasm, Some(cache.path()))
+        .unwrap();
+    let files = artifacts(cache.path());
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(
+        name,
+        format!("{}-{}.cwasm", engine.compat_hash(), p1.digest())
+    );
+    let written = std::fs::metadata(&files[0]).unwrap().modified().unwrap();
+
+    // A restart (a new engine, same settings) uses the artifact as is.
+    let engine2 = PolicyEngine::new(EngineConfig::default()).unwrap();
+    assert_eq!(engine2.compat_hash(), engine.compat_hash());
+    let p2 = engine2
+        .load_cached("never-force", &wasm, Some(cache.path()))
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(&files[0]).unwrap().modified().unwrap(),
+        written,
+        "not recompiled"
+    );
+    nmo::policy::selfcheck::run(&p2).unwrap();
+
+    // A damaged artifact is never loaded: it is compiled again.
+    let bytes = std::fs::read(&files[0]).unwrap();
+    std::fs::write(&files[0], &bytes[..bytes.len() / 2]).unwrap();
+    let p3 = engine2
+        .load_cached("never-force", &wasm, Some(cache.path()))
+        .unwrap();
+    nmo::policy::selfcheck::run(&p3).unwrap();
+    assert_eq!(
+        std::fs::read(&files[0]).unwrap().len(),
+        bytes.len(),
+        "rewritten"
+    );
+
+    // An unwritable cache costs a compile, nothing else.
+    let not_a_dir = cache.path().join("file");
+    std::fs::write(&not_a_dir, "x").unwrap();
+    engine2
+        .load_cached("never-force", &wasm, Some(&not_a_dir))
+        .unwrap();
+}
+
+async fn create_nm(env: &Env, name: &str, node: &str, policy: Option<&str>) {
+    let mut nm = NodeMaintenance::new(
+        name,
+        NodeMaintenanceSpec {
+            node_name: node.into(),
+            reason: Some("test".into()),
+        },
+    );
+    if let Some(p) = policy {
+        nm.metadata.annotations = Some(BTreeMap::from([(
+            nmo::policy::POLICY_ANNOTATION.to_owned(),
+            p.to_owned(),
+        )]));
+    }
+    env.nms().create(&PostParams::default(), &nm).await.unwrap();
+}
+
+/// A maintenance finishes with the policy it started with; maintenances
+/// created after a reload use the new set; an unknown policy name waits,
+/// saying so, and acts on nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_maintenances_keep_their_policy_across_a_reload() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("policies");
+    configmap_update(
+        &dir,
+        1,
+        &[
+            ("never-force.wasm", built("never_force")),
+            ("policies.yaml", b"default: never-force\n".to_vec()),
+        ],
+    );
+    let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
+    let env = Env::start_store(3, store.clone()).await;
+    for node in ["worker-1", "worker-2", "worker-3"] {
+        env.cluster
+            .create(bare(&format!("bare-{node}"), node, json!({}), 0))
+            .unwrap();
+    }
+
+    // Under never-force, the bare pod blocks the drain.
+    create_nm(&env, "nm-1", "worker-1", None).await;
+    env.wait_status("nm-1", "blocked", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("has no controller"))
+    })
+    .await;
+
+    // The set changes: the embedded default only (which evicts bare pods).
+    configmap_update(&dir, 2, &[]);
+    assert_eq!(store.reload(), Reload::Reloaded);
+    assert_eq!(store.current().names(), ["builtin"]);
+
+    // A new maintenance uses the new set.
+    create_nm(&env, "nm-2", "worker-2", None).await;
+    env.wait_phase("nm-2", MaintenancePhase::Succeeded).await;
+    assert!(env.pods_on("worker-2").await.is_empty());
+
+    // One naming a policy that is not loaded waits and says so.
+    create_nm(&env, "nm-3", "worker-3", Some("never-force")).await;
+    let s = env
+        .wait_status("nm-3", "told the policy is missing", |s| {
+            s.last_error.is_some()
+        })
+        .await;
+    assert_eq!(
+        s.last_error.as_deref(),
+        Some(r#"policy "never-force" is not loaded (loaded: builtin)"#)
+    );
+    assert_eq!(env.pods_on("worker-3").await.len(), 1, "nothing evicted");
+
+    // nm-1 keeps never-force: its retries (every 30 s of simulated time,
+    // 1.5 s here) still block on the bare pod.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let nm1 = env.nms().get("nm-1").await.unwrap();
+    let s = nm1.status.unwrap();
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert!(s.last_error.unwrap().contains("has no controller"));
+    assert_eq!(env.pods_on("worker-1").await.len(), 1);
+
+    // Deleted and created again, it adopts the new set.
+    env.nms()
+        .delete("nm-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-1").await;
+    create_nm(&env, "nm-1", "worker-1", None).await;
+    env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    assert!(env.pods_on("worker-1").await.is_empty());
+    env.stop().await;
+}

@@ -1,0 +1,244 @@
+//! The example policies and their scenarios, and the harness that runs
+//! them (as a library and as `nmo policy test`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nmo::policy::harness;
+use nmo::policy::{EngineConfig, PolicyEngine};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn wasm(crate_dir: &str) -> PathBuf {
+    Path::new(env!("NMO_POLICY_WASM_DIR"))
+        .join(format!("nmo_policy_{}.wasm", crate_dir.replace('-', "_")))
+}
+
+/// Every example policy directory: (name, path).
+fn examples() -> Vec<(String, PathBuf)> {
+    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(root().join("policies/examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").exists())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), p))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn every_example_has_a_readme_and_passes_its_scenarios() {
+    let examples = examples();
+    assert!(examples.len() >= 3, "at least three examples: {examples:?}");
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let mut all = vec![("default".to_owned(), root().join("policies/default"))];
+    all.extend(examples);
+    for (name, dir) in all {
+        if name != "default" {
+            let readme = std::fs::read_to_string(dir.join("README.md"))
+                .unwrap_or_else(|e| panic!("{name}: README.md: {e}"));
+            assert!(
+                readme.contains("-- policy test"),
+                "{name}: README shows how to test it"
+            );
+        }
+        let policy = engine.load_file(&wasm(&name)).unwrap();
+        let report = harness::run_paths(&policy, &[dir.join("scenarios")]).unwrap();
+        assert!(
+            report.outcomes.len() >= 3,
+            "{name}: at least three scenarios"
+        );
+        assert_eq!(report.failed(), 0, "{name}:\n{}", report.render());
+    }
+}
+
+#[test]
+fn a_decision_that_differs_is_shown_as_a_diff() {
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    // The default policy evicts what never-force blocks.
+    let report = harness::run_paths(
+        &engine.default_policy().unwrap(),
+        &[root().join("policies/examples/never-force/scenarios")],
+    )
+    .unwrap();
+    assert_eq!(report.failed(), 2, "{}", report.render());
+    let text = report.render();
+    assert!(
+        text.contains(
+            "FAIL  a pod with no controller blocks the drain; managed pods are evicted\n"
+        ) || text.contains("FAIL  a pod with no controller blocks the drain"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "        default/bare\n          - expected: block, reason \"has no controller\"\n          + actual:   evict\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "- expected: {retryAfterMs: 30000}\n          + actual:   {retryAfterMs: 5000}"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.ends_with("5 scenarios: 3 passed, 2 failed\n"),
+        "{text}"
+    );
+}
+
+fn nmo(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn nmo_policy_test_exit_codes() {
+    let scenarios = root().join("policies/examples/give-up/scenarios");
+    let scenarios = scenarios.to_str().unwrap();
+    let give_up = wasm("give-up");
+    let (code, out, _) = nmo(&["policy", "test", give_up.to_str().unwrap(), scenarios]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("5 scenarios: 5 passed, 0 failed"), "{out}");
+
+    // The default policy never gives up: the two give-up scenarios fail.
+    let (code, out, _) = nmo(&["policy", "test", "default", scenarios]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("FAIL  after 10 minutes the maintenance fails"),
+        "{out}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "name: no expectations\npods: []\nexpect: {}\n").unwrap();
+    let (code, _, err) = nmo(&["policy", "test", "default", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("scenario \"no expectations\": expect: nothing to check"),
+        "{err}"
+    );
+
+    std::fs::write(
+        &bad,
+        "name: verdict without failure\nexpect: {verdict: retryWithBackoff}\n",
+    )
+    .unwrap();
+    let (code, _, err) = nmo(&["policy", "test", "default", bad.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(err.contains("a verdict needs a `failure`"), "{err}");
+
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, "not wasm").unwrap();
+    let (code, _, err) = nmo(&["policy", "test", garbage.to_str().unwrap(), scenarios]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a WebAssembly file"), "{err}");
+}
+
+#[test]
+fn an_expected_policy_error_is_checked_by_category() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.yaml");
+    // The hostile test policy traps when the maintenance's reason is `trap`.
+    let doc = |name: &str, error: &str| {
+        format!(
+            "name: {name}\nmaintenance: {{spec: {{reason: trap}}}}\npods: [{{metadata: {{name: a}}, spec: {{containers: [{{name: c, image: i}}]}}}}]\nexpect: {{error: {error}}}\n"
+        )
+    };
+    std::fs::write(
+        &file,
+        format!(
+            "{}---\n{}",
+            doc("the policy traps", "trap"),
+            doc("wrong category", "deadline")
+        ),
+    )
+    .unwrap();
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let policy = engine.load_file(&wasm("hostile")).unwrap();
+    let report = harness::run_paths(&policy, &[file]).unwrap();
+    assert!(report.outcomes[0].passed(), "{}", report.render());
+    assert!(!report.outcomes[1].passed());
+    assert!(
+        report
+            .render()
+            .contains("- expected: deadline\n          + actual:   trap"),
+        "{}",
+        report.render()
+    );
+}
+
+/// A scenario's pods can be exactly what `kubectl get pods -o yaml` prints
+/// from a (simulated) cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_pasted_from_kubectl_get_pods_o_yaml() {
+    let cluster = nmo_sim::SimCluster::start(Default::default())
+        .await
+        .unwrap();
+    cluster.add_node("worker-1").unwrap();
+    cluster
+        .apply_yaml(
+            r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: default}
+spec:
+  replicas: 2
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {nodeName: worker-1, containers: [{name: db, image: postgres}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: bare, namespace: default}
+spec: {nodeName: worker-1, containers: [{name: c, image: busybox}]}
+"#,
+        )
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kc");
+    cluster.write_kubeconfig(&kc).unwrap();
+    let listed = loop {
+        let out = tokio::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["get", "pods", "-o", "yaml"])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        if text.matches("kind: Pod\n").count() >= 3 {
+            break text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let indented: String = listed.lines().map(|l| format!("  {l}\n")).collect();
+    let scenario = format!(
+        "name: from kubectl\nnode: {{metadata: {{name: worker-1}}}}\npods:\n{indented}expect:\n  decisions:\n    db-1: {{action: evict, order: 1}}\n    db-0: {{action: evict, order: 2}}\n    bare: {{action: evict, order: 0}}\n"
+    );
+    let file = dir.path().join("s.yaml");
+    std::fs::write(&file, scenario).unwrap();
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let policy = engine.load_file(&wasm("stateful-last")).unwrap();
+    let report = harness::run_paths(&policy, &[file]).unwrap();
+    assert_eq!(report.failed(), 0, "{}", report.render());
+}
