@@ -9,11 +9,15 @@ COPY . .
 RUN cargo build --release --locked -p nmo \
  && mkdir -p /out/policies \
  && cp target/release/nmo /out/nmo \
- && cp target/policies/wasm32-wasip2/policy/nmo_policy_default.wasm \
-       target/policies/wasm32-wasip2/policy/nmo_policy_never_force.wasm /out/policies/
+ && for p in default never_force stateful_last opt_out give_up; do \
+      cp target/policies/wasm32-wasip2/policy/nmo_policy_$p.wasm /out/policies/$(echo $p | tr _ -).wasm; \
+    done
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /out/nmo /nmo
-COPY --from=build /out/policies /policies
+# The built policies, for reference and for `nmo policy test` in the image;
+# the operator reads its policies from the mounted ConfigMap at
+# /etc/nmo/policies (deploy/policies), or uses the embedded default.
+COPY --from=build /out/policies /usr/share/nmo/policies
 USER 65532:65532
 ENTRYPOINT ["/nmo"]

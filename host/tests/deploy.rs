@@ -81,7 +81,10 @@ async fn the_rendered_manifests_apply_and_the_args_are_accepted() {
         .arg(&kc)
         .arg("--cache-dir")
         .arg(dir.path().join("cache"))
-        .args(["apply", "-f"])
+        // Server-side: the policies ConfigMap is too big for client-side
+        // apply's last-applied annotation (256 KiB), on a real API server
+        // as on the simulated one.
+        .args(["apply", "--server-side", "-f"])
         .arg(&rendered)
         .output()
         .await
@@ -280,4 +283,108 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
         }
     }
     c.stop().await;
+}
+
+/// deploy/policies holds the policies of this repository as built, and its
+/// ConfigMap, once mounted, is a policy directory the operator loads.
+#[test]
+fn the_policies_configmap_is_the_built_policies_and_loads() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/policies");
+    let built = std::path::Path::new(env!("NMO_POLICY_WASM_DIR"));
+    let mut shipped = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|x| x != "wasm") {
+            continue;
+        }
+        let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let fresh = built.join(format!("nmo_policy_{}.wasm", stem.replace('-', "_")));
+        assert!(
+            std::fs::read(&path).unwrap() == std::fs::read(&fresh).unwrap(),
+            "deploy/policies/{stem}.wasm is not the built policy; refresh it: cp {} {}",
+            fresh.display(),
+            path.display()
+        );
+        shipped.push(stem);
+    }
+    shipped.sort();
+    assert_eq!(
+        shipped,
+        [
+            "default",
+            "give-up",
+            "never-force",
+            "opt-out",
+            "stateful-last"
+        ]
+    );
+
+    // The rendered ConfigMap, written out as the kubelet would, loads.
+    let docs = render("default");
+    let cm = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ConfigMap"
+                && d["metadata"]["name"] == "node-maintenance-operator-policies"
+        })
+        .expect("the policies ConfigMap");
+    let mount = tempfile::tempdir().unwrap();
+    use base64::Engine as _;
+    for (k, v) in cm["binaryData"].as_object().unwrap() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v.as_str().unwrap().replace('\n', ""))
+            .unwrap();
+        std::fs::write(mount.path().join(k), bytes).unwrap();
+    }
+    for (k, v) in cm["data"].as_object().unwrap() {
+        std::fs::write(mount.path().join(k), v.as_str().unwrap()).unwrap();
+    }
+    let engine = nmo::policy::PolicyEngine::new(Default::default()).unwrap();
+    let snap = nmo::policy::set::Snapshot::read(mount.path()).unwrap();
+    let set = nmo::policy::PolicySet::load(&engine, &snap, None).unwrap();
+    assert_eq!(set.default_name(), "default");
+    assert_eq!(set.names().len(), 6, "{}", set.summary());
+
+    // The Deployment mounts it where its --policy-dir points.
+    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let policy_dir = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--policy-dir="))
+        .expect("--policy-dir");
+    let mount = container["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"] == policy_dir)
+        .expect("a volume at the policy dir");
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    assert_eq!(
+        volume["configMap"]["name"],
+        "node-maintenance-operator-policies"
+    );
+    let cache_dir = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--policy-cache-dir="))
+        .expect("--policy-cache-dir");
+    assert!(
+        container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["mountPath"] == cache_dir),
+        "the cache is a writable volume (the root filesystem is read-only)"
+    );
 }

@@ -52,3 +52,101 @@ fn the_demo_runs_a_maintenance_end_to_end() {
         );
     }
 }
+
+/// The fenced blocks of a README section, by language.
+fn blocks<'a>(section: &'a str, lang: &str) -> Vec<&'a str> {
+    let fence = format!("```{lang}\n");
+    section
+        .split(fence.as_str())
+        .skip(1)
+        .map(|b| &b[..b.find("```").expect("closed block")])
+        .collect()
+}
+
+/// "Writing a policy", as written: `cargo new`, the Cargo.toml, the policy
+/// and the scenarios from the README, then its two commands (build, test).
+#[test]
+fn the_policy_guide_builds_and_its_scenarios_pass() {
+    let start = README.find("## Writing a policy").expect("the guide");
+    let section = &README[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let toml = blocks(section, "toml")[0].replace("NMO_REPO", root.to_str().unwrap());
+    let rust = blocks(section, "rust")[0];
+    let scenarios = blocks(section, "yaml")[0];
+    let commands: Vec<&str> = blocks(section, "sh")[0].lines().collect();
+    assert_eq!(commands.len(), 2, "two commands: {commands:?}");
+
+    // Outside the repository (as an author's crate would be), kept from run
+    // to run so its own target directory is reused.
+    let parent = std::env::temp_dir().join("nmo-policy-guide");
+    let dir = parent.join("gentle");
+    if !dir.join("Cargo.toml").exists() {
+        std::fs::create_dir_all(&parent).unwrap();
+        let out = std::process::Command::new(env!("CARGO"))
+            .current_dir(&parent)
+            .args(["new", "--lib", "--vcs", "none", "gentle"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    std::fs::write(dir.join("Cargo.toml"), toml).unwrap();
+    std::fs::write(dir.join("src/lib.rs"), rust).unwrap();
+    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
+    std::fs::write(dir.join("scenarios/gentle.yaml"), scenarios).unwrap();
+
+    let pinned = std::fs::read_to_string(root.join("rust-toolchain.toml")).unwrap();
+    let toolchain = pinned
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("channel = "))
+        .expect("a pinned channel")
+        .trim_matches('"')
+        .to_owned();
+    let run = |line: &str| {
+        let mut words = line.split_whitespace();
+        let program = match words.next().unwrap() {
+            "cargo" => env!("CARGO"),
+            "nmo" => env!("CARGO_BIN_EXE_nmo"),
+            other => panic!("unexpected command {other}"),
+        };
+        let mut cmd = std::process::Command::new(program);
+        cmd.current_dir(&dir).args(words);
+        // Only what is already downloaded; none of this test's build
+        // settings.
+        cmd.env("CARGO_NET_OFFLINE", "true");
+        // The repository's pinned toolchain (it has the wasm32-wasip2
+        // target), not whatever is the default outside the repository.
+        cmd.env("RUSTUP_TOOLCHAIN", &toolchain);
+        for var in [
+            "RUSTC_WRAPPER",
+            "RUSTC_WORKSPACE_WRAPPER",
+            "RUSTFLAGS",
+            "CARGO_ENCODED_RUSTFLAGS",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_TARGET",
+        ] {
+            cmd.env_remove(var);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (code, out) = run(commands[0]);
+    assert_eq!(code, Some(0), "{}: {out}", commands[0]);
+    let (code, out) = run(commands[1]);
+    assert_eq!(code, Some(0), "{}: {out}", commands[1]);
+    assert!(out.contains("3 scenarios: 3 passed, 0 failed"), "{out}");
+}

@@ -978,6 +978,45 @@ fn validate_object(rt: &ResourceType, obj: &Value, name: &str) -> Result<(), Api
     {
         causes.push(("spec.containers".into(), "Required value".into()));
     }
+    // apimachinery's ValidateAnnotationsSize: keys and values together.
+    const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+    let annotations: usize = obj["metadata"]["annotations"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+                .sum()
+        })
+        .unwrap_or(0);
+    if annotations > TOTAL_ANNOTATION_SIZE_LIMIT {
+        causes.push((
+            "metadata.annotations".into(),
+            format!("Too long: must have at most {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"),
+        ));
+    }
+    // A ConfigMap's data and binaryData (decoded) together: 1 MiB.
+    if rt.group.is_empty() && rt.plural == "configmaps" {
+        const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024;
+        let size = |field: &str, decoded: bool| -> usize {
+            obj[field]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| {
+                            let len = v.as_str().map_or(0, str::len);
+                            k.len() + if decoded { len / 4 * 3 } else { len }
+                        })
+                        .sum()
+                })
+                .unwrap_or(0)
+        };
+        if size("data", false) + size("binaryData", true) > MAX_CONFIGMAP_BYTES {
+            causes.push((
+                "[]".into(),
+                format!("Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes"),
+            ));
+        }
+    }
     if causes.is_empty() {
         Ok(())
     } else {

@@ -468,3 +468,52 @@ async fn a_crd_then_its_objects() {
     );
     c.stop().await;
 }
+
+/// A ConfigMap too big for client-side apply's last-applied annotation is
+/// refused as a real API server refuses it; server-side apply stores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_configmaps_need_server_side_apply() {
+    let c = cluster(1).await;
+    let k = Kubectl::new(&c);
+    // 300 KB of binaryData (base64 of 225 KB).
+    let blob = "QUJD".repeat(75_000);
+    let cm = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big, namespace: default}}\nbinaryData:\n  blob.bin: {blob}\n"
+    );
+    let err = k.fails(&["apply", "-f", "-"], Some(&cm)).await;
+    assert!(
+        err.contains(
+            "The ConfigMap \"big\" is invalid: metadata.annotations: Too long: must have at most 262144 bytes"
+        ),
+        "{err}"
+    );
+    let out = k
+        .run(&["apply", "--server-side", "-f", "-"], Some(&cm))
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "configmap",
+            "big",
+            "-o",
+            "jsonpath={.binaryData.blob\\.bin}"
+        ])
+        .await
+        .len(),
+        blob.len()
+    );
+    // Over 1 MiB is too big for any ConfigMap.
+    let huge = cm.replace(&blob, &"QUJD".repeat(400_000));
+    let err = k
+        .fails(&["apply", "--server-side", "-f", "-"], Some(&huge))
+        .await;
+    assert!(
+        err.contains("Too long: must have at most 1048576 bytes"),
+        "{err}"
+    );
+}
