@@ -47,6 +47,50 @@ fn record(nm: &NodeMaintenance, attempt: u32) -> types::Maintenance {
     convert::maintenance(nm, attempt, Timestamp::now())
 }
 
+/// Asks the maintenance's policy for a drain plan, on the blocking pool: a
+/// decision is CPU work of up to the policy deadline, and WASI's
+/// synchronous streams must not run on an async worker. The pods are
+/// handed back for the drain.
+async fn plan_drain(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    node: &Node,
+    pods: Vec<Pod>,
+    attempt: u32,
+) -> (Result<Plan>, Vec<Pod>) {
+    let selected = match ctx.policy_for(nm, Some(node)) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), pods),
+    };
+    let (record, node) = (record(nm, attempt), node.clone());
+    let task = tokio::task::spawn_blocking(move || {
+        let plan = selected.policy.plan_drain_k8s(&record, &node, &pods);
+        (plan, pods)
+    });
+    match task.await {
+        Ok(answer) => answer,
+        Err(e) => (
+            Err(Error::Engine(format!("the policy call did not finish: {e}"))),
+            Vec::new(),
+        ),
+    }
+}
+
+/// Asks the maintenance's policy what to do after a failure (on the
+/// blocking pool, as [`plan_drain`]).
+async fn on_failure(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    failure: Failure,
+    attempt: u32,
+) -> Result<Verdict> {
+    let selected = ctx.policy_for(nm, None)?;
+    let record = record(nm, attempt);
+    tokio::task::spawn_blocking(move || selected.policy.on_failure(&record, &failure))
+        .await
+        .map_err(|e| Error::Engine(format!("the policy call did not finish: {e}")))?
+}
+
 /// Reads the NodeMaintenance fresh, changes its status with `f`, and writes
 /// it back guarded by resourceVersion (retrying on conflict). Returns the
 /// status before the change and the object after.
@@ -175,11 +219,9 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         .map_err(Error::kube("reading the node"))?;
     if status(&nm).phase.is_none() {
         let (pods, _) = pods_on(&ctx.client, &node_name).await?;
+        let total = pods.len() as i32;
         let removals = match &node {
-            Some(n) => match ctx
-                .policy_for(&nm, Some(n))
-                .and_then(|s| s.policy.plan_drain_k8s(&record(&nm, 1), n, &pods))
-            {
+            Some(n) => match plan_drain(&ctx, &nm, n, pods, 1).await.0 {
                 Ok(plan) => plan
                     .removals()
                     .map(|s| PodReference {
@@ -191,7 +233,6 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
             },
             None => Vec::new(),
         };
-        let total = pods.len() as i32;
         let (names, refs) = pod_refs(&removals);
         let (_, updated) = update_status(&api, &name, |s| {
             if s.phase.is_none() {
@@ -285,10 +326,8 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     // 9. Drain, as the policy plans it.
     let (pods, list_rv) = pods_on(&ctx.client, &node_name).await?;
     let attempt = ctx.failures(&uid) + 1;
-    let plan: Plan = match ctx
-        .policy_for(&nm, Some(&node))
-        .and_then(|s| s.policy.plan_drain_k8s(&record(&nm, attempt), &node, &pods))
-    {
+    let (plan, pods) = plan_drain(&ctx, &nm, &node, pods, attempt).await;
+    let plan: Plan = match plan {
         Ok(p) => p,
         Err(e) => return policy_failed(&ctx, &api, &nm, e).await,
     };
@@ -430,10 +469,7 @@ async fn handle_failure(
     let uid = nm.uid().unwrap_or_default();
     let name = nm.name_any();
     let attempt = ctx.failed(&uid);
-    let verdict = match ctx
-        .policy_for(nm, None)
-        .and_then(|s| s.policy.on_failure(&record(nm, attempt), &failure))
-    {
+    let verdict = match on_failure(ctx, nm, failure.clone(), attempt).await {
         Ok(v) => v,
         Err(e) => return policy_failed(ctx, api, nm, e).await,
     };

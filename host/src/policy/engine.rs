@@ -374,6 +374,11 @@ fn hex_digest(bytes: &[u8]) -> String {
 
 /// A loaded policy. Cheap to clone; safe to call from many threads at once
 /// (each call gets its own store).
+///
+/// A decision is blocking CPU work (up to the deadline): from async code,
+/// call it on the blocking pool (`tokio::task::spawn_blocking`), never
+/// directly on an async worker thread, where WASI's synchronous output
+/// streams (a policy's `println!`, a panic message) cannot run.
 #[derive(Clone)]
 pub struct Policy {
     inner: Arc<PolicyInner>,

@@ -70,22 +70,7 @@ impl Env {
 
     /// A cluster of `nodes` workers and the controller running `policies`.
     pub async fn start_store(nodes: usize, policies: Arc<PolicyStore>) -> Env {
-        let cluster = SimCluster::start(SimOptions {
-            time_scale: 20.0,
-            ..SimOptions::default()
-        })
-        .await
-        .unwrap();
-        cluster.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
-        for i in 1..=nodes {
-            cluster.add_node(&format!("worker-{i}")).unwrap();
-        }
-        let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
-        let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .unwrap();
-        config.default_retry = false;
-        let client = Client::try_from(config).unwrap();
+        let (cluster, client) = start_cluster(nodes).await;
         let controller = start_controller_with(&client, policies);
         Env {
             cluster,
@@ -312,4 +297,26 @@ pub fn bare(
     json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
            "spec": {"nodeName": node, "terminationGracePeriodSeconds": grace, "containers": [{"name": "c", "image": "i"}]}})
+}
+
+/// A simulated cluster (time 20x) with the CRD and `nodes` workers, and a
+/// client for it (no blanket retry, as the operator's).
+pub async fn start_cluster(nodes: usize) -> (SimCluster, Client) {
+    let cluster = SimCluster::start(SimOptions {
+        time_scale: 20.0,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    cluster.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
+    for i in 1..=nodes {
+        cluster.add_node(&format!("worker-{i}")).unwrap();
+    }
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.default_retry = false;
+    let client = Client::try_from(config).unwrap();
+    (cluster, client)
 }

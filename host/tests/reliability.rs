@@ -1,0 +1,498 @@
+//! The reliability suite: the real operator binary killed with SIGKILL at
+//! random points, API faults, hostile policies through the operator, and
+//! bad NodeMaintenances. Each test prints `N tried, N held`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use serde_json::json;
+
+/// A small deterministic generator (no dependency, same points every run).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// The real `nmo` binary against the simulated cluster.
+fn spawn_operator(kubeconfig: &Path, work: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args([
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+            "--webhook-bind-address=0",
+            "--zap-level=error",
+        ])
+        .arg(format!(
+            "--policy-dir={}",
+            work.join("no-policies").display()
+        ))
+        .arg(format!(
+            "--policy-cache-dir={}",
+            work.join("cache").display()
+        ))
+        .env("KUBECONFIG", kubeconfig)
+        .env("LEASE_NAMESPACE", "medik8s-leases")
+        .env("HOSTNAME", "nmo-reliability")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nmo runs")
+}
+
+fn sigkill(child: &mut Child) {
+    // Child::kill is SIGKILL on Unix: no destructor, no graceful shutdown.
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The uids of the pods the default policy skips (DaemonSet and mirror).
+async fn skipped_pods(env_client: &kube::Client) -> BTreeMap<String, String> {
+    Api::<Pod>::all(env_client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.annotations().contains_key("kubernetes.io/config.mirror")
+                || p.owner_references().iter().any(|o| o.kind == "DaemonSet")
+        })
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect()
+}
+
+fn restored(node: &Node) -> bool {
+    node.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+        && !taint_keys(node)
+            .iter()
+            .any(|k| k == "medik8s.io/drain" || k == "node.kubernetes.io/unschedulable")
+}
+
+async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !f().await {
+        assert!(started.elapsed() < limit, "never {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Kill -9 the operator at random points of a maintenance (mid-drain and
+/// mid-deletion), 20 times, restarting it each time: every maintenance
+/// converges, no event is repeated, no node is left cordoned once its
+/// NodeMaintenance is gone, and no pod the policy skips is ever evicted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_at_random_points_twenty_times() {
+    const ROUNDS: usize = 20;
+    let (cluster, client) = start_cluster(3).await;
+    cluster
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "medik8s-leases"}}))
+        .unwrap();
+    cluster
+        .apply_yaml(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {terminationGracePeriodSeconds: 10, containers: [{name: web, image: nginx}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec: {containers: [{name: agent, image: agent}]}
+"#,
+        )
+        .unwrap();
+    for n in 1..=3 {
+        let node = format!("worker-{n}");
+        let uid = Api::<Node>::all(client.clone())
+            .get(&node)
+            .await
+            .unwrap()
+            .uid()
+            .unwrap();
+        cluster.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": format!("etcd-{node}"), "namespace": "kube-system",
+            "annotations": {"kubernetes.io/config.mirror": "abc"},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid, "controller": true}]},
+            "spec": {"nodeName": node, "containers": [{"name": "etcd", "image": "etcd"}]}})).unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let skipped = skipped_pods(&client).await;
+    assert_eq!(skipped.len(), 6, "{skipped:?}");
+
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut rng = Lcg(0x6e6d6f);
+    let mut operator = spawn_operator(&kubeconfig, work.path());
+    let mut held = 0;
+    for round in 0..ROUNDS {
+        let name = format!("nm-{round}");
+        let node = format!("worker-{}", round % 3 + 1);
+        let nm = NodeMaintenance::new(
+            &name,
+            NodeMaintenanceSpec {
+                node_name: node.clone(),
+                reason: Some("reliability".into()),
+            },
+        );
+        nms.create(&PostParams::default(), &nm).await.unwrap();
+        // Somewhere in the first 1.5 s: before the finalizer, mid-drain
+        // (the PDB lets one pod go at a time), or after success.
+        tokio::time::sleep(Duration::from_millis(rng.below(1500))).await;
+        sigkill(&mut operator);
+        operator = spawn_operator(&kubeconfig, work.path());
+        wait_until(
+            &format!("{name} Succeeded"),
+            Duration::from_secs(60),
+            || async {
+                nms.get(&name)
+                    .await
+                    .ok()
+                    .and_then(|n| n.status)
+                    .and_then(|s| s.phase)
+                    == Some(MaintenancePhase::Succeeded)
+            },
+        )
+        .await;
+
+        nms.delete(&name, &DeleteParams::default()).await.unwrap();
+        // Somewhere in the restore: before or after the node is uncordoned,
+        // before or after the finalizer goes.
+        tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+        sigkill(&mut operator);
+        operator = spawn_operator(&kubeconfig, work.path());
+        wait_until(&format!("{name} gone"), Duration::from_secs(30), || async {
+            nms.get_opt(&name).await.unwrap().is_none()
+        })
+        .await;
+
+        let n = nodes.get(&node).await.unwrap();
+        assert!(
+            restored(&n),
+            "round {round}: {node} left in maintenance: {:?}",
+            n.spec
+        );
+        let events = Api::<k8s_openapi::api::core::v1::Event>::all(client.clone())
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await
+            .unwrap()
+            .items;
+        for e in &events {
+            assert_eq!(
+                e.count.unwrap_or(1),
+                1,
+                "round {round}: event {:?} repeated",
+                e.reason
+            );
+        }
+        let mut reasons: Vec<_> = events.iter().filter_map(|e| e.reason.clone()).collect();
+        let total = reasons.len();
+        reasons.sort();
+        reasons.dedup();
+        assert_eq!(
+            reasons.len(),
+            total,
+            "round {round}: an event repeated: {reasons:?}"
+        );
+        assert_eq!(
+            skipped_pods(&client).await,
+            skipped,
+            "round {round}: a pod the policy skips was removed"
+        );
+        held += 1;
+    }
+    sigkill(&mut operator);
+    println!("kill -9 at random points: {ROUNDS} tried, {held} held");
+    cluster.stop().await;
+}
+
+/// Retries what an injected fault refused, as a user would.
+async fn create_retrying(nms: &Api<NodeMaintenance>, name: &str, node: &str) {
+    let nm = NodeMaintenance::new(
+        name,
+        NodeMaintenanceSpec {
+            node_name: node.into(),
+            reason: None,
+        },
+    );
+    while nms.create(&PostParams::default(), &nm).await.is_err() {
+        if nms.get_opt(name).await.ok().flatten().is_some() {
+            break;
+        }
+    }
+}
+
+async fn delete_retrying(nms: &Api<NodeMaintenance>, name: &str) {
+    while let Err(e) = nms.delete(name, &DeleteParams::default()).await {
+        if matches!(&e, kube::Error::Api(s) if s.code == 404) {
+            break;
+        }
+    }
+}
+
+/// 10 % of requests fail with 500, 10 % of writes with 409, every request
+/// takes 200 ms more, watches drop every 2 s: maintenances still converge,
+/// both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maintenances_converge_both_ways_under_api_faults() {
+    const NMS: usize = 3;
+    let env = Env::start(4).await;
+    env.cluster
+        .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 6"))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let skipped = skipped_pods(&env.client).await;
+    let rule = |verb: Option<&str>, code| nmo_sim::FaultRule {
+        verb: verb.map(str::to_owned),
+        resource: None,
+        rate: 0.10,
+        code,
+    };
+    env.cluster.set_faults(|f| {
+        f.rules = vec![
+            rule(None, 500),
+            rule(Some("patch"), 409),
+            rule(Some("update"), 409),
+        ];
+        f.latency = Duration::from_millis(200);
+        f.drop_watches_after = Some(Duration::from_secs(2));
+    });
+    let nms = env.nms();
+    for i in 1..=NMS {
+        create_retrying(&nms, &format!("nm-{i}"), &format!("worker-{i}")).await;
+    }
+    let mut held = 0;
+    for i in 1..=NMS {
+        let name = format!("nm-{i}");
+        wait_until(
+            &format!("{name} Succeeded"),
+            Duration::from_secs(120),
+            || async {
+                nms.get(&name)
+                    .await
+                    .ok()
+                    .and_then(|n| n.status)
+                    .and_then(|s| s.phase)
+                    == Some(MaintenancePhase::Succeeded)
+            },
+        )
+        .await;
+        delete_retrying(&nms, &name).await;
+    }
+    for i in 1..=NMS {
+        let name = format!("nm-{i}");
+        wait_until(
+            &format!("{name} gone"),
+            Duration::from_secs(120),
+            || async { matches!(nms.get_opt(&name).await, Ok(None)) },
+        )
+        .await;
+        let node = loop {
+            if let Ok(n) = Api::<Node>::all(env.client.clone())
+                .get(&format!("worker-{i}"))
+                .await
+            {
+                break n;
+            }
+        };
+        assert!(restored(&node), "worker-{i} left in maintenance");
+        held += 1;
+    }
+    env.cluster.set_faults(|f| *f = Default::default());
+    assert_eq!(skipped_pods(&env.client).await, skipped);
+    println!("API faults (10% 500/409, 200 ms, dropped watches): {NMS} tried, {held} held");
+    env.stop().await;
+}
+
+/// Ten hostile policies through the operator: it never crashes, never acts
+/// on a bad answer, and says what went wrong in `lastError` and a
+/// `PolicyError` event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_hostile_policies_through_the_operator() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("policies");
+    std::fs::create_dir(&dir).unwrap();
+    let built = |name: &str| {
+        std::fs::read(
+            Path::new(env!("NMO_POLICY_WASM_DIR")).join(format!("nmo_policy_{name}.wasm")),
+        )
+        .unwrap()
+    };
+    std::fs::write(dir.join("hostile.wasm"), built("hostile")).unwrap();
+    std::fs::write(dir.join("policies.yaml"), "default: hostile\n").unwrap();
+    let engine = nmo::policy::PolicyEngine::new(Default::default()).unwrap();
+    let store = nmo::policy::PolicyStore::from_dir(engine, &dir, None).unwrap();
+    let env = Env::start_store(2, store.clone()).await;
+    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let on_node = |env: &Env| {
+        let client = env.client.clone();
+        async move {
+            let mut v: Vec<String> = Api::<Pod>::all(client)
+                .list(&ListParams::default().fields("spec.nodeName=worker-1"))
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .map(|p| p.uid().unwrap())
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    let before = on_node(&env).await;
+    assert!(before.len() >= 4, "worker-1 has a workload");
+
+    // The hostile policy misbehaves as the maintenance's reason says.
+    let cases = [
+        ("trap", "trapped in plan-drain"),
+        ("loop", "ran past its deadline"),
+        ("memory-bomb", "exceeded its memory limit"),
+        ("huge-reason", "gave an invalid answer in plan-drain"),
+        ("unknown-pod", "not-on-this-node"),
+        ("evict-everything", "gave an invalid answer in plan-drain"),
+        ("panic-on-bare", "cannot handle pod without a controller"),
+    ];
+    let mut tried = 0;
+    let mut held = 0;
+    for (i, (reason, says)) in cases.iter().enumerate() {
+        tried += 1;
+        let name = format!("hostile-{i}");
+        env.create_nm_with_reason(&name, "worker-1", reason).await;
+        let s = env
+            .wait_status(&name, "report the policy error", |s| s.last_error.is_some())
+            .await;
+        let err = s.last_error.unwrap();
+        assert!(err.contains(says), "{reason}: {err}");
+        let events = env.events_for(&name).await;
+        assert!(
+            events
+                .iter()
+                .any(|(t, r, m)| t == "Warning" && r == "PolicyError" && m.contains(says)),
+            "{reason}: {events:?}"
+        );
+        assert_eq!(on_node(&env).await, before, "{reason}: nothing acted on");
+        assert!(!env.controller.is_finished(), "{reason}: the operator runs");
+        env.nms()
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_gone(&name).await;
+        assert!(restored(&env.node("worker-1").await), "{reason}");
+        held += 1;
+    }
+
+    // Slow but within the deadline: an ordinary maintenance.
+    tried += 1;
+    env.create_nm_with_reason("slow", "worker-2", "slow").await;
+    env.wait_phase("slow", MaintenancePhase::Succeeded).await;
+    env.nms().delete("slow", &DeleteParams::default()).await.unwrap();
+    env.wait_gone("slow").await;
+    held += 1;
+    // worker-2's pods moved to worker-1: wait for it to settle.
+    let mut before = on_node(&env).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = on_node(&env).await;
+        if now == before {
+            break;
+        }
+        before = now;
+    }
+
+    // Wrong world and garbage bytes arrive as a policy directory update:
+    // refused, the last good set stays, and a maintenance that names them
+    // is told they are not loaded.
+    let core_module = wat::parse_str("(module (func (export \"plan-drain\")))").unwrap();
+    for (file, bytes, says) in [
+        ("wrong-world.wasm", core_module, "core WebAssembly module"),
+        (
+            "garbage.wasm",
+            b"\x7fELF garbage".to_vec(),
+            "not a WebAssembly file",
+        ),
+    ] {
+        tried += 1;
+        std::fs::write(dir.join(file), bytes).unwrap();
+        let nmo::policy::Reload::Rejected(why) = store.reload() else {
+            panic!("{file} accepted")
+        };
+        assert!(why.contains(says), "{file}: {why}");
+        assert_eq!(store.current().names(), ["builtin", "hostile"]);
+        let name = file.trim_end_matches(".wasm");
+        let mut nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: "worker-1".into(),
+                reason: None,
+            },
+        );
+        nm.metadata.annotations = Some(BTreeMap::from([(
+            nmo::policy::POLICY_ANNOTATION.to_owned(),
+            name.to_owned(),
+        )]));
+        env.nms().create(&PostParams::default(), &nm).await.unwrap();
+        let s = env
+            .wait_status(name, "report the missing policy", |s| {
+                s.last_error.is_some()
+            })
+            .await;
+        assert_eq!(
+            s.last_error.as_deref(),
+            Some(format!("policy \"{name}\" is not loaded (loaded: builtin, hostile)").as_str())
+        );
+        assert_eq!(on_node(&env).await, before, "{file}: nothing acted on");
+        env.nms()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_gone(name).await;
+        std::fs::remove_file(dir.join(file)).unwrap();
+        held += 1;
+    }
+    assert_eq!(tried, 10);
+    // Still serving: a well-behaved maintenance on the same node succeeds.
+    env.create_nm_with_reason("after", "worker-1", "fine").await;
+    env.wait_phase("after", MaintenancePhase::Succeeded).await;
+    println!("hostile policies through the operator: {tried} tried, {held} held");
+    env.stop().await;
+}
