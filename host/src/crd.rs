@@ -31,6 +31,7 @@ pub const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
 #[serde(rename_all = "camelCase")]
 pub struct NodeMaintenanceSpec {
     /// The name of the node to put into maintenance.
+    #[schemars(length(min = 1, max = 253))]
     pub node_name: String,
     /// Why the node is put into maintenance.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -425,7 +425,10 @@ async fn ten_hostile_policies_through_the_operator() {
     tried += 1;
     env.create_nm_with_reason("slow", "worker-2", "slow").await;
     env.wait_phase("slow", MaintenancePhase::Succeeded).await;
-    env.nms().delete("slow", &DeleteParams::default()).await.unwrap();
+    env.nms()
+        .delete("slow", &DeleteParams::default())
+        .await
+        .unwrap();
     env.wait_gone("slow").await;
     held += 1;
     // worker-2's pods moved to worker-1: wait for it to settle.
@@ -494,5 +497,173 @@ async fn ten_hostile_policies_through_the_operator() {
     env.create_nm_with_reason("after", "worker-1", "fine").await;
     env.wait_phase("after", MaintenancePhase::Succeeded).await;
     println!("hostile policies through the operator: {tried} tried, {held} held");
+    env.stop().await;
+}
+
+/// Bad NodeMaintenances (with no webhook in front to refuse them): each gets
+/// a clear answer, loses nothing, and never leaves a node cordoned that no
+/// maintenance wants.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_node_maintenances() {
+    let env = Env::start(4).await;
+    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let nms = env.nms();
+    let mut tried = 0;
+    let mut held = 0;
+
+    // A node that does not exist: Failed, with the Go operator's message.
+    tried += 1;
+    env.create_nm("ghost", "no-such-node").await;
+    let nm = env.wait_phase("ghost", MaintenancePhase::Failed).await;
+    assert_eq!(
+        nm.status.unwrap().last_error.as_deref(),
+        Some("nodes \"no-such-node\" not found")
+    );
+    held += 1;
+
+    // An empty or overlong node name: refused by the API (the CRD's
+    // validation), with the reason.
+    for (what, node) in [("empty", String::new()), ("overlong", "n".repeat(254))] {
+        tried += 1;
+        let nm = NodeMaintenance::new(
+            &format!("bad-{what}"),
+            NodeMaintenanceSpec {
+                node_name: node,
+                reason: None,
+            },
+        );
+        let err = nms.create(&PostParams::default(), &nm).await.unwrap_err();
+        let kube::Error::Api(s) = err else {
+            panic!("{what}: {err}")
+        };
+        assert_eq!(s.code, 422, "{what}: {s:?}");
+        assert!(s.message.contains("spec.nodeName"), "{what}: {}", s.message);
+        held += 1;
+    }
+
+    // Two maintenances for one node: deleting one leaves the node in
+    // maintenance for the other; deleting both restores it.
+    tried += 1;
+    env.create_nm("dup-a", "worker-4").await;
+    env.wait_phase("dup-a", MaintenancePhase::Succeeded).await;
+    env.create_nm("dup-b", "worker-4").await;
+    env.wait_phase("dup-b", MaintenancePhase::Succeeded).await;
+    nms.delete("dup-a", &DeleteParams::default()).await.unwrap();
+    env.wait_gone("dup-a").await;
+    assert!(
+        !restored(&env.node("worker-4").await),
+        "dup-b still wants worker-4 in maintenance"
+    );
+    nms.delete("dup-b", &DeleteParams::default()).await.unwrap();
+    env.wait_gone("dup-b").await;
+    assert!(restored(&env.node("worker-4").await));
+    held += 1;
+
+    // spec.nodeName changed under a maintenance: the old node is restored,
+    // the maintenance moves to the new one.
+    tried += 1;
+    env.create_nm("moving", "worker-4").await;
+    env.wait_phase("moving", MaintenancePhase::Succeeded).await;
+    nms.patch(
+        "moving",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"nodeName": "worker-3"}})),
+    )
+    .await
+    .unwrap();
+    wait_until("worker-4 restored", Duration::from_secs(30), || async {
+        restored(&env.node("worker-4").await)
+    })
+    .await;
+    env.wait_status("moving", "on worker-3", |s| {
+        s.phase == Some(MaintenancePhase::Succeeded) && s.pending_pods.is_none() && s.total_pods > 0
+    })
+    .await;
+    assert!(
+        !restored(&env.node("worker-3").await),
+        "worker-3 in maintenance"
+    );
+    let owners: Vec<String> = nms
+        .get("moving")
+        .await
+        .unwrap()
+        .owner_references()
+        .iter()
+        .map(|o| o.name.clone())
+        .collect();
+    assert_eq!(owners, ["worker-3"]);
+    nms.delete("moving", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("moving").await;
+    assert!(restored(&env.node("worker-3").await));
+    held += 1;
+
+    // The NodeMaintenance deleted mid-drain (a PDB blocks it): the drain
+    // stops, the node is restored, the blocked pod stays.
+    tried += 1;
+    // Two web replicas, minAvailable 2: no eviction is allowed.
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client.clone(), "default")
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    let node = web_node(&env, 2).await;
+    env.create_nm("interrupted", &node).await;
+    env.wait_status("interrupted", "draining", |s| {
+        s.pending_pods
+            .as_ref()
+            .is_some_and(|p| p.iter().any(|p| p.starts_with("web-")))
+    })
+    .await;
+    wait_until("cordoned", Duration::from_secs(10), || async {
+        !restored(&env.node(&node).await)
+    })
+    .await;
+    // The eviction keeps being refused (429) for the rest of the attempt.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let web_left = |pods: Vec<Pod>| {
+        pods.iter()
+            .filter(|p| p.name_any().starts_with("web-"))
+            .count()
+    };
+    let left = web_left(env.pods_on(&node).await);
+    assert!(left >= 1);
+    nms.delete("interrupted", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("interrupted").await;
+    assert!(restored(&env.node(&node).await));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        web_left(env.pods_on(&node).await),
+        left,
+        "the drain stopped"
+    );
+    held += 1;
+
+    // The node deleted mid-drain: the maintenance goes with it (its owner
+    // reference), nothing crashes, no error loop.
+    tried += 1;
+    env.create_nm("orphaned", &node).await;
+    wait_until("cordoned", Duration::from_secs(10), || async {
+        !restored(&env.node(&node).await)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Api::<Node>::all(env.client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("orphaned").await;
+    assert!(!env.controller.is_finished(), "the operator runs");
+    held += 1;
+
+    assert_eq!(tried, 7);
+    println!("bad NodeMaintenances: {tried} tried, {held} held");
     env.stop().await;
 }

@@ -38,6 +38,9 @@ pub struct Outcome {
     pub timed_out: bool,
     /// The error the attempt ended with ("" when complete).
     pub message: String,
+    /// The attempt was stopped because the maintenance no longer wants it
+    /// (deleted, or moved to another node).
+    pub cancelled: bool,
     /// Evictions / deletions that the API accepted in this attempt.
     pub evicted: usize,
     pub deleted: usize,
@@ -81,7 +84,8 @@ struct Attempt {
 
 /// Runs one drain attempt of `plan` over `pods` (the list the plan was made
 /// from, with its resourceVersion `list_rv`). `on_progress` is called with
-/// the pods still pending whenever that set shrinks.
+/// the pods still pending whenever that set shrinks; `cancelled` is asked
+/// at least every 500 ms and ends the attempt early when it says so.
 pub async fn execute(
     client: &Client,
     node: &str,
@@ -89,6 +93,7 @@ pub async fn execute(
     pods: &[Pod],
     list_rv: &str,
     on_progress: impl Fn(Vec<PodReference>) + Send + Sync,
+    cancelled: impl Fn() -> bool + Send + Sync,
 ) -> Outcome {
     let deadline = Instant::now() + plan.attempt_timeout;
     let targets: Vec<(u32, Target)> = plan
@@ -141,6 +146,7 @@ pub async fn execute(
     };
 
     let mut timed_out = false;
+    let mut stopped = false;
     let mut last_reported = usize::MAX;
     let mut waves: Vec<u32> = targets.iter().map(|(o, _)| *o).collect();
     waves.dedup();
@@ -173,8 +179,10 @@ pub async fn execute(
             if wave_targets.iter().all(|t| !present.contains(&t.uid)) {
                 break;
             }
-            if Instant::now() >= deadline {
-                timed_out = true;
+            let over = Instant::now() >= deadline;
+            if over || cancelled() {
+                timed_out = over;
+                stopped = !over;
                 for t in tasks {
                     t.abort();
                 }
@@ -249,6 +257,7 @@ pub async fn execute(
         blocked,
         timed_out,
         message,
+        cancelled: stopped,
         evicted: state.evicted.load(std::sync::atomic::Ordering::Relaxed),
         deleted: state.deleted.load(std::sync::atomic::Ordering::Relaxed),
     }

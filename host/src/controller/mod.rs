@@ -117,6 +117,22 @@ impl Context {
         Ok(selected)
     }
 
+    /// Whether the maintenance `name` (uid `uid`, on `node`) is, as the
+    /// controller's cache sees it now, gone, being deleted, or moved to
+    /// another node: a drain in progress for it should stop.
+    pub fn no_longer_wants(&self, name: &str, uid: &str, node: &str) -> bool {
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(store) = store else { return false };
+        match store.get(&kube::runtime::reflector::ObjectRef::new(name)) {
+            None => true,
+            Some(nm) => {
+                nm.uid().as_deref() != Some(uid)
+                    || nm.metadata.deletion_timestamp.is_some()
+                    || nm.spec.node_name != node
+            }
+        }
+    }
+
     /// Forgets the policy a maintenance started with (it is gone).
     fn unpin(&self, uid: &str) {
         self.pins

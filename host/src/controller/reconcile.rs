@@ -70,7 +70,9 @@ async fn plan_drain(
     match task.await {
         Ok(answer) => answer,
         Err(e) => (
-            Err(Error::Engine(format!("the policy call did not finish: {e}"))),
+            Err(Error::Engine(format!(
+                "the policy call did not finish: {e}"
+            ))),
             Vec::new(),
         ),
     }
@@ -160,7 +162,13 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     // 1. Being deleted: undo the maintenance if the finalizer is ours.
     if nm.metadata.deletion_timestamp.is_some() {
         if has_finalizer(&nm) {
-            stop_maintenance(&ctx, &node_name).await?;
+            // Its node, and a node it was moved away from that the move
+            // has not restored yet.
+            let mut nodes: Vec<String> = vec![node_name.clone()];
+            nodes.extend(node_owners(&nm).filter(|n| *n != node_name));
+            for n in &nodes {
+                restore_unless_wanted(&ctx, &api, &nm, n).await?;
+            }
             let finalizers: Vec<String> = nm
                 .finalizers()
                 .iter()
@@ -212,11 +220,45 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         tracing::info!(logger = "controller", nodeName = %node_name, "{message}");
     }
 
-    // 3. Status, once.
-    let node = Api::<Node>::all(ctx.client.clone())
-        .get_opt(&node_name)
-        .await
-        .map_err(Error::kube("reading the node"))?;
+    // spec.nodeName changed (the webhook refuses that; without it, this):
+    // the old node is restored and the maintenance starts over on the new
+    // one.
+    let moved_from: Vec<String> = node_owners(&nm).filter(|n| *n != node_name).collect();
+    if !moved_from.is_empty() {
+        for old in &moved_from {
+            restore_unless_wanted(&ctx, &api, &nm, old).await?;
+        }
+        let refs: Vec<_> = nm
+            .owner_references()
+            .iter()
+            .filter(|o| o.kind != "Node" || o.name == node_name)
+            .cloned()
+            .collect();
+        patch_metadata(
+            &api,
+            &nm,
+            json!({"ownerReferences": refs}),
+            "dropping the old node's owner reference",
+        )
+        .await?;
+        nm = update_status(&api, &name, |s| *s = NodeMaintenanceStatus::default())
+            .await?
+            .1;
+        ctx.succeeded(&uid);
+        ctx.unpin(&uid);
+        tracing::warn!(logger = "controller", nodeMaintenance = %name, from = ?moved_from, to = %node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
+    }
+
+    // 3. Status, once. A name no node can have is a node that does not
+    // exist.
+    let node = if is_node_name(&node_name) {
+        Api::<Node>::all(ctx.client.clone())
+            .get_opt(&node_name)
+            .await
+            .map_err(Error::kube("reading the node"))?
+    } else {
+        None
+    };
     if status(&nm).phase.is_none() {
         let (pods, _) = pods_on(&ctx.client, &node_name).await?;
         let total = pods.len() as i32;
@@ -364,10 +406,16 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         move |pending| {
             let _ = tx.send(Some(pending));
         },
+        || ctx.no_longer_wants(&name, &uid, &node_name),
     )
     .await;
     // The final status below supersedes any progress still being written.
     writer.abort();
+    if outcome.cancelled {
+        // Deleted or moved meanwhile: the change is queued and handled next.
+        tracing::info!(logger = "controller", nodeMaintenance = %name, nodeName = %node_name, "drain stopped: the NodeMaintenance was deleted or moved");
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
 
     if outcome.complete() {
         let (old, _) = update_status(&api, &name, |s| {
@@ -485,7 +533,7 @@ async fn handle_failure(
         }
         Verdict::Fail(message) => {
             if !matches!(failure, Failure::NodeNotFound) {
-                stop_maintenance(ctx, &nm.spec.node_name).await?;
+                restore_unless_wanted(ctx, api, nm, &nm.spec.node_name).await?;
             }
             let (old, updated) = update_status(api, &name, |s| {
                 s.phase = Some(MaintenancePhase::Failed);
@@ -532,6 +580,54 @@ async fn policy_failed(
         );
     }
     Ok(Action::requeue(POLICY_ERROR_RETRY))
+}
+
+/// Whether `s` can be a node's name (a DNS subdomain).
+fn is_node_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// The nodes a maintenance holds an owner reference to.
+fn node_owners(nm: &NodeMaintenance) -> impl Iterator<Item = String> + '_ {
+    nm.owner_references()
+        .iter()
+        .filter(|o| o.kind == "Node")
+        .map(|o| o.name.clone())
+}
+
+/// Restores `node` unless another maintenance (not being deleted, not
+/// failed) still wants it in maintenance: with no webhook to refuse a
+/// second NodeMaintenance for a node, ending one must not end the other's.
+async fn restore_unless_wanted(
+    ctx: &Context,
+    api: &Api<NodeMaintenance>,
+    nm: &NodeMaintenance,
+    node: &str,
+) -> Result<()> {
+    let others = api
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing NodeMaintenances"))?;
+    if let Some(other) = others.items.iter().find(|o| {
+        o.uid() != nm.uid()
+            && o.spec.node_name == node
+            && o.metadata.deletion_timestamp.is_none()
+            && status(o).phase != Some(MaintenancePhase::Failed)
+    }) {
+        tracing::info!(logger = "controller", nodeMaintenance = %nm.name_any(), nodeName = %node, other = %other.name_any(), "the node stays in maintenance for another NodeMaintenance");
+        return Ok(());
+    }
+    stop_maintenance(ctx, node).await
 }
 
 /// Undoes the maintenance on the node: taints, cordon, label, lease.
