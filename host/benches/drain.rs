@@ -4,7 +4,12 @@
 //!   real `kubectl drain --ignore-daemonsets --delete-emptydir-data --force`
 //!   on an identical node, against the floor (a bare loop evicting the same
 //!   pods as fast as the server allows and waiting for them to go);
-//! - 50 nodes x 20 pods: 50 NodeMaintenances at once against one.
+//! - 50 nodes x 20 pods: 50 NodeMaintenances at once against one;
+//! - the policy's share of the 1,000-pod drain: the time spent in the
+//!   default policy (sandboxed) against the same rules run natively;
+//! - the real `nmo` binary: time from start to ready (cold and with the
+//!   compiled-policy cache), resident memory idle and at its peak during a
+//!   1,000-pod drain.
 //!
 //! Run with `cargo bench -p nmo --bench drain`; prints a table with ratios.
 
@@ -130,15 +135,36 @@ async fn main() {
             ..Settings::default()
         },
     );
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    // The real binary first, alone on the cluster.
+    let binary = binary_figures(&c, &nms).await;
+
     tokio::spawn(controller::run(ctx));
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let nms: Api<NodeMaintenance> = Api::all(client.clone());
 
     // nmo
+    let on_node: Vec<Pod> = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields("spec.nodeName=nmo-node"))
+        .await
+        .unwrap()
+        .items;
+    let policy_before = policy_seconds();
     let t = Instant::now();
     let names = create_nms(&nms, &["nmo-node".to_string()]).await;
     wait_succeeded(&nms, &names).await;
     let nmo_time = t.elapsed();
+    let (policy_calls, policy_time) = {
+        let (n, secs) = policy_seconds();
+        (n - policy_before.0, secs - policy_before.1)
+    };
+    // The same decisions made natively: the plan over the node's pods, as
+    // many times as the policy planned.
+    let plans = policy_calls.max(1);
+    let t = Instant::now();
+    for _ in 0..plans {
+        std::hint::black_box(nmo::policy::native::default_plan(&on_node));
+    }
+    let native_time = t.elapsed().as_secs_f64();
 
     // kubectl drain
     let dir = tempfile::tempdir().unwrap();
@@ -219,6 +245,13 @@ async fn main() {
         nmo_time.as_secs_f64() / kubectl_time.as_secs_f64(),
         nmo_time.as_secs_f64() / floor_time.as_secs_f64()
     );
+    println!(
+        "policy in the {PODS}-pod drain: {policy_calls} plan-drain calls, {:.1} ms sandboxed = {:.2}% of the drain; native {:.1} ms = {:.3}%",
+        policy_time * 1000.0,
+        policy_time / nmo_time.as_secs_f64() * 100.0,
+        native_time * 1000.0,
+        native_time / nmo_time.as_secs_f64() * 100.0
+    );
     println!("{:<58} {:>9}", "1 node x 20 pods", s(one_time));
     println!(
         "{:<58} {:>9}",
@@ -229,5 +262,106 @@ async fn main() {
         "ratio: 50 at once / 1 = {:.2}x (goal <= 2x)",
         fifty_time.as_secs_f64() / one_time.as_secs_f64()
     );
+    println!(
+        "nmo binary: start to ready {:.0} ms cold, {:.0} ms with the policy cache; RSS idle {:.1} MiB (goal <= 30), peak in a {PODS}-pod drain {:.1} MiB (goal <= 60)",
+        binary.ready_cold.as_secs_f64() * 1000.0,
+        binary.ready_warm.as_secs_f64() * 1000.0,
+        binary.rss_idle_kib as f64 / 1024.0,
+        binary.rss_peak_kib as f64 / 1024.0
+    );
     c.stop().await;
+}
+
+/// plan-drain calls so far and the seconds they took (this process).
+fn policy_seconds() -> (u64, f64) {
+    let h = nmo::metrics::METRICS
+        .policy_latency
+        .with_label_values(&["plan-drain"]);
+    (h.get_sample_count(), h.get_sample_sum())
+}
+
+struct BinaryFigures {
+    ready_cold: Duration,
+    ready_warm: Duration,
+    rss_idle_kib: u64,
+    rss_peak_kib: u64,
+}
+
+/// `VmRSS` or `VmHWM` of a process, in KiB.
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts the real binary and waits for `/readyz`; returns it and the time.
+async fn start_binary(
+    kubeconfig: &std::path::Path,
+    cache: &std::path::Path,
+) -> (tokio::process::Child, Duration) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t = Instant::now();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args([
+            "--metrics-bind-address=0",
+            "--webhook-bind-address=0",
+            "--zap-level=error",
+        ])
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{port}"))
+        .arg("--policy-dir=/nonexistent")
+        .arg(format!("--policy-cache-dir={}", cache.display()))
+        .env("KUBECONFIG", kubeconfig)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    loop {
+        if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let _ = s
+                .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                .await;
+            let mut buf = Vec::new();
+            let _ = s.read_to_end(&mut buf).await;
+            if buf.starts_with(b"HTTP/1.1 200") {
+                break;
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(60), "nmo never ready");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (child, t.elapsed())
+}
+
+async fn binary_figures(c: &SimCluster, nms: &Api<NodeMaintenance>) -> BinaryFigures {
+    c.add_node("rss-node").unwrap();
+    seed_pods(c, "rss-node", PODS);
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kc");
+    c.write_kubeconfig(&kc).unwrap();
+    let cache = dir.path().join("cache");
+    let (mut cold, ready_cold) = start_binary(&kc, &cache).await;
+    cold.kill().await.unwrap();
+    let (mut warm, ready_warm) = start_binary(&kc, &cache).await;
+    let pid = warm.id().unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let rss_idle_kib = proc_status_kib(pid, "VmRSS:");
+    let names = create_nms(nms, &["rss-node".to_string()]).await;
+    wait_succeeded(nms, &names).await;
+    let rss_peak_kib = proc_status_kib(pid, "VmHWM:");
+    warm.kill().await.unwrap();
+    // Leave the cluster as the rest of the benchmark expects.
+    nms.delete(&names[0], &Default::default()).await.unwrap();
+    BinaryFigures {
+        ready_cold,
+        ready_warm,
+        rss_idle_kib,
+        rss_peak_kib,
+    }
 }

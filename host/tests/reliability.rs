@@ -96,6 +96,19 @@ where
     }
 }
 
+/// Waits for a maintenance to succeed, reading through API errors.
+async fn wait_succeeded(nms: &Api<NodeMaintenance>, name: &str, limit: Duration) {
+    wait_until(&format!("{name} Succeeded"), limit, || async {
+        nms.get(name)
+            .await
+            .ok()
+            .and_then(|n| n.status)
+            .and_then(|s| s.phase)
+            == Some(MaintenancePhase::Succeeded)
+    })
+    .await;
+}
+
 /// Kill -9 the operator at random points of a maintenance (mid-drain and
 /// mid-deletion), 20 times, restarting it each time: every maintenance
 /// converges, no event is repeated, no node is left cordoned once its
@@ -108,35 +121,7 @@ async fn sigkill_at_random_points_twenty_times() {
         .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "medik8s-leases"}}))
         .unwrap();
     cluster
-        .apply_yaml(
-            r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web, namespace: default}
-spec:
-  replicas: 6
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec: {terminationGracePeriodSeconds: 10, containers: [{name: web, image: nginx}]}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: web, namespace: default}
-spec:
-  maxUnavailable: 1
-  selector: {matchLabels: {app: web}}
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata: {name: agent, namespace: default}
-spec:
-  selector: {matchLabels: {app: agent}}
-  template:
-    metadata: {labels: {app: agent}}
-    spec: {containers: [{name: agent, image: agent}]}
-"#,
-        )
+        .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 6"))
         .unwrap();
     for n in 1..=3 {
         let node = format!("worker-{n}");
@@ -180,19 +165,7 @@ spec:
         tokio::time::sleep(Duration::from_millis(rng.below(1500))).await;
         sigkill(&mut operator);
         operator = spawn_operator(&kubeconfig, work.path());
-        wait_until(
-            &format!("{name} Succeeded"),
-            Duration::from_secs(60),
-            || async {
-                nms.get(&name)
-                    .await
-                    .ok()
-                    .and_then(|n| n.status)
-                    .and_then(|s| s.phase)
-                    == Some(MaintenancePhase::Succeeded)
-            },
-        )
-        .await;
+        wait_succeeded(&nms, &name, Duration::from_secs(60)).await;
 
         nms.delete(&name, &DeleteParams::default()).await.unwrap();
         // Somewhere in the restore: before or after the node is uncordoned,
@@ -303,19 +276,7 @@ async fn maintenances_converge_both_ways_under_api_faults() {
     let mut held = 0;
     for i in 1..=NMS {
         let name = format!("nm-{i}");
-        wait_until(
-            &format!("{name} Succeeded"),
-            Duration::from_secs(120),
-            || async {
-                nms.get(&name)
-                    .await
-                    .ok()
-                    .and_then(|n| n.status)
-                    .and_then(|s| s.phase)
-                    == Some(MaintenancePhase::Succeeded)
-            },
-        )
-        .await;
+        wait_succeeded(&nms, &name, Duration::from_secs(120)).await;
         delete_retrying(&nms, &name).await;
     }
     for i in 1..=NMS {

@@ -266,4 +266,20 @@ pub mod defaults {
             Failure::ApiError(_) => Verdict::RetryWithBackoff,
         }
     }
+
+    /// [`on_failure`], except that a drain held up by pods the policy
+    /// blocks on (waiting for a person, or for a job to finish) is looked
+    /// at again every `blocked_retry_ms` instead of every 5 s.
+    pub fn on_failure_waiting(
+        maintenance: &Maintenance,
+        failure: &Failure,
+        blocked_retry_ms: u64,
+    ) -> Verdict {
+        match failure {
+            Failure::DrainIncomplete(report) if !report.blocked.is_empty() => {
+                Verdict::RetryAfterMs(blocked_retry_ms)
+            }
+            other => on_failure(maintenance, other),
+        }
+    }
 }

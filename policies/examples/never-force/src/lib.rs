@@ -35,13 +35,8 @@ impl Policy for NeverForce {
     }
 
     fn on_failure(m: Maintenance, failure: Failure) -> Verdict {
-        match failure {
-            // Waiting for a human: look again every 30 s.
-            Failure::DrainIncomplete(report) if !report.blocked.is_empty() => {
-                Verdict::RetryAfterMs(30_000)
-            }
-            other => defaults::on_failure(&m, &other),
-        }
+        // Waiting for a human: look again every 30 s.
+        defaults::on_failure_waiting(&m, &failure, 30_000)
     }
 }
 
