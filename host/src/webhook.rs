@@ -59,6 +59,7 @@ pub mod messages {
 pub struct Validator {
     client: Client,
     openshift: bool,
+    policies: Option<Arc<crate::policy::PolicyStore>>,
 }
 
 impl Validator {
@@ -69,7 +70,21 @@ impl Validator {
             .await
             .map(|g| g.groups.iter().any(|g| g.name == "config.openshift.io"))
             .unwrap_or(false);
-        Validator { client, openshift }
+        Validator {
+            client,
+            openshift,
+            policies: None,
+        }
+    }
+
+    /// Also refuses a NodeMaintenance whose
+    /// `nodemaintenance.medik8s.io/policy` annotation names a policy the
+    /// operator has not loaded (beyond the Go operator's rules: without
+    /// this, such a maintenance would wait, doing nothing, until the policy
+    /// appears).
+    pub fn with_policies(mut self, policies: Arc<crate::policy::PolicyStore>) -> Self {
+        self.policies = Some(policies);
+        self
     }
 
     /// Validates a create; `Err(message)` refuses.
@@ -95,6 +110,20 @@ impl Validator {
         }
         if self.openshift && is_control_plane(&node) && !self.etcd_can_lose_one().await? {
             return Err(messages::etcd_quorum(node_name));
+        }
+        if let (Some(policies), Some(name)) = (
+            &self.policies,
+            nm.annotations().get(crate::policy::POLICY_ANNOTATION),
+        ) {
+            let set = policies.current();
+            if !set.contains(name.trim()) {
+                return Err(format!(
+                    "invalid {} annotation: policy {:?} is not loaded (loaded: {})",
+                    crate::policy::POLICY_ANNOTATION,
+                    name.trim(),
+                    set.names().join(", ")
+                ));
+            }
         }
         Ok(())
     }

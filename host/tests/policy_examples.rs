@@ -242,3 +242,19 @@ spec: {nodeName: worker-1, containers: [{name: c, image: busybox}]}
     let report = harness::run_paths(&policy, &[file]).unwrap();
     assert_eq!(report.failed(), 0, "{}", report.render());
 }
+
+#[test]
+fn nmo_policy_check_a_directory_as_the_operator_loads_it() {
+    let shipped = root().join("deploy/policies");
+    let (code, out, _) = nmo(&["policy", "check", shipped.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("6 policies (builtin, default, give-up, never-force, opt-out, stateful-last), default default, 1 rules"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policies.yaml"), "default: nope\n").unwrap();
+    let (code, out, _) = nmo(&["policy", "check", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("default names policy \"nope\", which is not in the directory"),
+        "{out}"
+    );
+}

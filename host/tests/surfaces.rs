@@ -255,7 +255,15 @@ async fn the_webhook_refuses_what_the_go_operator_refuses() {
     let (certs, ca) = webhook_cert();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let validator = nmo::webhook::Validator::new(env.client.clone()).await;
+    let policies = nmo::policy::PolicyStore::single(
+        nmo::policy::PolicyEngine::new(Default::default())
+            .unwrap()
+            .default_policy()
+            .unwrap(),
+    );
+    let validator = nmo::webhook::Validator::new(env.client.clone())
+        .await
+        .with_policies(policies);
     let dir = certs.path().to_owned();
     tokio::spawn(async move {
         nmo::webhook::serve(listener, &dir, validator)
@@ -291,6 +299,37 @@ async fn the_webhook_refuses_what_the_go_operator_refuses() {
     )
     .await;
     assert!(ok, "a valid one passes: {out}");
+    // Beyond the Go operator: a policy that is not loaded is refused.
+    let annotated = |policy: &str| {
+        nm_yaml("nm-p", "worker-2").replace(
+            "metadata:\n",
+            &format!(
+                "metadata:\n  annotations:\n    nodemaintenance.medik8s.io/policy: {policy}\n"
+            ),
+        )
+    };
+    let (ok, out) = kubectl(
+        &env,
+        tmp.path(),
+        &["create", "-f", "-"],
+        Some(&annotated("gentle")),
+    )
+    .await;
+    assert!(!ok);
+    assert!(
+        out.contains("invalid nodemaintenance.medik8s.io/policy annotation: policy \"gentle\" is not loaded (loaded: default)"),
+        "{out}"
+    );
+    let (ok, out) = kubectl(
+        &env,
+        tmp.path(),
+        &["create", "-f", "-"],
+        Some(&annotated("default")),
+    )
+    .await;
+    assert!(ok, "a loaded policy passes: {out}");
+    let (ok, out) = kubectl(&env, tmp.path(), &["delete", "nm", "nm-p"], None).await;
+    assert!(ok, "{out}");
     let (ok, out) = kubectl(
         &env,
         tmp.path(),

@@ -102,9 +102,12 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
     /// Check that each file is a policy of the drain-policy world that
-    /// answers a sample drain and every kind of failure validly.
+    /// answers a sample drain and every kind of failure validly; a
+    /// directory is checked as the operator loads a policy directory
+    /// (every policy, and policies.yaml).
     Check {
-        /// Policy files (.wasm). `default` names the embedded default policy.
+        /// Policy files (.wasm) or policy directories. `default` names the
+        /// embedded default policy.
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
@@ -242,7 +245,9 @@ async fn start_servers(
     if let Some(addr) = server::parse_bind(&cli.webhook_bind_address)? {
         if cli.webhook_cert_dir.join("tls.crt").exists() {
             let listener = tokio::net::TcpListener::bind(addr).await?;
-            let validator = nmo::webhook::Validator::new(client.clone()).await;
+            let validator = nmo::webhook::Validator::new(client.clone())
+                .await
+                .with_policies(ctx.policies.clone());
             let dir = cli.webhook_cert_dir.clone();
             tokio::spawn(async move {
                 if let Err(e) = nmo::webhook::serve(listener, &dir, validator).await {
@@ -294,6 +299,20 @@ fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     let engine = PolicyEngine::new(EngineConfig::default())?;
     let mut failed = 0;
     for file in files {
+        if file.is_dir() {
+            // A policy directory (or a ConfigMap's content): as the
+            // operator would load it.
+            let set = nmo::policy::set::Snapshot::read(file)
+                .and_then(|snap| nmo::policy::PolicySet::load(&engine, &snap, None));
+            match set {
+                Ok(set) => println!("ok    {}: {}", file.display(), set.summary()),
+                Err(e) => {
+                    failed += 1;
+                    println!("FAIL  {}: {e}", file.display());
+                }
+            }
+            continue;
+        }
         let loaded = load_policy(&engine, file);
         match loaded.and_then(|p| selfcheck::run(&p).map(|()| p)) {
             Ok(p) => println!("ok    {} (sha256 {})", file.display(), &p.digest()[..12]),
