@@ -82,7 +82,14 @@ fn the_policy_guide_builds_and_its_scenarios_pass() {
 
     // Outside the repository (as an author's crate would be), kept from run
     // to run so its own target directory is reused.
-    let parent = std::env::temp_dir().join("nmo-policy-guide");
+    // One per checkout, so two checkouts' test runs never share it.
+    let checkout = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        root.hash(&mut h);
+        h.finish()
+    };
+    let parent = std::env::temp_dir().join(format!("nmo-policy-guide-{checkout:016x}"));
     let dir = parent.join("gentle");
     if !dir.join("Cargo.toml").exists() {
         std::fs::create_dir_all(&parent).unwrap();
