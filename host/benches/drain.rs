@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, EvictParams, ListParams, PostParams};
-use kube::{Client, Config};
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
 use nmo::policy::{EngineConfig, PolicyEngine};
@@ -117,12 +117,9 @@ async fn main() {
     for n in 0..51 {
         seed_pods(&c, &format!("many-{n:02}"), 20);
     }
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&c.kubeconfig()).unwrap();
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
         .await
         .unwrap();
-    config.default_retry = false;
-    let client = Client::try_from(config).unwrap();
     let policy = PolicyEngine::new(EngineConfig::default())
         .unwrap()
         .default_policy()

@@ -3,6 +3,7 @@
 //! This crate is the operator's library; the `nmo` binary is a thin shell
 //! around it. Modules by concern:
 //! - [`crd`]: the NodeMaintenance resource.
+//! - [`client`]: the Kubernetes client as the operator configures it.
 //! - [`controller`]: the reconcile loop, drain executor, lease, node marks, events.
 //! - [`policy`]: the WebAssembly policy engine (wasmtime sandbox, WIT
 //!   bindings, conversion from Kubernetes objects, validation of answers).
@@ -11,6 +12,7 @@
 //! - [`fixtures`]: realistic pods and nodes for tests and benchmarks.
 //! - [`error`]: the one error type, with metric categories.
 
+pub mod client;
 pub mod controller;
 pub mod crd;
 pub mod error;

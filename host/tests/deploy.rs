@@ -164,12 +164,9 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
 
     // Everything the operator does, on its own client: leadership, two
     // maintenances (evict and delete), their deletion, the webhook's checks.
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&c.kubeconfig()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
         .await
         .unwrap();
-    config.default_retry = false;
-    let client = kube::Client::try_from(config).unwrap();
     let elector = nmo::controller::leader::Elector::new(
         client.clone(),
         "default",

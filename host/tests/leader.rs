@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kube::{Client, Config};
 use nmo::controller::leader::{Elector, Timings};
 use nmo_sim::{SimCluster, SimOptions};
 
@@ -20,11 +19,9 @@ fn timings() -> Timings {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_one_replica_leads_and_the_other_takes_over() {
     let c = SimCluster::start(SimOptions::default()).await.unwrap();
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&c.kubeconfig()).unwrap();
-    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
         .await
         .unwrap();
-    let client = Client::try_from(config).unwrap();
     let leading = Arc::new(AtomicUsize::new(0));
     let max_leading = Arc::new(AtomicUsize::new(0));
     let spawn = |id: &str| {

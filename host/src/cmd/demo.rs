@@ -226,10 +226,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         opts.nodes.max(2)
     );
 
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig())?;
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
-    config.default_retry = false;
-    let client = Client::try_from(config)?;
+    let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig()).await?;
     let ctx = Context::new(
         client.clone(),
         nmo::policy::PolicyStore::single(policy),

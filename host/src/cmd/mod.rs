@@ -185,11 +185,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let mut config = kube::Config::infer().await?;
-        // The drain handles 429s itself (a PodDisruptionBudget refusal is
-        // an answer, not an overload); kube's blanket retry would hide them.
-        config.default_retry = false;
-        let client = kube::Client::try_from(config)?;
+        let client = nmo::client::operator_client(kube::Config::infer().await?)?;
         let settings = nmo::controller::Settings {
             max_concurrent,
             ..Default::default()

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
-use kube::{Client, Config};
+use kube::Client;
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
 use nmo::policy::{EngineConfig, PolicyEngine, PolicyStore};
@@ -312,11 +312,8 @@ pub async fn start_cluster(nodes: usize) -> (SimCluster, Client) {
     for i in 1..=nodes {
         cluster.add_node(&format!("worker-{i}")).unwrap();
     }
-    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig())
         .await
         .unwrap();
-    config.default_retry = false;
-    let client = Client::try_from(config).unwrap();
     (cluster, client)
 }
