@@ -258,3 +258,22 @@ fn nmo_policy_check_a_directory_as_the_operator_loads_it() {
         "{out}"
     );
 }
+
+/// What an author's own `cargo test` calls.
+#[test]
+fn assert_scenarios_passes_a_good_policy() {
+    let report = harness::assert_scenarios(
+        wasm("give-up"),
+        root().join("policies/examples/give-up/scenarios"),
+    );
+    assert_eq!(report.passed(), 5);
+}
+
+#[test]
+#[should_panic(expected = "failed scenarios:")]
+fn assert_scenarios_fails_the_test_with_the_report() {
+    harness::assert_scenarios(
+        wasm("default"),
+        root().join("policies/examples/give-up/scenarios"),
+    );
+}

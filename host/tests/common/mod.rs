@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
-use kube::api::{Api, ListParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ListParams, PostParams};
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
 use nmo::policy::{EngineConfig, PolicyEngine, PolicyStore};
