@@ -146,16 +146,30 @@ pub fn plan(policy: &str, pods: &[PodView<'_>], raw: DrainPlan) -> Result<Plan> 
             check.invalid("max-concurrent-evictions is 0: nothing could ever be evicted".into())
         })?),
     };
-    let index: HashMap<(&str, &str), usize> = pods
-        .iter()
-        .enumerate()
-        .map(|(i, p)| ((p.namespace, p.name), i))
-        .collect();
+    // Policies usually answer in the order they were asked: the decision
+    // at position n is for pod n. Only when one is not is the index built.
+    let mut index: Option<HashMap<(&str, &str), usize>> = None;
     let mut seen = vec![false; pods.len()];
     let mut steps = Vec::with_capacity(raw.decisions.len());
-    for d in raw.decisions {
+    for (position, d) in raw.decisions.into_iter().enumerate() {
         let key = || format!("{}/{}", d.pod.namespace, d.pod.name);
-        let Some(&i) = index.get(&(d.pod.namespace.as_str(), d.pod.name.as_str())) else {
+        let in_order = pods
+            .get(position)
+            .is_some_and(|p| p.name == d.pod.name && p.namespace == d.pod.namespace);
+        let found = if in_order {
+            Some(position)
+        } else {
+            index
+                .get_or_insert_with(|| {
+                    pods.iter()
+                        .enumerate()
+                        .map(|(i, p)| ((p.namespace, p.name), i))
+                        .collect()
+                })
+                .get(&(d.pod.namespace.as_str(), d.pod.name.as_str()))
+                .copied()
+        };
+        let Some(i) = found else {
             return Err(check.invalid(format!(
                 "decision for pod {} which is not on the node (it was not given to the policy)",
                 super::engine::truncate(&key(), 256)
