@@ -96,6 +96,12 @@ pub struct NodeMaintenanceStatus {
     /// Lease failures since the drain started.
     #[serde(default)]
     pub error_on_lease_count: i32,
+    /// The drain policy deciding for this maintenance, chosen when it began
+    /// (`name@sha256:<first 12 hex digits>`). Not in the Go operator's
+    /// status: with its CRD installed the field is dropped, and the choice
+    /// lasts only as long as the operator process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
 }
 
 /// The CRD as YAML, as `nmo crd` prints it and `deploy/` holds it.

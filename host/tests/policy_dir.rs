@@ -459,3 +459,59 @@ async fn running_maintenances_keep_their_policy_across_a_reload() {
     assert!(env.pods_on("worker-1").await.is_empty());
     env.stop().await;
 }
+
+/// The choice is recorded in the status, so a restarted operator (or a new
+/// leader) keeps deciding a running maintenance with the same policy even
+/// when the rules have changed meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_operator_keeps_the_recorded_policy() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("policies");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("never-force.wasm"), built("never_force")).unwrap();
+    std::fs::write(dir.join("policies.yaml"), "default: never-force\n").unwrap();
+    let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
+    let mut env = Env::start_store(2, store).await;
+    for node in ["worker-1", "worker-2"] {
+        env.cluster
+            .create(bare(&format!("bare-{node}"), node, json!({}), 0))
+            .unwrap();
+    }
+    create_nm(&env, "nm-1", "worker-1", None).await;
+    let s = env
+        .wait_status("nm-1", "blocked", |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("has no controller"))
+        })
+        .await;
+    let recorded = s.policy.expect("the choice is recorded");
+    assert!(recorded.starts_with("never-force@sha256:"), "{recorded}");
+
+    // The operator stops; the rules change (never-force is still there,
+    // but no longer the default); a new operator starts.
+    env.controller.abort();
+    let _ = (&mut env.controller).await;
+    std::fs::write(dir.join("policies.yaml"), "default: builtin\n").unwrap();
+    let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
+    env.controller = start_controller_with(&env.client, store);
+
+    // A new maintenance follows the new rules...
+    create_nm(&env, "nm-2", "worker-2", None).await;
+    let s = env.wait_phase("nm-2", MaintenancePhase::Succeeded).await;
+    assert!(
+        s.status
+            .unwrap()
+            .policy
+            .unwrap()
+            .starts_with("builtin@sha256:"),
+        "nm-2 chose by the new rules"
+    );
+    // ...the running one keeps its policy: still blocked on the bare pod.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s = env.nms().get("nm-1").await.unwrap().status.unwrap();
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert_eq!(s.policy.as_deref(), Some(recorded.as_str()));
+    assert_eq!(env.pods_on("worker-1").await.len(), 1);
+    env.stop().await;
+}

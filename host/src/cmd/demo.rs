@@ -159,6 +159,9 @@ fn describe(nm: &NodeMaintenance, events: &[Event]) {
         row("  Last Update:", t.0);
     }
     row("  Phase:", s.phase.map_or("", |p| p.as_str()));
+    if let Some(p) = &s.policy {
+        row("  Policy:", p);
+    }
     row("  Totalpods:", s.total_pods);
     println!("Events:");
     println!("  {:<8} {:<20} {:<16} Message", "Type", "Reason", "From");

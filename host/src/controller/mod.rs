@@ -102,9 +102,33 @@ impl Context {
         if let Some(s) = pins.get(&uid) {
             return Ok(s.clone());
         }
-        let annotation = nm.annotations().get(POLICY_ANNOTATION).map(String::as_str);
-        let labels = node.map(|n| n.labels());
-        let selected = self.policies.current().select(annotation, labels)?;
+        let set = self.policies.current();
+        // Chosen before this process started (a restart, a new leader):
+        // the same policy, by name, if the set still has it.
+        let recorded = nm.status.as_ref().and_then(|s| s.policy.as_deref());
+        let resumed = recorded.and_then(|r| {
+            let (name, digest) = r.rsplit_once("@sha256:").unwrap_or((r, ""));
+            match set.select(Some(name), None) {
+                Ok(mut s) => {
+                    s.why = format!("recorded in status ({r})");
+                    if !s.policy.digest().starts_with(digest) {
+                        tracing::warn!(logger = "controller", nodeMaintenance = %nm.name_any(), policy = %name, "the policy changed since the maintenance began; its current version decides");
+                    }
+                    Some(s)
+                }
+                Err(_) => {
+                    tracing::warn!(logger = "controller", nodeMaintenance = %nm.name_any(), policy = %name, "the policy the maintenance began with is no longer loaded; choosing again");
+                    None
+                }
+            }
+        });
+        let selected = match resumed {
+            Some(s) => s,
+            None => {
+                let annotation = nm.annotations().get(POLICY_ANNOTATION).map(String::as_str);
+                set.select(annotation, node.map(|n| n.labels()))?
+            }
+        };
         tracing::info!(
             logger = "controller",
             nodeMaintenance = %nm.name_any(),

@@ -276,9 +276,14 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
             None => Vec::new(),
         };
         let (names, refs) = pod_refs(&removals);
+        let chosen = node
+            .as_ref()
+            .and_then(|n| ctx.policy_for(&nm, Some(n)).ok())
+            .map(|s| s.label());
         let (_, updated) = update_status(&api, &name, |s| {
             if s.phase.is_none() {
                 s.phase = Some(MaintenancePhase::Running);
+                s.policy = chosen.clone();
                 s.last_update = Some(now());
                 s.pending_pods = names.clone();
                 s.pending_pods_refs = refs.clone();

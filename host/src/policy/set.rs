@@ -137,6 +137,15 @@ pub struct Selected {
     pub why: String,
 }
 
+impl Selected {
+    /// How the NodeMaintenance's status records it:
+    /// `name@sha256:<first 12 hex digits>`.
+    pub fn label(&self) -> String {
+        let digest = self.policy.digest();
+        format!("{}@sha256:{}", self.name, &digest[..digest.len().min(12)])
+    }
+}
+
 impl PolicySet {
     /// A set of one policy, used for everything (`--policy FILE`, tests).
     pub fn single(policy: Policy) -> Self {
