@@ -10,7 +10,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::crd::MaintenancePhase;
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -507,45 +507,10 @@ async fn maintenances_converge_under_api_faults() {
     });
     // Creating may itself hit an injected error: retry as a user would.
     for i in 1..=3 {
-        let nm = NodeMaintenance::new(
-            &format!("nm-{i}"),
-            NodeMaintenanceSpec {
-                node_name: format!("worker-{i}"),
-                reason: None,
-            },
-        );
-        while env.nms().create(&PostParams::default(), &nm).await.is_err() {
-            if env
-                .nms()
-                .get_opt(&format!("nm-{i}"))
-                .await
-                .ok()
-                .flatten()
-                .is_some()
-            {
-                break;
-            }
-        }
+        create_nm_retrying(&env.nms(), &format!("nm-{i}"), &format!("worker-{i}")).await;
     }
     for i in 1..=3 {
-        let started = Instant::now();
-        loop {
-            let phase = env
-                .nms()
-                .get(&format!("nm-{i}"))
-                .await
-                .ok()
-                .and_then(|n| n.status)
-                .and_then(|s| s.phase);
-            if phase == Some(MaintenancePhase::Succeeded) {
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(90),
-                "nm-{i} did not converge: {phase:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_succeeded(&env.nms(), &format!("nm-{i}"), Duration::from_secs(90)).await;
     }
     env.cluster.set_faults(|f| *f = Default::default());
     for i in 1..=3 {
@@ -560,21 +525,7 @@ async fn maintenances_converge_under_api_faults() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_never_terminates_leaves_the_drain_incomplete_at_the_attempt_timeout() {
-    let env = Env::start_with(2, HOSTILE).await;
-    env.cluster
-        .create(bare(
-            "stuck",
-            "worker-1",
-            json!({"sim.nmo.medik8s.io/never-terminate": "true"}),
-            30,
-        ))
-        .unwrap();
-    env.cluster
-        .create(bare("quick", "worker-1", json!({}), 30))
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    env.create_nm_with_reason("nm-1", "worker-1", "tune:timeout=1500")
-        .await;
+    let env = stuck_and_quick_on_worker_1("tune:timeout=1500").await;
     let s = env
         .wait_status("nm-1", "incomplete", |s| {
             s.last_error
@@ -689,21 +640,7 @@ async fn delete_actions_and_waves_are_honoured() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lease_errors_during_the_drain_are_counted_and_reset_by_a_success() {
-    let env = Env::start_with(2, HOSTILE).await;
-    env.cluster
-        .create(bare(
-            "stuck",
-            "worker-1",
-            json!({"sim.nmo.medik8s.io/never-terminate": "true"}),
-            30,
-        ))
-        .unwrap();
-    env.cluster
-        .create(bare("quick", "worker-1", json!({}), 30))
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    env.create_nm_with_reason("nm-1", "worker-1", "tune:timeout=1000")
-        .await;
+    let env = stuck_and_quick_on_worker_1("tune:timeout=1000").await;
     env.wait_status("nm-1", "half drained", |s| s.drain_progress == 50)
         .await;
     // Another holder (a remediator) takes the lease mid-drain.
@@ -741,4 +678,25 @@ async fn lease_errors_during_the_drain_are_counted_and_reset_by_a_success() {
     env.wait_status("nm-1", "count reset", |s| s.error_on_lease_count == 0)
         .await;
     env.stop().await;
+}
+
+/// The hostile policy (tuned by `reason`) on two nodes, worker-1 holding a
+/// pod that never terminates and one that does, and a NodeMaintenance
+/// `nm-1` for worker-1.
+async fn stuck_and_quick_on_worker_1(reason: &str) -> Env {
+    let env = Env::start_with(2, HOSTILE).await;
+    env.cluster
+        .create(bare(
+            "stuck",
+            "worker-1",
+            json!({"sim.nmo.medik8s.io/never-terminate": "true"}),
+            30,
+        ))
+        .unwrap();
+    env.cluster
+        .create(bare("quick", "worker-1", json!({}), 30))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.create_nm_with_reason("nm-1", "worker-1", reason).await;
+    env
 }

@@ -9,17 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::*;
-use kube::api::{DeleteParams, PostParams};
-use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use kube::api::DeleteParams;
+use nmo::crd::MaintenancePhase;
 use nmo::metrics::METRICS;
 use nmo::policy::set::Snapshot;
 use nmo::policy::{EngineConfig, PolicyEngine, PolicySet, PolicyStore, Reload};
 use serde_json::json;
-
-fn built(name: &str) -> Vec<u8> {
-    std::fs::read(Path::new(env!("NMO_POLICY_WASM_DIR")).join(format!("nmo_policy_{name}.wasm")))
-        .unwrap()
-}
 
 fn engine() -> PolicyEngine {
     PolicyEngine::new(EngineConfig::default()).unwrap()
@@ -73,10 +68,14 @@ rules:
 #[test]
 fn policies_yaml_picks_by_annotation_then_rule_then_default() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("never-force.wasm"), built("never_force")).unwrap();
+    std::fs::write(
+        dir.path().join("never-force.wasm"),
+        built_policy("never_force"),
+    )
+    .unwrap();
     std::fs::write(
         dir.path().join("stateful-last.wasm"),
-        built("stateful_last"),
+        built_policy("stateful_last"),
     )
     .unwrap();
     std::fs::write(dir.path().join("policies.yaml"), RULES).unwrap();
@@ -125,7 +124,7 @@ fn policies_yaml_picks_by_annotation_then_rule_then_default() {
     std::fs::remove_file(dir.path().join("policies.yaml")).unwrap();
     let set = PolicySet::load(&engine(), &Snapshot::read(dir.path()).unwrap(), None).unwrap();
     assert_eq!(set.default_name(), "builtin");
-    std::fs::write(dir.path().join("default.wasm"), built("give_up")).unwrap();
+    std::fs::write(dir.path().join("default.wasm"), built_policy("give_up")).unwrap();
     let set = PolicySet::load(&engine(), &Snapshot::read(dir.path()).unwrap(), None).unwrap();
     assert_eq!(set.default_name(), "default");
 }
@@ -191,7 +190,11 @@ fn reloads(result: &str) -> u64 {
 fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("policies");
-    configmap_update(&dir, 1, &[("never-force.wasm", built("never_force"))]);
+    configmap_update(
+        &dir,
+        1,
+        &[("never-force.wasm", built_policy("never_force"))],
+    );
     let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
     assert_eq!(store.current().names(), ["builtin", "never-force"]);
     assert_eq!(store.reload(), Reload::Unchanged);
@@ -201,8 +204,8 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
         &dir,
         2,
         &[
-            ("never-force.wasm", built("never_force")),
-            ("opt-out.wasm", built("opt_out")),
+            ("never-force.wasm", built_policy("never_force")),
+            ("opt-out.wasm", built_policy("opt_out")),
             ("policies.yaml", b"default: opt-out\n".to_vec()),
         ],
     );
@@ -243,7 +246,7 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
     assert_eq!(reloads("failure"), failures + 1);
 
     // Version 4 fixes it.
-    configmap_update(&dir, 4, &[("give-up.wasm", built("give_up"))]);
+    configmap_update(&dir, 4, &[("give-up.wasm", built_policy("give_up"))]);
     assert_eq!(store.reload(), Reload::Reloaded);
     assert_eq!(store.current().names(), ["builtin", "give-up"]);
     assert_eq!(store.rejected(), None);
@@ -254,7 +257,11 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
 async fn a_changed_directory_is_picked_up_without_a_restart() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("policies");
-    configmap_update(&dir, 1, &[("never-force.wasm", built("never_force"))]);
+    configmap_update(
+        &dir,
+        1,
+        &[("never-force.wasm", built_policy("never_force"))],
+    );
     let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
     // A poll interval far beyond the test: only the inotify event can
     // trigger this reload.
@@ -264,7 +271,11 @@ async fn a_changed_directory_is_picked_up_without_a_restart() {
             .watch(Duration::from_millis(100), Duration::from_secs(3600)),
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    configmap_update(&dir, 2, &[("stateful-last.wasm", built("stateful_last"))]);
+    configmap_update(
+        &dir,
+        2,
+        &[("stateful-last.wasm", built_policy("stateful_last"))],
+    );
     let started = Instant::now();
     while store.current().names() != ["builtin", "stateful-last"] {
         assert!(
@@ -285,7 +296,7 @@ async fn a_changed_directory_is_picked_up_without_a_restart() {
             .watch(Duration::from_millis(100), Duration::from_secs(3600)),
     );
     tokio::time::sleep(Duration::from_millis(200)).await;
-    std::fs::write(plain.join("never-force.wasm"), built("never_force")).unwrap();
+    std::fs::write(plain.join("never-force.wasm"), built_policy("never_force")).unwrap();
     let started = Instant::now();
     while !store2.current().contains("never-force") {
         assert!(
@@ -320,7 +331,7 @@ fn artifacts(dir: &Path) -> Vec<PathBuf> {
 fn compiled_policies_are_cached_and_a_damaged_artifact_is_rebuilt() {
     let cache = tempfile::tempdir().unwrap();
     let engine = engine();
-    let wasm = built("never_force");
+    let wasm = built_policy("never_force");
     let p1 = engine
         .load_cached("never-force", &wasm, Some(cache.path()))
         .unwrap();
@@ -367,23 +378,6 @@ fn compiled_policies_are_cached_and_a_damaged_artifact_is_rebuilt() {
         .unwrap();
 }
 
-async fn create_nm(env: &Env, name: &str, node: &str, policy: Option<&str>) {
-    let mut nm = NodeMaintenance::new(
-        name,
-        NodeMaintenanceSpec {
-            node_name: node.into(),
-            reason: Some("test".into()),
-        },
-    );
-    if let Some(p) = policy {
-        nm.metadata.annotations = Some(BTreeMap::from([(
-            nmo::policy::POLICY_ANNOTATION.to_owned(),
-            p.to_owned(),
-        )]));
-    }
-    env.nms().create(&PostParams::default(), &nm).await.unwrap();
-}
-
 /// A maintenance finishes with the policy it started with; maintenances
 /// created after a reload use the new set; an unknown policy name waits,
 /// saying so, and acts on nothing.
@@ -395,7 +389,7 @@ async fn running_maintenances_keep_their_policy_across_a_reload() {
         &dir,
         1,
         &[
-            ("never-force.wasm", built("never_force")),
+            ("never-force.wasm", built_policy("never_force")),
             ("policies.yaml", b"default: never-force\n".to_vec()),
         ],
     );
@@ -408,7 +402,7 @@ async fn running_maintenances_keep_their_policy_across_a_reload() {
     }
 
     // Under never-force, the bare pod blocks the drain.
-    create_nm(&env, "nm-1", "worker-1", None).await;
+    env.create_nm_with_policy("nm-1", "worker-1", None).await;
     env.wait_status("nm-1", "blocked", |s| {
         s.last_error
             .as_deref()
@@ -422,12 +416,13 @@ async fn running_maintenances_keep_their_policy_across_a_reload() {
     assert_eq!(store.current().names(), ["builtin"]);
 
     // A new maintenance uses the new set.
-    create_nm(&env, "nm-2", "worker-2", None).await;
+    env.create_nm_with_policy("nm-2", "worker-2", None).await;
     env.wait_phase("nm-2", MaintenancePhase::Succeeded).await;
     assert!(env.pods_on("worker-2").await.is_empty());
 
     // One naming a policy that is not loaded waits and says so.
-    create_nm(&env, "nm-3", "worker-3", Some("never-force")).await;
+    env.create_nm_with_policy("nm-3", "worker-3", Some("never-force"))
+        .await;
     let s = env
         .wait_status("nm-3", "told the policy is missing", |s| {
             s.last_error.is_some()
@@ -454,7 +449,7 @@ async fn running_maintenances_keep_their_policy_across_a_reload() {
         .await
         .unwrap();
     env.wait_gone("nm-1").await;
-    create_nm(&env, "nm-1", "worker-1", None).await;
+    env.create_nm_with_policy("nm-1", "worker-1", None).await;
     env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
     assert!(env.pods_on("worker-1").await.is_empty());
     env.stop().await;
@@ -468,7 +463,7 @@ async fn a_restarted_operator_keeps_the_recorded_policy() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("policies");
     std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("never-force.wasm"), built("never_force")).unwrap();
+    std::fs::write(dir.join("never-force.wasm"), built_policy("never_force")).unwrap();
     std::fs::write(dir.join("policies.yaml"), "default: never-force\n").unwrap();
     let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
     let mut env = Env::start_store(2, store).await;
@@ -477,7 +472,7 @@ async fn a_restarted_operator_keeps_the_recorded_policy() {
             .create(bare(&format!("bare-{node}"), node, json!({}), 0))
             .unwrap();
     }
-    create_nm(&env, "nm-1", "worker-1", None).await;
+    env.create_nm_with_policy("nm-1", "worker-1", None).await;
     let s = env
         .wait_status("nm-1", "blocked", |s| {
             s.last_error
@@ -497,7 +492,7 @@ async fn a_restarted_operator_keeps_the_recorded_policy() {
     env.controller = start_controller_with(&env.client, store);
 
     // A new maintenance follows the new rules...
-    create_nm(&env, "nm-2", "worker-2", None).await;
+    env.create_nm_with_policy("nm-2", "worker-2", None).await;
     let s = env.wait_phase("nm-2", MaintenancePhase::Succeeded).await;
     assert!(
         s.status

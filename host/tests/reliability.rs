@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -82,31 +82,6 @@ fn restored(node: &Node) -> bool {
         && !taint_keys(node)
             .iter()
             .any(|k| k == "medik8s.io/drain" || k == "node.kubernetes.io/unschedulable")
-}
-
-async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while !f().await {
-        assert!(started.elapsed() < limit, "never {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits for a maintenance to succeed, reading through API errors.
-async fn wait_succeeded(nms: &Api<NodeMaintenance>, name: &str, limit: Duration) {
-    wait_until(&format!("{name} Succeeded"), limit, || async {
-        nms.get(name)
-            .await
-            .ok()
-            .and_then(|n| n.status)
-            .and_then(|s| s.phase)
-            == Some(MaintenancePhase::Succeeded)
-    })
-    .await;
 }
 
 /// Kill -9 the operator at random points of a maintenance (mid-drain and
@@ -218,22 +193,6 @@ async fn sigkill_at_random_points_twenty_times() {
     cluster.stop().await;
 }
 
-/// Retries what an injected fault refused, as a user would.
-async fn create_retrying(nms: &Api<NodeMaintenance>, name: &str, node: &str) {
-    let nm = NodeMaintenance::new(
-        name,
-        NodeMaintenanceSpec {
-            node_name: node.into(),
-            reason: None,
-        },
-    );
-    while nms.create(&PostParams::default(), &nm).await.is_err() {
-        if nms.get_opt(name).await.ok().flatten().is_some() {
-            break;
-        }
-    }
-}
-
 async fn delete_retrying(nms: &Api<NodeMaintenance>, name: &str) {
     while let Err(e) = nms.delete(name, &DeleteParams::default()).await {
         if matches!(&e, kube::Error::Api(s) if s.code == 404) {
@@ -271,7 +230,7 @@ async fn maintenances_converge_both_ways_under_api_faults() {
     });
     let nms = env.nms();
     for i in 1..=NMS {
-        create_retrying(&nms, &format!("nm-{i}"), &format!("worker-{i}")).await;
+        create_nm_retrying(&nms, &format!("nm-{i}"), &format!("worker-{i}")).await;
     }
     let mut held = 0;
     for i in 1..=NMS {
@@ -312,13 +271,7 @@ async fn ten_hostile_policies_through_the_operator() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("policies");
     std::fs::create_dir(&dir).unwrap();
-    let built = |name: &str| {
-        std::fs::read(
-            Path::new(env!("NMO_POLICY_WASM_DIR")).join(format!("nmo_policy_{name}.wasm")),
-        )
-        .unwrap()
-    };
-    std::fs::write(dir.join("hostile.wasm"), built("hostile")).unwrap();
+    std::fs::write(dir.join("hostile.wasm"), built_policy("hostile")).unwrap();
     std::fs::write(dir.join("policies.yaml"), "default: hostile\n").unwrap();
     let engine = nmo::policy::PolicyEngine::new(Default::default()).unwrap();
     let store = nmo::policy::PolicyStore::from_dir(engine, &dir, None).unwrap();
@@ -423,18 +376,8 @@ async fn ten_hostile_policies_through_the_operator() {
         assert!(why.contains(says), "{file}: {why}");
         assert_eq!(store.current().names(), ["builtin", "hostile"]);
         let name = file.trim_end_matches(".wasm");
-        let mut nm = NodeMaintenance::new(
-            name,
-            NodeMaintenanceSpec {
-                node_name: "worker-1".into(),
-                reason: None,
-            },
-        );
-        nm.metadata.annotations = Some(BTreeMap::from([(
-            nmo::policy::POLICY_ANNOTATION.to_owned(),
-            name.to_owned(),
-        )]));
-        env.nms().create(&PostParams::default(), &nm).await.unwrap();
+        env.create_nm_with_policy(name, "worker-1", Some(name))
+            .await;
         let s = env
             .wait_status(name, "report the missing policy", |s| {
                 s.last_error.is_some()

@@ -145,22 +145,41 @@ fn node_row(n: &Value) -> Vec<Value> {
 /// Computes the cells of one row.
 type RowFn = Box<dyn Fn(&Value) -> Vec<Value>>;
 
-fn layout(rt: &ResourceType) -> (Vec<Value>, RowFn) {
-    let name = col(
+fn name_col() -> Value {
+    col(
         "Name",
         "string",
         "name",
         0,
         "Name must be unique within a namespace.",
-    );
-    let age_col = col(
+    )
+}
+
+fn age_col() -> Value {
+    col(
         "Age",
         "string",
         "",
         0,
         "CreationTimestamp is a timestamp representing the server time when this object was created.",
-    );
-    let created = |o: &Value| json!(age(&o["metadata"]["creationTimestamp"]));
+    )
+}
+
+fn created(o: &Value) -> Value {
+    json!(age(&o["metadata"]["creationTimestamp"]))
+}
+
+/// Name, one column of its own, Age.
+fn one_column(column: Value, cell: fn(&Value) -> Value) -> (Vec<Value>, RowFn) {
+    (
+        vec![name_col(), column, age_col()],
+        Box::new(move |o| vec![json!(o["metadata"]["name"]), cell(o), created(o)]),
+    )
+}
+
+fn layout(rt: &ResourceType) -> (Vec<Value>, RowFn) {
+    let name = name_col();
+    let age_col = age_col();
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") => (
             vec![
@@ -228,19 +247,9 @@ fn layout(rt: &ResourceType) -> (Vec<Value>, RowFn) {
             ],
             Box::new(node_row),
         ),
-        ("", "namespaces") => (
-            vec![
-                name,
-                col("Status", "string", "", 0, "The status of the namespace"),
-                age_col,
-            ],
-            Box::new(move |o| {
-                vec![
-                    json!(o["metadata"]["name"]),
-                    json!(o["status"]["phase"].as_str().unwrap_or("Active")),
-                    created(o),
-                ]
-            }),
+        ("", "namespaces") => one_column(
+            col("Status", "string", "", 0, "The status of the namespace"),
+            |o| json!(o["status"]["phase"].as_str().unwrap_or("Active")),
         ),
         ("", "events") => (
             vec![
@@ -508,19 +517,9 @@ fn layout(rt: &ResourceType) -> (Vec<Value>, RowFn) {
                 ]
             }),
         ),
-        ("coordination.k8s.io", "leases") => (
-            vec![
-                name,
-                col("Holder", "string", "", 0, "The holder of the lease."),
-                age_col,
-            ],
-            Box::new(move |l| {
-                vec![
-                    json!(l["metadata"]["name"]),
-                    json!(l["spec"]["holderIdentity"].as_str().unwrap_or("")),
-                    created(l),
-                ]
-            }),
+        ("coordination.k8s.io", "leases") => one_column(
+            col("Holder", "string", "", 0, "The holder of the lease."),
+            |l| json!(l["spec"]["holderIdentity"].as_str().unwrap_or("")),
         ),
         ("apiextensions.k8s.io", "customresourcedefinitions") => (
             vec![name, col("Created At", "date", "", 0, "The creation time")],

@@ -112,7 +112,7 @@ impl Snapshot {
             h.update((bytes.len() as u64).to_le_bytes());
             h.update(bytes);
         }
-        let fingerprint = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        let fingerprint = super::engine::hex(&h.finalize());
         Ok(Snapshot { files, fingerprint })
     }
 }

@@ -84,13 +84,29 @@ impl Env {
     }
 
     pub async fn create_nm(&self, name: &str, node: &str) -> NodeMaintenance {
-        let nm = NodeMaintenance::new(
+        self.create_nm_with_policy(name, node, None).await
+    }
+
+    /// A NodeMaintenance naming its policy with the annotation, if given.
+    pub async fn create_nm_with_policy(
+        &self,
+        name: &str,
+        node: &str,
+        policy: Option<&str>,
+    ) -> NodeMaintenance {
+        let mut nm = NodeMaintenance::new(
             name,
             NodeMaintenanceSpec {
                 node_name: node.into(),
                 reason: Some("test".into()),
             },
         );
+        if let Some(p) = policy {
+            nm.metadata.annotations = Some(std::collections::BTreeMap::from([(
+                nmo::policy::POLICY_ANNOTATION.to_owned(),
+                p.to_owned(),
+            )]));
+        }
         self.nms()
             .create(&PostParams::default(), &nm)
             .await
@@ -316,4 +332,55 @@ pub async fn start_cluster(nodes: usize) -> (SimCluster, Client) {
         .await
         .unwrap();
     (cluster, client)
+}
+
+/// A policy as the host's build script built it (`nmo_policy_<stem>.wasm`).
+pub fn built_policy(stem: &str) -> Vec<u8> {
+    std::fs::read(
+        std::path::Path::new(env!("NMO_POLICY_WASM_DIR")).join(format!("nmo_policy_{stem}.wasm")),
+    )
+    .unwrap()
+}
+
+/// Polls `f` until it holds; fails the test after `limit`.
+pub async fn wait_until<F, Fut>(what: &str, limit: Duration, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !f().await {
+        assert!(started.elapsed() < limit, "never {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits for a maintenance to succeed, reading through API errors.
+pub async fn wait_succeeded(nms: &Api<NodeMaintenance>, name: &str, limit: Duration) {
+    wait_until(&format!("{name} Succeeded"), limit, || async {
+        nms.get(name)
+            .await
+            .ok()
+            .and_then(|n| n.status)
+            .and_then(|s| s.phase)
+            == Some(MaintenancePhase::Succeeded)
+    })
+    .await;
+}
+
+/// Creates a NodeMaintenance, retrying what an injected fault refused, as
+/// a user would.
+pub async fn create_nm_retrying(nms: &Api<NodeMaintenance>, name: &str, node: &str) {
+    let nm = NodeMaintenance::new(
+        name,
+        NodeMaintenanceSpec {
+            node_name: node.into(),
+            reason: None,
+        },
+    );
+    while nms.create(&PostParams::default(), &nm).await.is_err() {
+        if nms.get_opt(name).await.ok().flatten().is_some() {
+            break;
+        }
+    }
 }
