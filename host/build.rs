@@ -13,6 +13,7 @@ use std::process::Command;
 const POLICIES: &[&str] = &[
     "nmo-policy-default",
     "nmo-policy-hostile",
+    "nmo-policy-sleepy-init",
     "nmo-policy-never-force",
     "nmo-policy-stateful-last",
     "nmo-policy-opt-out",

@@ -22,6 +22,34 @@ pub enum Error {
     )]
     PolicyWrongWorld { policy: String, reason: String },
 
+    /// Loading the policy went over a limit: its size, or the time or
+    /// memory its compilation may take.
+    #[error("policy {policy}: refused: {reason}")]
+    PolicyCompileLimit { policy: String, reason: String },
+
+    /// The policy was built against another minor version of the contract.
+    #[error(
+        "policy {policy}: built against medik8s:node-maintenance@{found}, but this operator \
+         implements @{expected}; rebuild the policy against the WIT package (or SDK) of \
+         version {expected}"
+    )]
+    PolicyContractVersion {
+        policy: String,
+        found: String,
+        expected: &'static str,
+    },
+
+    /// The policy's answer was larger than the host copies out of a sandbox.
+    #[error(
+        "policy {policy} gave an answer in {function} larger than the {limit_bytes} bytes the \
+         host accepts"
+    )]
+    PolicyOutputLimit {
+        policy: String,
+        function: &'static str,
+        limit_bytes: usize,
+    },
+
     /// The policy trapped (a panic, `unreachable`, an out-of-bounds access).
     #[error("policy {policy} trapped in {function}: {reason}")]
     PolicyTrap {
@@ -95,6 +123,9 @@ impl Error {
             Error::PolicyLoad { .. } => "load",
             Error::PolicyWrongWorld { .. } => "wrong_world",
             Error::PolicyTrap { .. } => "trap",
+            Error::PolicyCompileLimit { .. } => "compile_limit",
+            Error::PolicyContractVersion { .. } => "contract_version",
+            Error::PolicyOutputLimit { .. } => "output_limit",
             Error::PolicyDeadline { .. } => "deadline",
             Error::PolicyMemoryLimit { .. } => "memory_limit",
             Error::PolicyInvalidDecision { .. } => "invalid_decision",
@@ -126,6 +157,9 @@ impl Error {
             Error::PolicyLoad { .. }
                 | Error::PolicyWrongWorld { .. }
                 | Error::PolicyTrap { .. }
+                | Error::PolicyCompileLimit { .. }
+                | Error::PolicyContractVersion { .. }
+                | Error::PolicyOutputLimit { .. }
                 | Error::PolicyDeadline { .. }
                 | Error::PolicyMemoryLimit { .. }
                 | Error::PolicyInvalidDecision { .. }

@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod policy;
 pub mod server;
 pub mod telemetry;
+pub mod text;
 pub mod webhook;
 
 pub use error::{Error, Result};

@@ -381,7 +381,11 @@ fn the_policies_configmap_is_the_built_policies_and_loads() {
             .as_array()
             .unwrap()
             .iter()
-            .any(|m| m["mountPath"] == cache_dir),
-        "the cache is a writable volume (the root filesystem is read-only)"
+            .any(|m| m["mountPath"].as_str().is_some_and(|mount| cache_dir
+                .strip_prefix(mount)
+                .is_some_and(|rest| rest.starts_with('/') && rest.len() > 1))),
+        "the cache is a directory inside a writable volume (the root filesystem is read-only; \
+         an emptyDir is writable by every user, so the operator makes its own private \
+         directory in it)"
     );
 }

@@ -13,7 +13,7 @@ use kube::api::DeleteParams;
 use nmo::crd::MaintenancePhase;
 use nmo::metrics::METRICS;
 use nmo::policy::set::Snapshot;
-use nmo::policy::{EngineConfig, PolicyEngine, PolicySet, PolicyStore, Reload};
+use nmo::policy::{EngineConfig, PolicyCache, PolicyEngine, PolicySet, PolicyStore, Reload};
 use serde_json::json;
 
 fn engine() -> PolicyEngine {
@@ -328,14 +328,28 @@ fn artifacts(dir: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn compiled_policies_are_cached_and_a_damaged_artifact_is_rebuilt() {
-    let cache = tempfile::tempdir().unwrap();
+fn compiled_policies_are_cached_after_their_self_check_and_a_damaged_artifact_is_rebuilt() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("cache");
+    let cache = PolicyCache::open(&dir).unwrap();
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700,
+        "the cache directory is created private"
+    );
     let engine = engine();
     let wasm = built_policy("never_force");
     let p1 = engine
-        .load_cached("never-force", &wasm, Some(cache.path()))
+        .load_cached("never-force", &wasm, Some(&cache))
         .unwrap();
-    let files = artifacts(cache.path());
+    assert!(
+        artifacts(&dir).is_empty(),
+        "nothing is cached before the policy passed its self-check"
+    );
+    nmo::policy::selfcheck::run(&p1).unwrap();
+    cache.store(&p1);
+    let files = artifacts(&dir);
     assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
     assert_eq!(
@@ -348,12 +362,14 @@ fn compiled_policies_are_cached_and_a_damaged_artifact_is_rebuilt() {
     let engine2 = PolicyEngine::new(EngineConfig::default()).unwrap();
     assert_eq!(engine2.compat_hash(), engine.compat_hash());
     let p2 = engine2
-        .load_cached("never-force", &wasm, Some(cache.path()))
+        .load_cached("never-force", &wasm, Some(&cache))
         .unwrap();
+    assert!(p2.from_cache());
+    cache.store(&p2);
     assert_eq!(
         std::fs::metadata(&files[0]).unwrap().modified().unwrap(),
         written,
-        "not recompiled"
+        "not recompiled, not rewritten"
     );
     nmo::policy::selfcheck::run(&p2).unwrap();
 
@@ -361,21 +377,86 @@ fn compiled_policies_are_cached_and_a_damaged_artifact_is_rebuilt() {
     let bytes = std::fs::read(&files[0]).unwrap();
     std::fs::write(&files[0], &bytes[..bytes.len() / 2]).unwrap();
     let p3 = engine2
-        .load_cached("never-force", &wasm, Some(cache.path()))
+        .load_cached("never-force", &wasm, Some(&cache))
         .unwrap();
+    assert!(!p3.from_cache());
     nmo::policy::selfcheck::run(&p3).unwrap();
+    cache.store(&p3);
     assert_eq!(
         std::fs::read(&files[0]).unwrap().len(),
         bytes.len(),
         "rewritten"
     );
+}
 
-    // An unwritable cache costs a compile, nothing else.
-    let not_a_dir = cache.path().join("file");
-    std::fs::write(&not_a_dir, "x").unwrap();
-    engine2
-        .load_cached("never-force", &wasm, Some(&not_a_dir))
-        .unwrap();
+#[test]
+fn a_cache_directory_that_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let open = root.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = PolicyCache::open(&open).expect_err("world-writable").to_string();
+    assert!(err.contains("lets others write"), "{err}");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o770)).unwrap();
+    let err = PolicyCache::open(&open).expect_err("group-writable").to_string();
+    assert!(err.contains("lets others write"), "{err}");
+
+    let link = root.path().join("link");
+    let private = root.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::symlink(&private, &link).unwrap();
+    let err = PolicyCache::open(&link).expect_err("a symlink").to_string();
+    assert!(err.contains("not a directory"), "{err}");
+    PolicyCache::open(&private).expect("a private directory is used");
+
+    // Owned by someone else (only root can give a directory away).
+    if std::os::unix::fs::chown(&private, Some(65534), Some(65534)).is_ok() {
+        let err = PolicyCache::open(&private).expect_err("not ours").to_string();
+        assert!(err.contains("owned by uid 65534"), "{err}");
+    }
+}
+
+#[test]
+fn a_set_caches_only_policies_that_loaded_and_prunes_those_that_left() {
+    let root = tempfile::tempdir().unwrap();
+    let cache = PolicyCache::open(&root.path().join("cache")).unwrap();
+    let engine = engine();
+    let digest = |name: &str| engine.load(name, &built_policy(name)).unwrap().digest().to_owned();
+    let cached = |name: &str| {
+        let d = digest(name);
+        artifacts(cache.dir())
+            .iter()
+            .any(|p| p.to_string_lossy().contains(&d))
+    };
+    let dir = root.path().join("policies");
+    std::fs::create_dir(&dir).unwrap();
+    // A component of the wrong world compiles, then is refused: never cached.
+    let wrong_world = wat::parse_str("(component)").unwrap();
+    std::fs::write(dir.join("a-wrong.wasm"), &wrong_world).unwrap();
+    std::fs::write(dir.join("never-force.wasm"), built_policy("never_force")).unwrap();
+    PolicySet::load(&engine, &Snapshot::read(&dir).unwrap(), Some(&cache))
+        .expect_err("the wrong world rejects the set");
+    assert!(!cached("never_force"), "the set was refused before never-force loaded");
+    assert_eq!(
+        artifacts(cache.dir()).len(),
+        1,
+        "only the embedded default, which passed: {:?}",
+        artifacts(cache.dir())
+    );
+
+    std::fs::remove_file(dir.join("a-wrong.wasm")).unwrap();
+    std::fs::write(dir.join("opt-out.wasm"), built_policy("opt_out")).unwrap();
+    PolicySet::load(&engine, &Snapshot::read(&dir).unwrap(), Some(&cache)).unwrap();
+    assert!(cached("never_force") && cached("opt_out"));
+    assert_eq!(artifacts(cache.dir()).len(), 3);
+
+    std::fs::remove_file(dir.join("never-force.wasm")).unwrap();
+    PolicySet::load(&engine, &Snapshot::read(&dir).unwrap(), Some(&cache)).unwrap();
+    assert!(!cached("never_force"), "pruned once it left the set");
+    assert!(cached("opt_out"));
+    assert_eq!(artifacts(cache.dir()).len(), 2);
 }
 
 /// A maintenance finishes with the policy it started with; maintenances

@@ -7,7 +7,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -301,7 +301,7 @@ async fn ten_hostile_policies_through_the_operator() {
         ("trap", "trapped in plan-drain"),
         ("loop", "ran past its deadline"),
         ("memory-bomb", "exceeded its memory limit"),
-        ("huge-reason", "gave an invalid answer in plan-drain"),
+        ("huge-reason", "larger than the 4194304 bytes the host accepts"),
         ("unknown-pod", "not-on-this-node"),
         ("evict-everything", "gave an invalid answer in plan-drain"),
         ("panic-on-bare", "cannot handle pod without a controller"),
@@ -569,5 +569,129 @@ async fn bad_node_maintenances() {
 
     assert_eq!(tried, 7);
     println!("bad NodeMaintenances: {tried} tried, {held} held");
+    env.stop().await;
+}
+
+/// The sandbox through the operator, as a hostile policy author would try
+/// it: sleeping decisions do not freeze other maintenances or deletions,
+/// policy text cannot forge lines in `kubectl describe`, and a policy that
+/// asks to retry at once cannot drive the API request rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_policies_cannot_freeze_forge_or_hammer() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("policies");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("hostile.wasm"), built_policy("hostile")).unwrap();
+    std::fs::write(dir.join("policies.yaml"), "default: hostile\n").unwrap();
+    let engine = nmo::policy::PolicyEngine::new(Default::default()).unwrap();
+    let store = nmo::policy::PolicyStore::from_dir(engine, &dir, None).unwrap();
+    let env = Env::start_store(3, store.clone()).await;
+    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    let mut tried = 0;
+    let mut held = 0;
+
+    // 1. Ten sleeping decisions (the default --max-concurrent-maintenances)
+    // do not hold up an ordinary maintenance, and are deleted promptly.
+    tried += 1;
+    for i in 0..10 {
+        env.create_nm_with_reason(&format!("sleepy-{i}"), "worker-1", "sleep")
+            .await;
+    }
+    env.create_nm_with_reason("ordinary", "worker-2", "fine").await;
+    env.wait_phase("ordinary", MaintenancePhase::Succeeded).await;
+    let s = env
+        .wait_status("sleepy-0", "report the deadline", |s| s.last_error.is_some())
+        .await;
+    assert!(
+        s.last_error.as_deref().unwrap_or("").contains("ran past its deadline"),
+        "{s:?}"
+    );
+    let started = Instant::now();
+    for i in 0..10 {
+        env.nms()
+            .delete(&format!("sleepy-{i}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..10 {
+        env.wait_gone(&format!("sleepy-{i}")).await;
+    }
+    assert!(restored(&env.node("worker-1").await));
+    println!(
+        "ten sleeping decisions deleted and the node restored in {:?}",
+        started.elapsed()
+    );
+    held += 1;
+
+    // 2. Control characters in a `fail` message: status and `kubectl
+    // describe` show them escaped; no forged line.
+    tried += 1;
+    env.create_nm_with_reason("forger", "no-such-node", "control-chars")
+        .await;
+    let s = env
+        .wait_status("forger", "fail", |s| s.phase == Some(MaintenancePhase::Failed))
+        .await;
+    let last_error = s.last_error.unwrap();
+    assert!(
+        last_error.starts_with("gave up\\nPhase: Succeeded\\r\\u{1b}[32m"),
+        "{last_error:?}"
+    );
+    let kc = root.path().join("kc");
+    env.cluster.write_kubeconfig(&kc).unwrap();
+    let out = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .arg("--cache-dir")
+        .arg(root.path().join("kcache"))
+        .args(["describe", "nodemaintenance", "forger"])
+        .output()
+        .await
+        .expect("kubectl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let phases: Vec<&str> = text
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with("Phase:"))
+        .collect();
+    assert_eq!(phases, ["Phase:  Failed"], "{text}");
+    assert!(
+        !text.chars().any(|c| c.is_control() && c != '\n'),
+        "no raw control character reaches the terminal: {text:?}"
+    );
+    env.nms()
+        .delete("forger", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("forger").await;
+    held += 1;
+
+    // 3. A pod blocked with a 1 ms attempt and `retry-after-ms: 0`: the
+    // retries wait the 1 s floor, so the maintenance's request rate is
+    // bounded whatever the policy answers.
+    tried += 1;
+    env.create_nm_with_reason("hammer", "worker-3", "block-now").await;
+    env.wait_status("hammer", "report the blocked pod", |s| s.last_error.is_some())
+        .await;
+    env.cluster.record_audit(true);
+    let window = Duration::from_secs(5);
+    tokio::time::sleep(window).await;
+    env.cluster.record_audit(false);
+    let requests = env.cluster.audit().len();
+    let per_minute = requests as f64 * 60.0 / window.as_secs_f64();
+    println!("a retry-at-once policy: {requests} requests in {window:?} ({per_minute:.0}/min)");
+    assert!(
+        per_minute <= 600.0,
+        "{requests} requests in {window:?}: {:?}",
+        env.cluster.audit()
+    );
+    env.nms()
+        .delete("hammer", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("hammer").await;
+    held += 1;
+
+    println!("hostile policies (sandbox) through the operator: {tried} tried, {held} held");
     env.stop().await;
 }

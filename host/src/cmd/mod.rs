@@ -58,7 +58,8 @@ pub struct Cli {
     pub policy_dir: PathBuf,
 
     /// Where compiled policies are kept between starts (keyed by engine and
-    /// module digest); empty to compile at every start.
+    /// module digest); empty to compile at every start. Created mode 700; a
+    /// directory that another user owns or can write is not used.
     #[arg(long, default_value = "/tmp/nmo-policy-cache")]
     pub policy_cache_dir: PathBuf,
 
@@ -122,6 +123,15 @@ pub enum PolicyCommand {
         #[arg(required = true)]
         scenarios: Vec<PathBuf>,
     },
+    /// Internal: compiles one policy read from stdin under an address-space
+    /// limit and writes the compiled artifact to stdout. The operator runs
+    /// it as a child process so that a policy which is costly to compile
+    /// cannot stall or exhaust the operator.
+    #[command(hide = true)]
+    CompileWorker {
+        #[arg(long)]
+        max_memory_bytes: u64,
+    },
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -150,6 +160,36 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Policy(PolicyCommand::Test { policy, scenarios })) => {
             Ok(policy_test(&policy, &scenarios))
         }
+        Some(Command::Policy(PolicyCommand::CompileWorker { max_memory_bytes })) => {
+            let code = nmo::policy::compile_worker_main(max_memory_bytes);
+            Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+        }
+    }
+}
+
+/// The sandbox as the binary runs it: the defaults, with policies compiled
+/// in a child process of this binary (under a time and memory limit).
+fn engine() -> nmo::Result<PolicyEngine> {
+    let mut config = EngineConfig::default();
+    if let Ok(exe) = std::env::current_exe() {
+        config.compile = config.compile.with_worker_exe(exe);
+    }
+    PolicyEngine::new(config)
+}
+
+/// The compiled-policy cache, if its directory is usable (private to this
+/// user); otherwise policies are compiled at every start, and the log says
+/// why.
+fn policy_cache(dir: &std::path::Path) -> Option<nmo::policy::PolicyCache> {
+    if dir.as_os_str().is_empty() {
+        return None;
+    }
+    match nmo::policy::PolicyCache::open(dir) {
+        Ok(cache) => Some(cache),
+        Err(e) => {
+            tracing::error!(logger = "setup", error = %e, "not caching compiled policies");
+            None
+        }
     }
 }
 
@@ -167,8 +207,8 @@ fn own_namespace() -> Option<String> {
 /// Runs the operator until interrupted.
 fn operator(cli: &Cli) -> anyhow::Result<()> {
     let max_concurrent = cli.max_concurrent_maintenances;
-    let engine = PolicyEngine::new(EngineConfig::default())?;
-    let cache_dir = Some(cli.policy_cache_dir.clone()).filter(|d| !d.as_os_str().is_empty());
+    let engine = engine()?;
+    let cache = policy_cache(&cli.policy_cache_dir);
     let policies = match &cli.policy {
         Some(path) => {
             let policy = engine.load_file(path)?;
@@ -181,7 +221,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             );
             PolicyStore::single(policy)
         }
-        None => PolicyStore::from_dir(engine, &cli.policy_dir, cache_dir)?,
+        None => PolicyStore::from_dir(engine, &cli.policy_dir, cache)?,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
@@ -272,7 +312,7 @@ fn load_policy(engine: &PolicyEngine, file: &std::path::Path) -> nmo::Result<nmo
 }
 
 fn policy_test(policy: &std::path::Path, scenarios: &[PathBuf]) -> ExitCode {
-    let report = PolicyEngine::new(EngineConfig::default())
+    let report = engine()
         .and_then(|engine| load_policy(&engine, policy))
         .and_then(|p| nmo::policy::harness::run_paths(&p, scenarios));
     match report {
@@ -292,7 +332,7 @@ fn policy_test(policy: &std::path::Path, scenarios: &[PathBuf]) -> ExitCode {
 }
 
 fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
-    let engine = PolicyEngine::new(EngineConfig::default())?;
+    let engine = engine()?;
     let mut failed = 0;
     for file in files {
         if file.is_dir() {

@@ -30,6 +30,9 @@ pub enum EventType {
     Warning,
 }
 
+/// Longest event message, as the events API bounds `note`.
+pub const EVENT_MESSAGE_MAX_BYTES: usize = 1024;
+
 /// Writes events.
 #[derive(Clone)]
 pub struct Recorder {
@@ -75,7 +78,9 @@ impl Recorder {
                 ..Default::default()
             },
             reason: Some(reason.to_owned()),
-            message: Some(message.to_owned()),
+            // Kubernetes bounds an event's note to 1 kB; the text may come
+            // from a policy, so it is escaped as well as cut.
+            message: Some(crate::text::clean(message, EVENT_MESSAGE_MAX_BYTES)),
             type_: Some(
                 match type_ {
                     EventType::Normal => "Normal",

@@ -229,11 +229,13 @@ impl Context {
     }
 }
 
-/// controller-runtime's default per-item backoff: 5 ms doubling, at most
-/// 1000 s.
+/// controller-runtime's default per-item backoff (5 ms doubling, at most
+/// 1000 s), never shorter than [`MIN_RETRY`](crate::policy::validate::MIN_RETRY):
+/// the first retries wait 1 s, then it doubles as controller-runtime's does.
 pub fn backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(30);
-    Duration::from_millis(5u64.saturating_mul(1 << exp)).min(Duration::from_secs(1000))
+    Duration::from_millis(5u64.saturating_mul(1 << exp))
+        .clamp(crate::policy::validate::MIN_RETRY, Duration::from_secs(1000))
 }
 
 fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, _ctx: Arc<Context>) -> Action {

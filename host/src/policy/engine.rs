@@ -1,10 +1,10 @@
 //! The wasmtime sandbox: one engine, policies compiled once, a fresh store
 //! per decision.
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Instance, Linker, ResourceTable};
@@ -12,14 +12,17 @@ use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
     Trap,
 };
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::cache::PolicyCache;
+use super::compile::{self, CompileLimits};
 
 use super::bindings::{DrainPolicy, DrainPolicyImports, DrainPolicyPre};
 use super::output::CappedOutput;
 use super::types::{self, DrainPlan, Failure, Level, Maintenance, Node, Pod};
 use super::validate::{self, Plan, Verdict};
 use super::view::{NodeView, PodView};
-use super::{DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, WORLD};
+use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, WORLD};
 use crate::error::{Error, Result};
 
 /// Lines a policy may log through the `log` import in one call.
@@ -30,25 +33,37 @@ pub const MAX_LOG_LINE_BYTES: usize = 1024;
 /// Sandbox limits, the same for every policy of an engine.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
-    /// Wall-clock time one decision (instantiate + call) may take.
+    /// Wall-clock time one decision (instantiate + call) may take, whatever
+    /// the guest does: compute, sleep, or wait on a host call.
     pub deadline: Duration,
-    /// Linear memory one decision may use, in bytes.
+    /// Linear memory one decision may use, all of its memories together,
+    /// in bytes.
     pub memory_limit_bytes: usize,
-    /// How often the epoch ticker advances: the deadline's resolution.
+    /// Bytes the host copies out of the sandbox for one answer (and for
+    /// each host call the guest makes), however the answer is built.
+    pub output_limit_bytes: usize,
+    /// How often the epoch ticker advances while a decision runs: the
+    /// deadline's resolution. The ticker sleeps while no decision runs.
     pub epoch_tick: Duration,
     /// Decisions run at once; more callers wait for a slot. Each slot is a
     /// pre-allocated, reused sandbox (wasmtime's pooling allocator), which
-    /// keeps a fresh store per decision cheap.
+    /// keeps a fresh store per decision cheap. The memory all decisions
+    /// can hold together is `max_concurrent_calls * (memory_limit_bytes +
+    /// output_limit_bytes)`.
     pub max_concurrent_calls: u32,
+    /// Limits on loading a policy: file size, compile time and memory.
+    pub compile: CompileLimits,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
         EngineConfig {
             deadline: Duration::from_millis(500),
-            memory_limit_bytes: 64 << 20,
+            memory_limit_bytes: 32 << 20,
+            output_limit_bytes: 4 << 20,
             epoch_tick: Duration::from_millis(1),
-            max_concurrent_calls: 16,
+            max_concurrent_calls: 4,
+            compile: CompileLimits::default(),
         }
     }
 }
@@ -58,6 +73,29 @@ impl EngineConfig {
         let tick = self.epoch_tick.as_nanos().max(1);
         (self.deadline.as_nanos().div_ceil(tick) as u64).max(1)
     }
+}
+
+/// Memory a pool slot keeps mapped between decisions: enough for a typical
+/// decision's working set, small enough that idle slots cost little.
+const KEEP_RESIDENT_BYTES: usize = 1 << 20;
+
+/// The wasmtime configuration policies are compiled and run with. The
+/// compile worker builds the same one (without the pool), so its artifacts
+/// load here.
+pub(crate) fn wasm_config(pool: Option<PoolingAllocationConfig>) -> Config {
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .cranelift_opt_level(wasmtime::OptLevel::Speed)
+        // A policy has no business recursing deeply; a small stack makes
+        // runaway recursion a quick trap.
+        .max_wasm_stack(1 << 20)
+        .async_stack_size(2 << 20);
+    if let Some(pool) = pool {
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
 }
 
 /// The engine every policy runs on. Cheap to clone.
@@ -70,8 +108,38 @@ struct EngineInner {
     engine: Engine,
     linker: Linker<HostState>,
     config: EngineConfig,
-    ticker_stop: Arc<AtomicBool>,
+    ticker: Arc<Ticker>,
+    ticker_thread: std::thread::Thread,
     slots: Slots,
+    /// Runs the decisions' futures (WASI's host calls are async; a
+    /// decision is bounded by a timer of this runtime). Taken on drop.
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+/// The epoch ticker's state: it advances the epoch only while a decision
+/// runs, and sleeps otherwise.
+#[derive(Default)]
+struct Ticker {
+    stop: AtomicBool,
+    active: AtomicUsize,
+}
+
+/// Marks a decision as running for the ticker while alive.
+struct Ticking<'a>(&'a EngineInner);
+
+impl<'a> Ticking<'a> {
+    fn start(engine: &'a EngineInner) -> Self {
+        if engine.ticker.active.fetch_add(1, Ordering::SeqCst) == 0 {
+            engine.ticker_thread.unpark();
+        }
+        Ticking(engine)
+    }
+}
+
+impl Drop for Ticking<'_> {
+    fn drop(&mut self) {
+        self.0.ticker.active.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A counting semaphore over the pooling allocator's instance slots.
@@ -102,7 +170,12 @@ impl Drop for SlotGuard<'_> {
 
 impl Drop for EngineInner {
     fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
+        self.ticker.stop.store(true, Ordering::SeqCst);
+        self.ticker_thread.unpark();
+        // Dropping a runtime may not block inside another runtime.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
     }
 }
 
@@ -136,43 +209,52 @@ impl PolicyEngine {
             .max_memories_per_component(2)
             .total_tables(slots * 4)
             .max_tables_per_component(4)
+            .total_stacks(slots)
             .max_memory_size(config.memory_limit_bytes)
             // Reused slots are reset by zeroing this much instead of giving
-            // the pages back to the kernel and faulting them in again.
-            .linear_memory_keep_resident(32 << 20)
-            .table_keep_resident(64 << 10);
-        let mut wasm_config = Config::new();
-        wasm_config
-            .wasm_component_model(true)
-            .epoch_interruption(true)
-            .cranelift_opt_level(wasmtime::OptLevel::Speed)
-            // A policy has no business recursing deeply; a small stack makes
-            // runaway recursion a quick trap.
-            .max_wasm_stack(1 << 20)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            // the pages back to the kernel; the rest goes back, so memory a
+            // hostile decision touched does not stay resident.
+            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+            .table_keep_resident(64 << 10)
+            .async_stack_keep_resident(64 << 10);
+        let wasm_config = wasm_config(Some(pool));
         let engine = Engine::new(&wasm_config).map_err(|e| Error::Engine(format!("{e:#}")))?;
 
         let mut linker = Linker::<HostState>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| Error::Engine(format!("linking WASI: {e:#}")))?;
         DrainPolicy::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("linking the host imports: {e:#}")))?;
 
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("nmo-policy-timer")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Engine(format!("starting the policy runtime: {e}")))?;
+
+        let ticker = Arc::new(Ticker::default());
+        let ticker_thread = {
             let engine = engine.clone();
-            let stop = ticker_stop.clone();
+            let ticker = ticker.clone();
             let tick = config.epoch_tick;
             std::thread::Builder::new()
                 .name("nmo-policy-epoch".into())
                 .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
+                    while !ticker.stop.load(Ordering::SeqCst) {
+                        if ticker.active.load(Ordering::SeqCst) == 0 {
+                            // Woken by the next decision (or the drop).
+                            std::thread::park();
+                            continue;
+                        }
                         std::thread::sleep(tick);
                         engine.increment_epoch();
                     }
                 })
-                .map_err(|e| Error::Engine(format!("starting the epoch ticker: {e}")))?;
-        }
+                .map_err(|e| Error::Engine(format!("starting the epoch ticker: {e}")))?
+                .thread()
+                .clone()
+        };
 
         Ok(PolicyEngine {
             inner: Arc::new(EngineInner {
@@ -183,7 +265,9 @@ impl PolicyEngine {
                     freed: Condvar::new(),
                 },
                 config,
-                ticker_stop,
+                ticker,
+                ticker_thread,
+                runtime: Some(runtime),
             }),
         })
     }
@@ -199,29 +283,22 @@ impl PolicyEngine {
         self.load_cached(name, wasm, None)
     }
 
-    /// [`PolicyEngine::load`], keeping the compiled artifact in `cache_dir`
-    /// (when given) so the next start does not compile again. Artifacts are
-    /// keyed by the engine's compatibility hash and the module's SHA-256,
-    /// and checked against a checksum before use; a missing, stale or
-    /// damaged artifact is compiled again and rewritten, never trusted.
-    pub fn load_cached(&self, name: &str, wasm: &[u8], cache_dir: Option<&Path>) -> Result<Policy> {
+    /// [`PolicyEngine::load`], taking the compiled artifact from `cache`
+    /// when it has one (see [`PolicyCache`]). Nothing is written to the
+    /// cache here: only a policy that then passes its self-check is, by
+    /// [`PolicyCache::store`].
+    pub fn load_cached(&self, name: &str, wasm: &[u8], cache: Option<&PolicyCache>) -> Result<Policy> {
+        let limits = &self.inner.config.compile;
+        compile::check_size(name, wasm, limits)?;
         check_header(name, wasm)?;
         let digest = hex_digest(wasm);
-        let cache = cache_dir.map(|dir| ArtifactCache::new(dir, self.compat_hash(), &digest));
-        let component = match cache.as_ref().and_then(|c| c.read(&self.inner.engine)) {
+        let cached = cache.and_then(|c| c.read(&self.inner.engine, &self.compat_hash(), &digest));
+        let from_cache = cached.is_some();
+        let component = match cached {
             Some(component) => component,
-            None => {
-                let component =
-                    Component::new(&self.inner.engine, wasm).map_err(|e| Error::PolicyLoad {
-                        policy: name.to_owned(),
-                        reason: format!("{e:#}"),
-                    })?;
-                if let Some(cache) = &cache {
-                    cache.write(name, &component);
-                }
-                component
-            }
+            None => self.compile(name, wasm)?,
         };
+        check_contract(name, &self.inner.engine, &component)?;
         let wrong_world = |e: wasmtime::Error| Error::PolicyWrongWorld {
             policy: name.to_owned(),
             reason: format!("{e:#}"),
@@ -238,8 +315,31 @@ impl PolicyEngine {
                 digest,
                 pre,
                 engine: self.clone(),
+                from_cache,
             }),
+            now: None,
         })
+    }
+
+    /// Compiles a policy: in the compile worker when one is configured (a
+    /// child process under time and memory limits), else here. The
+    /// embedded default policy is ours and always compiled here.
+    fn compile(&self, name: &str, wasm: &[u8]) -> Result<Component> {
+        let limits = &self.inner.config.compile;
+        let load = |e: wasmtime::Error| Error::PolicyLoad {
+            policy: name.to_owned(),
+            reason: format!("{e:#}"),
+        };
+        match &limits.worker {
+            Some(worker) if wasm != DEFAULT_POLICY_WASM => {
+                let artifact = compile::in_worker(name, wasm, limits, worker)?;
+                // SAFETY: the artifact was just produced by our own binary's
+                // compile worker from these bytes, with this engine's
+                // configuration; wasmtime checks its version and settings.
+                unsafe { Component::deserialize(&self.inner.engine, &artifact) }.map_err(load)
+            }
+            _ => Component::new(&self.inner.engine, wasm).map_err(load),
+        }
     }
 
     /// A stable hex digest of everything that makes a compiled artifact
@@ -256,16 +356,22 @@ impl PolicyEngine {
         format!("{:016x}", h.finish())
     }
 
-    /// Reads and loads a policy file.
+    /// Reads and loads a policy file (refusing one over the size limit
+    /// without reading it all).
     pub fn load_file(&self, path: &Path) -> Result<Policy> {
+        use std::io::Read;
         let name = path
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| path.display().to_string());
-        let wasm = std::fs::read(path).map_err(|e| Error::PolicyLoad {
-            policy: name.clone(),
-            reason: format!("cannot read {}: {e}", path.display()),
-        })?;
+        let max = self.inner.config.compile.max_policy_bytes as u64;
+        let mut wasm = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(max + 1).read_to_end(&mut wasm))
+            .map_err(|e| Error::PolicyLoad {
+                policy: name.clone(),
+                reason: format!("cannot read {}: {e}", path.display()),
+            })?;
         self.load(&name, &wasm)
     }
 
@@ -273,69 +379,6 @@ impl PolicyEngine {
     pub fn default_policy(&self) -> Result<Policy> {
         self.load(DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM)
     }
-}
-
-/// Compiled policies on disk: `<compat>-<sha256>.cwasm` and, beside it, the
-/// artifact's own SHA-256 in `.cwasm.sha256`, written last, so a write cut
-/// short by a crash is never loaded.
-struct ArtifactCache {
-    artifact: PathBuf,
-    checksum: PathBuf,
-}
-
-impl ArtifactCache {
-    fn new(dir: &Path, compat: String, digest: &str) -> Self {
-        let base = format!("{compat}-{digest}.cwasm");
-        ArtifactCache {
-            artifact: dir.join(&base),
-            checksum: dir.join(format!("{base}.sha256")),
-        }
-    }
-
-    fn read(&self, engine: &Engine) -> Option<Component> {
-        let want = std::fs::read_to_string(&self.checksum).ok()?;
-        let bytes = std::fs::read(&self.artifact).ok()?;
-        if hex_digest(&bytes) != want.trim() {
-            tracing::warn!(artifact = %self.artifact.display(), "cached policy artifact is damaged; compiling again");
-            return None;
-        }
-        // SAFETY: the bytes are an artifact this program serialised with an
-        // engine of the same compatibility hash (part of the file name),
-        // unchanged since (checked against the checksum written after it).
-        // wasmtime also checks the artifact's version and settings.
-        match unsafe { Component::deserialize(engine, &bytes) } {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(artifact = %self.artifact.display(), error = %e, "cached policy artifact unusable; compiling again");
-                None
-            }
-        }
-    }
-
-    /// Best effort: a cache that cannot be written costs a compile, nothing
-    /// else.
-    fn write(&self, name: &str, component: &Component) {
-        let result = (|| -> std::io::Result<()> {
-            let bytes = component
-                .serialize()
-                .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
-            if let Some(dir) = self.artifact.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            write_atomic(&self.artifact, &bytes)?;
-            write_atomic(&self.checksum, hex_digest(&bytes).as_bytes())
-        })();
-        if let Err(e) = result {
-            tracing::warn!(policy = name, artifact = %self.artifact.display(), error = %e, "cannot cache the compiled policy");
-        }
-    }
-}
-
-/// Writes a file through a temporary name and a rename.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
 }
 
 /// Tells a non-WebAssembly file and a core module apart from a component
@@ -365,7 +408,44 @@ fn check_header(name: &str, wasm: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn hex_digest(bytes: &[u8]) -> String {
+/// Refuses a component built against another minor version of the
+/// contract, naming both versions. The version is read from the names of
+/// the contract's interfaces the component imports or exports
+/// (`medik8s:node-maintenance/types@0.1.0`).
+fn check_contract(name: &str, engine: &Engine, component: &Component) -> Result<()> {
+    const PACKAGE: &str = "medik8s:node-maintenance/";
+    let ty = component.component_type();
+    let names = ty
+        .imports(engine)
+        .map(|(n, _)| n.to_owned())
+        .chain(ty.exports(engine).map(|(n, _)| n.to_owned()));
+    for item in names {
+        let Some(rest) = item.strip_prefix(PACKAGE) else {
+            continue;
+        };
+        let found = rest.split_once('@').map(|(_, v)| v).unwrap_or("");
+        if !same_minor(found, CONTRACT_VERSION) {
+            return Err(Error::PolicyContractVersion {
+                policy: name.to_owned(),
+                found: if found.is_empty() { "(unversioned)".to_owned() } else { crate::text::clean(found, 64) },
+                expected: CONTRACT_VERSION,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Semver compatibility as the component model uses it for 0.x versions:
+/// the same major and minor.
+fn same_minor(a: &str, b: &str) -> bool {
+    let mm = |v: &str| -> Option<(u64, u64)> {
+        let mut parts = v.split(['.', '-', '+']);
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    matches!((mm(a), mm(b)), (Some(x), Some(y)) if x == y)
+}
+
+pub(crate) fn hex_digest(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
@@ -377,13 +457,15 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 /// A loaded policy. Cheap to clone; safe to call from many threads at once
 /// (each call gets its own store).
 ///
-/// A decision is blocking CPU work (up to the deadline): from async code,
+/// A decision blocks its thread for up to the deadline: from async code,
 /// call it on the blocking pool (`tokio::task::spawn_blocking`), never
-/// directly on an async worker thread, where WASI's synchronous output
-/// streams (a policy's `println!`, a panic message) cannot run.
+/// directly on an async worker thread.
 #[derive(Clone)]
 pub struct Policy {
     inner: Arc<PolicyInner>,
+    /// The time the policy's clocks show; `None`: the time each decision
+    /// starts.
+    now: Option<SystemTime>,
 }
 
 struct PolicyInner {
@@ -391,6 +473,7 @@ struct PolicyInner {
     digest: String,
     pre: DrainPolicyPre<HostState>,
     engine: PolicyEngine,
+    from_cache: bool,
 }
 
 impl std::fmt::Debug for Policy {
@@ -411,6 +494,36 @@ impl Policy {
     /// The SHA-256 of the policy's bytes, in hex.
     pub fn digest(&self) -> &str {
         &self.inner.digest
+    }
+
+    /// Whether the compiled artifact came from the cache.
+    pub fn from_cache(&self) -> bool {
+        self.inner.from_cache
+    }
+
+    /// The compiled artifact, for the cache.
+    pub(crate) fn serialize(&self) -> Result<Vec<u8>> {
+        self.inner
+            .pre
+            .instance_pre()
+            .component()
+            .serialize()
+            .map_err(|e| Error::Engine(format!("serialising policy {}: {e:#}", self.inner.name)))
+    }
+
+    /// The engine's compatibility hash, for the cache.
+    pub(crate) fn compat_hash(&self) -> String {
+        self.inner.engine.compat_hash()
+    }
+
+    /// This policy with its clocks frozen at `now` for every decision (the
+    /// scenario harness's `now:`). By default a decision's clocks are
+    /// frozen at the moment it starts.
+    pub fn at(&self, now: SystemTime) -> Policy {
+        Policy {
+            inner: self.inner.clone(),
+            now: Some(now),
+        }
     }
 
     /// Asks the policy how to drain `node`, and validates the answer against
@@ -442,13 +555,13 @@ impl Policy {
         const FUNCTION: &str = "plan-drain";
         let started = std::time::Instant::now();
         let result = self
-            .call(FUNCTION, |instance, store| {
+            .call(FUNCTION, async |instance, store| {
                 let f = instance
                     .get_typed_func::<(&Maintenance, &NodeView<'_>, &[PodView<'_>]), (DrainPlan,)>(
                         &mut *store,
                         FUNCTION,
                     )?;
-                Ok(f.call(&mut *store, (maintenance, node, pods))?.0)
+                Ok(f.call_async(&mut *store, (maintenance, node, pods)).await?.0)
             })
             .and_then(|raw| validate::plan(&self.inner.name, pods, raw));
         observe(FUNCTION, started, &result);
@@ -460,12 +573,12 @@ impl Policy {
         const FUNCTION: &str = "on-failure";
         let started = std::time::Instant::now();
         let result = self
-            .call(FUNCTION, |instance, store| {
+            .call(FUNCTION, async |instance, store| {
                 let f = instance.get_typed_func::<(&Maintenance, &Failure), (types::Verdict,)>(
                     &mut *store,
                     FUNCTION,
                 )?;
-                Ok(f.call(&mut *store, (maintenance, failure))?.0)
+                Ok(f.call_async(&mut *store, (maintenance, failure)).await?.0)
             })
             .and_then(|raw| validate::verdict(&self.inner.name, raw));
         observe(FUNCTION, started, &result);
@@ -474,19 +587,27 @@ impl Policy {
 
     /// Instantiates the policy into a fresh store and runs `f` under the
     /// engine's limits, turning every way a guest can fail into a typed
-    /// error.
+    /// error. The whole of it (instantiation, with the guest's
+    /// initialisers, and the call) ends by the deadline in wall-clock time:
+    /// the epoch deadline stops guest code that computes, the timer stops
+    /// a guest waiting in a host call (a sleep, a poll).
     fn call<R>(
         &self,
         function: &'static str,
-        f: impl FnOnce(&Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R> {
         let engine = &self.inner.engine.inner;
+        let config = &engine.config;
         let _slot = engine.slots.acquire();
+        let _ticking = Ticking::start(engine);
         let stdout = CappedOutput::default();
         let stderr = CappedOutput::default();
+        let now = self.now.unwrap_or_else(SystemTime::now);
         let wasi = WasiCtxBuilder::new()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
+            .wall_clock(FrozenWallClock(now))
+            .monotonic_clock(FrozenMonotonicClock)
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -495,7 +616,8 @@ impl Policy {
             wasi,
             table: ResourceTable::new(),
             limiter: MemoryLimiter {
-                limit: engine.config.memory_limit_bytes,
+                limit: config.memory_limit_bytes,
+                used: 0,
                 hit: false,
             },
             policy: self.inner.name.clone(),
@@ -503,32 +625,48 @@ impl Policy {
         };
         let mut store = Store::new(&engine.engine, state);
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(engine.config.deadline_ticks());
+        store.set_epoch_deadline(config.deadline_ticks());
         store.epoch_deadline_trap();
+        store.set_hostcall_fuel(config.output_limit_bytes);
 
-        let result = self
-            .inner
-            .pre
-            .instance_pre()
-            .instantiate(&mut store)
-            .and_then(|instance| f(&instance, &mut store));
+        let pre = self.inner.pre.instance_pre();
+        let work = async {
+            let instance = pre.instantiate_async(&mut store).await?;
+            f(&instance, &mut store).await
+        };
+        let timed = async { tokio::time::timeout(config.deadline, work).await };
+        let outcome = match &engine.runtime {
+            Some(rt) => rt.handle().block_on(timed),
+            None => return Err(Error::Engine("the policy runtime has shut down".into())),
+        };
 
         forward_output(&self.inner.name, "stdout", &stdout);
         let err_lines = forward_output(&self.inner.name, "stderr", &stderr);
 
+        let deadline = || Error::PolicyDeadline {
+            policy: self.inner.name.clone(),
+            function,
+            deadline: config.deadline,
+        };
+        let result = match outcome {
+            Err(_elapsed) => return Err(deadline()),
+            Ok(r) => r,
+        };
         result.map_err(|e| {
             let policy = self.inner.name.clone();
             if store.data().limiter.hit {
                 Error::PolicyMemoryLimit {
                     policy,
                     function,
-                    limit_bytes: engine.config.memory_limit_bytes,
+                    limit_bytes: config.memory_limit_bytes,
                 }
             } else if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-                Error::PolicyDeadline {
+                deadline()
+            } else if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
+                Error::PolicyOutputLimit {
                     policy,
                     function,
-                    deadline: engine.config.deadline,
+                    limit_bytes: config.output_limit_bytes,
                 }
             } else {
                 // A Rust guest's panic message goes to stderr: it says more
@@ -537,15 +675,45 @@ impl Policy {
                 if let Some(at) = err_lines.iter().rposition(|l| l.contains("panicked")) {
                     let panic = err_lines[at..].iter().take(3).map(String::as_str);
                     let panic = panic.collect::<Vec<_>>().join(" ");
-                    reason = format!("{reason} ({})", truncate(&panic, MAX_LOG_LINE_BYTES));
+                    reason = format!("{reason} ({panic})");
                 }
                 Error::PolicyTrap {
                     policy,
                     function,
-                    reason,
+                    reason: crate::text::clean(&reason, MAX_LOG_LINE_BYTES),
                 }
             }
         })
+    }
+}
+
+/// The wall clock a policy sees: frozen at the decision's time.
+struct FrozenWallClock(SystemTime);
+
+impl HostWallClock for FrozenWallClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(1)
+    }
+
+    fn now(&self) -> Duration {
+        self.0
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+    }
+}
+
+/// The monotonic clock a policy sees: it does not move during a decision
+/// (so a busy wait on it ends at the deadline, and decisions are
+/// reproducible). A sleep still waits in real time, up to the deadline.
+struct FrozenMonotonicClock;
+
+impl HostMonotonicClock for FrozenMonotonicClock {
+    fn resolution(&self) -> u64 {
+        1
+    }
+
+    fn now(&self) -> u64 {
+        0
     }
 }
 
@@ -573,6 +741,7 @@ fn root_message(e: &wasmtime::Error) -> String {
 fn forward_output(policy: &str, stream: &'static str, out: &CappedOutput) -> Vec<String> {
     let (lines, dropped) = out.take();
     for line in &lines {
+        let line = crate::text::clean(line, MAX_LOG_LINE_BYTES);
         tracing::info!(policy, stream, "{line}");
     }
     if dropped > 0 {
@@ -618,7 +787,7 @@ impl DrainPolicyImports for HostState {
             }
             return;
         }
-        let msg = truncate(&message, MAX_LOG_LINE_BYTES);
+        let msg = crate::text::clean(&message, MAX_LOG_LINE_BYTES);
         let policy = self.policy.as_str();
         match level {
             Level::Trace => tracing::trace!(policy, "{msg}"),
@@ -630,36 +799,31 @@ impl DrainPolicyImports for HostState {
     }
 }
 
-/// Cuts `s` to at most `max` bytes on a character boundary.
-pub(crate) fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 /// Refuses memory growth past the limit and remembers that it did, so the
 /// resulting trap is reported as a memory-limit error.
 struct MemoryLimiter {
     limit: usize,
+    /// All memories of the decision together.
+    used: usize,
     hit: bool,
 }
 
 impl ResourceLimiter for MemoryLimiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.limit {
+        let total = self
+            .used
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total > self.limit {
             self.hit = true;
             return Ok(false);
         }
+        self.used = total;
         Ok(true)
     }
 

@@ -13,6 +13,7 @@
 //!   status: {phase: Running, drainProgress: 40}
 //! elapsed: 12m            # optional: time since the maintenance was created
 //! attempt: 3              # optional: the decision's attempt number (default 1)
+//! now: 2026-12-05T22:30:00Z  # optional: what the policy's clock shows (default: when it runs)
 //! node:                   # optional; a Node (default: named after spec.nodeName, cordoned)
 //!   metadata: {name: node-1, labels: {storage: local}}
 //! pods:                   # Pods, or the `kind: List` kubectl prints
@@ -60,6 +61,7 @@ pub struct Scenario {
     maintenance: NodeMaintenance,
     elapsed_ms: u64,
     attempt: u32,
+    now: Option<std::time::SystemTime>,
     node: core::Node,
     pods: Vec<core::Pod>,
     failure: Option<Failure>,
@@ -90,6 +92,7 @@ struct RawScenario {
     maintenance: Option<Value>,
     elapsed: Option<Value>,
     attempt: Option<u32>,
+    now: Option<String>,
     node: Option<Value>,
     #[serde(default)]
     pods: Value,
@@ -243,12 +246,21 @@ impl Scenario {
             None => 0,
             Some(v) => duration_ms(v).map_err(|e| format!("elapsed: {e}"))?,
         };
+        let now = match &raw.now {
+            None => None,
+            Some(t) => Some(
+                t.parse::<jiff::Timestamp>()
+                    .map(std::time::SystemTime::from)
+                    .map_err(|e| format!("now: {t:?} is not an RFC 3339 time: {e}"))?,
+            ),
+        };
         Ok(Scenario {
             name: raw.name,
             source,
             maintenance,
             elapsed_ms,
             attempt: raw.attempt.unwrap_or(1),
+            now,
             node,
             pods,
             failure,
@@ -409,8 +421,11 @@ fn show_verdict(v: &Verdict) -> String {
 /// Runs one scenario.
 pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
     let mut diffs = Vec::new();
-    let mut m = super::convert::maintenance(&s.maintenance, s.attempt, jiff::Timestamp::now());
+    let now = s.now.unwrap_or_else(std::time::SystemTime::now);
+    let at = jiff::Timestamp::try_from(now).unwrap_or_else(|_| jiff::Timestamp::now());
+    let mut m = super::convert::maintenance(&s.maintenance, s.attempt, at);
     m.elapsed_ms = s.elapsed_ms;
+    let policy = &policy.at(now);
     let e = &s.expect;
     let answer: Result<std::result::Result<Plan, Verdict>> = match &s.failure {
         Some(f) => policy.on_failure(&m, f).map(Err),

@@ -21,6 +21,8 @@
 //!   reference the embedded default policy is checked and benchmarked
 //!   against.
 
+mod cache;
+mod compile;
 mod engine;
 mod output;
 
@@ -48,6 +50,8 @@ pub mod types {
     pub use super::bindings::medik8s::node_maintenance::types::*;
 }
 
+pub use cache::PolicyCache;
+pub use compile::{CompileLimits, worker_main as compile_worker_main};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
 pub use store::{PolicyStore, Reload};
@@ -65,3 +69,7 @@ pub const DEFAULT_POLICY_NAME: &str = "default";
 
 /// The WIT world a policy must implement, for messages.
 pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.1.0";
+
+/// The contract version this host implements; policies built against
+/// another minor version are refused.
+pub const CONTRACT_VERSION: &str = "0.1.0";

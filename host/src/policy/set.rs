@@ -28,6 +28,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use super::cache::PolicyCache;
+
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -101,8 +103,7 @@ impl Snapshot {
             if !path.is_file() {
                 continue;
             }
-            let bytes =
-                std::fs::read(&path).map_err(|e| err(format!("cannot read {name}: {e}")))?;
+            let bytes = read_capped(&path).map_err(|e| err(format!("cannot read {name}: {e}")))?;
             files.insert(name, bytes);
         }
         let mut h = Sha256::new();
@@ -115,6 +116,27 @@ impl Snapshot {
         let fingerprint = super::engine::hex(&h.finalize());
         Ok(Snapshot { files, fingerprint })
     }
+}
+
+/// Largest file read from a policy directory; the engine's own limit on a
+/// policy's size is lower (see `CompileLimits`), this only keeps a stray
+/// huge file from being read into memory.
+const MAX_FILE_BYTES: u64 = 16 << 20;
+
+/// Reads a file, refusing one over [`MAX_FILE_BYTES`] without reading it all.
+fn read_capped(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB",
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    Ok(bytes)
 }
 
 /// Loaded policies and the rules choosing among them. Immutable: a reload
@@ -158,10 +180,12 @@ impl PolicySet {
         }
     }
 
-    /// Compiles (or takes from `cache_dir`) and self-checks every policy of
+    /// Compiles (or takes from `cache`) and self-checks every policy of
     /// a snapshot and checks its configuration. Any error rejects the whole
-    /// set: a set is used complete or not at all.
-    pub fn load(engine: &PolicyEngine, snap: &Snapshot, cache_dir: Option<&Path>) -> Result<Self> {
+    /// set: a set is used complete or not at all. Policies that pass their
+    /// self-check are cached; once the whole set loads, artifacts of
+    /// policies not in it are pruned from the cache.
+    pub fn load(engine: &PolicyEngine, snap: &Snapshot, cache: Option<&PolicyCache>) -> Result<Self> {
         let config: ConfigFile = match snap.files.get(CONFIG_FILE) {
             Some(bytes) => serde_yaml::from_slice::<Option<ConfigFile>>(bytes)
                 .map_err(|e| Error::Config(format!("{CONFIG_FILE}: {e}")))?
@@ -169,10 +193,11 @@ impl PolicySet {
             None => ConfigFile::default(),
         };
         let mut policies = BTreeMap::new();
-        policies.insert(
-            BUILTIN.to_owned(),
-            engine.load_cached(BUILTIN, super::DEFAULT_POLICY_WASM, cache_dir)?,
-        );
+        let builtin = engine.load_cached(BUILTIN, super::DEFAULT_POLICY_WASM, cache)?;
+        if let Some(cache) = cache {
+            cache.store(&builtin);
+        }
+        policies.insert(BUILTIN.to_owned(), builtin);
         for (file, bytes) in &snap.files {
             let Some(name) = file.strip_suffix(".wasm") else {
                 continue;
@@ -182,8 +207,11 @@ impl PolicySet {
                     "{file}: the name {BUILTIN:?} is reserved for the embedded default policy"
                 )));
             }
-            let policy = engine.load_cached(name, bytes, cache_dir)?;
+            let policy = engine.load_cached(name, bytes, cache)?;
             selfcheck::run(&policy)?;
+            if let Some(cache) = cache {
+                cache.store(&policy);
+            }
             policies.insert(name.to_owned(), policy);
         }
         let known = |name: &str, what: &str| -> Result<()> {
@@ -231,6 +259,9 @@ impl PolicySet {
                 policy: r.policy,
             });
         }
+        if let Some(cache) = cache {
+            cache.prune(policies.values());
+        }
         Ok(PolicySet {
             policies,
             default,
@@ -240,12 +271,12 @@ impl PolicySet {
     }
 
     /// The set with only the embedded default policy.
-    pub fn builtin(engine: &PolicyEngine, cache_dir: Option<&Path>) -> Result<Self> {
+    pub fn builtin(engine: &PolicyEngine, cache: Option<&PolicyCache>) -> Result<Self> {
         let snap = Snapshot {
             files: BTreeMap::new(),
             fingerprint: String::new(),
         };
-        Self::load(engine, &snap, cache_dir)
+        Self::load(engine, &snap, cache)
     }
 
     /// Picks the policy for a maintenance: its annotation, else the first

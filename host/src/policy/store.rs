@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use super::cache::PolicyCache;
 use super::engine::{Policy, PolicyEngine};
 use super::set::{PolicySet, Snapshot};
 use crate::error::Result;
@@ -51,7 +52,7 @@ pub struct PolicyStore {
 struct Source {
     dir: PathBuf,
     engine: PolicyEngine,
-    cache_dir: Option<PathBuf>,
+    cache: Option<PolicyCache>,
 }
 
 impl PolicyStore {
@@ -79,16 +80,16 @@ impl PolicyStore {
     pub fn from_dir(
         engine: PolicyEngine,
         dir: &Path,
-        cache_dir: Option<PathBuf>,
+        cache: Option<PolicyCache>,
     ) -> Result<Arc<Self>> {
         let (set, tried) = if dir.exists() {
             let snap = Snapshot::read(dir)?;
-            let set = PolicySet::load(&engine, &snap, cache_dir.as_deref())?;
+            let set = PolicySet::load(&engine, &snap, cache.as_ref())?;
             (set, snap.fingerprint)
         } else {
             tracing::info!(logger = "policy", dir = %dir.display(), "no policy directory; using the embedded default policy");
             (
-                PolicySet::builtin(&engine, cache_dir.as_deref())?,
+                PolicySet::builtin(&engine, cache.as_ref())?,
                 String::new(),
             )
         };
@@ -102,7 +103,7 @@ impl PolicyStore {
             source: Some(Source {
                 dir: dir.to_owned(),
                 engine,
-                cache_dir,
+                cache,
             }),
         }))
     }
@@ -163,7 +164,7 @@ impl PolicyStore {
                 return Reload::Unchanged;
             }
         }
-        let result = snap.and_then(|s| PolicySet::load(&src.engine, &s, src.cache_dir.as_deref()));
+        let result = snap.and_then(|s| PolicySet::load(&src.engine, &s, src.cache.as_ref()));
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.last_tried = fingerprint;
         match result {

@@ -20,6 +20,11 @@ pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
 pub const MAX_GRACE_PERIOD_SECONDS: i64 = 24 * 60 * 60;
 /// Longest skip / block reason or failure message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// Shortest delay before a retry, whatever the policy asks: a policy that
+/// answers `retry-after-ms: 0` (or a backoff's first few milliseconds)
+/// cannot drive the operator to hammer the API server. Shorter delays are
+/// raised to this.
+pub const MIN_RETRY: Duration = Duration::from_secs(1);
 
 /// A checked drain plan.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,7 +177,7 @@ pub fn plan(policy: &str, pods: &[PodView<'_>], raw: DrainPlan) -> Result<Plan> 
         let Some(i) = found else {
             return Err(check.invalid(format!(
                 "decision for pod {} which is not on the node (it was not given to the policy)",
-                super::engine::truncate(&key(), 256)
+                crate::text::clean(&key(), 256)
             )));
         };
         if std::mem::replace(&mut seen[i], true) {
@@ -208,11 +213,15 @@ pub fn plan(policy: &str, pods: &[PodView<'_>], raw: DrainPlan) -> Result<Plan> 
             }
             PodAction::Skip(reason) => {
                 check.message(&format!("the skip reason for pod {}", key()), &reason)?;
-                Action::Skip { reason }
+                Action::Skip {
+                    reason: crate::text::clean(&reason, MAX_MESSAGE_BYTES),
+                }
             }
             PodAction::Block(reason) => {
                 check.message(&format!("the block reason for pod {}", key()), &reason)?;
-                Action::Block { reason }
+                Action::Block {
+                    reason: crate::text::clean(&reason, MAX_MESSAGE_BYTES),
+                }
             }
         };
         steps.push(Step {
@@ -249,11 +258,13 @@ pub fn verdict(policy: &str, raw: types::Verdict) -> Result<Verdict> {
         types::Verdict::RetryAfterMs(ms) if ms > MAX_DURATION_MS => Err(check.invalid(format!(
             "retry-after-ms {ms} is more than the {MAX_DURATION_MS} allowed"
         ))),
-        types::Verdict::RetryAfterMs(ms) => Ok(Verdict::RetryAfter(Duration::from_millis(ms))),
+        types::Verdict::RetryAfterMs(ms) => Ok(Verdict::RetryAfter(
+            Duration::from_millis(ms).max(MIN_RETRY),
+        )),
         types::Verdict::RetryWithBackoff => Ok(Verdict::RetryWithBackoff),
         types::Verdict::Fail(message) => {
             check.message("the failure message", &message)?;
-            Ok(Verdict::Fail(message))
+            Ok(Verdict::Fail(crate::text::clean(&message, MAX_MESSAGE_BYTES)))
         }
     }
 }

@@ -98,6 +98,57 @@ impl Policy for Hostile {
                 let last = plan.decisions.len() - 1;
                 plan.decisions[last].action = PodAction::skip("");
             }
+            "sleep" => std::thread::sleep(std::time::Duration::from_secs(60)),
+            "busy-wait-clock" => {
+                // Waits for a clock that the host keeps still.
+                let start = std::time::Instant::now();
+                while start.elapsed() < std::time::Duration::from_millis(10) {
+                    std::hint::black_box(spin(10));
+                }
+            }
+            "clock" => {
+                // Tells what time it sees, in the first pod's reason.
+                let secs = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                let mono = std::time::Instant::now();
+                std::thread::yield_now();
+                let moved = mono.elapsed().as_nanos();
+                if let Some(d) = plan.decisions.first_mut() {
+                    d.action = PodAction::skip(format!("wall={secs} monotonic-moved={moved}"));
+                }
+            }
+            "wide-answer" => {
+                // Many distinct 256 KiB reasons: little for the guest's
+                // memory limit, far too much to copy out.
+                for (i, d) in plan.decisions.iter_mut().enumerate() {
+                    d.action = PodAction::skip(format!("{i}{}", "w".repeat(256 << 10)));
+                }
+            }
+            "control-chars" => {
+                // Every class of character that could forge or hide text
+                // where a reason lands.
+                let texts = [
+                    "line\nPhase: Succeeded",
+                    "cr\roverwrite",
+                    "nul\0byte",
+                    "esc\u{1b}[2J\u{1b}[31mred",
+                    "bidi\u{202e}gnp.exe",
+                    "zero\u{200b}width",
+                    "del\u{7f} and c1\u{9b}",
+                ];
+                for (d, t) in plan.decisions.iter_mut().zip(texts.iter().cycle()) {
+                    d.action = PodAction::skip(*t);
+                }
+            }
+            "block-now" => {
+                // Blocks the first pod with the shortest attempt it may ask.
+                if let Some(d) = plan.decisions.first_mut() {
+                    d.action = PodAction::block("blocked on purpose");
+                }
+                plan.attempt_timeout_ms = 1;
+            }
             "slow" => {
                 // Noticeably slow, well inside any sane deadline.
                 std::hint::black_box(spin(2_000_000));
@@ -152,6 +203,14 @@ impl Policy for Hostile {
                 std::hint::black_box(spin(1_000));
             },
             "fail-empty" => Verdict::Fail(String::new()),
+            "sleep" | "sleep-on-failure" => {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                Verdict::RetryAfterMs(1_000)
+            }
+            "control-chars" => Verdict::Fail(
+                "gave up\nPhase: Succeeded\r\u{1b}[32mall good\u{1b}[0m\u{202e}".into(),
+            ),
+            "block-now" => Verdict::RetryAfterMs(0),
             "fail-huge" => Verdict::Fail("z".repeat(100_000)),
             "retry-forever" => Verdict::RetryAfterMs(u64::MAX),
             tune if tune.starts_with("tune:") => Verdict::RetryAfterMs(500),

@@ -1,0 +1,242 @@
+//! Compiling a policy under limits.
+//!
+//! A policy file is refused above [`CompileLimits::max_policy_bytes`]
+//! before anything reads it as WebAssembly. Compiling is native code
+//! generation whose cost a hostile file controls (thousands of functions,
+//! hundreds of nested loops): with a worker command configured (the
+//! operator and `nmo policy` use the `nmo` binary itself), it runs in a
+//! child process with an address-space limit and a wall-clock timeout, and
+//! is killed when it exceeds either. The child hands back the compiled
+//! artifact on its stdout; nothing it compiled runs in the child.
+//!
+//! Without a worker (library users, unit tests) the compile runs in the
+//! calling thread with only the size limit.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+
+/// Limits on loading one policy.
+#[derive(Debug, Clone)]
+pub struct CompileLimits {
+    /// Largest policy file, in bytes (a ConfigMap holds at most 1 MiB).
+    pub max_policy_bytes: usize,
+    /// Longest a compile may take (wall clock), when run by a worker.
+    pub timeout: Duration,
+    /// Address space the worker may use, in bytes.
+    pub max_memory_bytes: u64,
+    /// The command that runs `nmo policy compile-worker` (program, then
+    /// arguments); `None`: compile in this process.
+    pub worker: Option<Vec<OsString>>,
+}
+
+impl Default for CompileLimits {
+    fn default() -> Self {
+        CompileLimits {
+            max_policy_bytes: 1 << 20,
+            timeout: Duration::from_secs(10),
+            max_memory_bytes: 1 << 30,
+            worker: None,
+        }
+    }
+}
+
+impl CompileLimits {
+    /// These limits with the running `nmo` binary as the compile worker.
+    pub fn with_worker_exe(mut self, exe: std::path::PathBuf) -> Self {
+        self.worker = Some(vec![
+            exe.into_os_string(),
+            "policy".into(),
+            "compile-worker".into(),
+        ]);
+        self
+    }
+}
+
+/// Largest artifact read back from a worker.
+const MAX_ARTIFACT_BYTES: usize = 256 << 20;
+
+/// Refuses a file over the size limit.
+pub(crate) fn check_size(name: &str, wasm: &[u8], limits: &CompileLimits) -> Result<(), Error> {
+    if wasm.len() > limits.max_policy_bytes {
+        return Err(Error::PolicyCompileLimit {
+            policy: name.to_owned(),
+            reason: format!(
+                "the file is {} bytes, more than the {} a policy may have",
+                wasm.len(),
+                limits.max_policy_bytes
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Compiles `wasm` in a worker process and returns the serialized
+/// artifact.
+pub(crate) fn in_worker(
+    name: &str,
+    wasm: &[u8],
+    limits: &CompileLimits,
+    worker: &[OsString],
+) -> Result<Vec<u8>, Error> {
+    let limit = |reason: String| Error::PolicyCompileLimit {
+        policy: name.to_owned(),
+        reason,
+    };
+    let load = |reason: String| Error::PolicyLoad {
+        policy: name.to_owned(),
+        reason,
+    };
+    let (program, args) = worker
+        .split_first()
+        .ok_or_else(|| load("the compile worker command is empty".into()))?;
+    let mut child = Command::new(program)
+        .args(args)
+        .arg("--max-memory-bytes")
+        .arg(limits.max_memory_bytes.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| load(format!("cannot start the compile worker: {e}")))?;
+    let mut stdin = child.stdin.take();
+    let input = wasm.to_vec();
+    let writer = std::thread::spawn(move || {
+        if let Some(s) = stdin.as_mut() {
+            let _ = s.write_all(&input);
+        }
+    });
+    let stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        if let Some(s) = stdout {
+            let _ = s.take(MAX_ARTIFACT_BYTES as u64 + 1).read_to_end(&mut out);
+        }
+        out
+    });
+    let stderr = child.stderr.take();
+    let err_reader = std::thread::spawn(move || {
+        let mut out = Vec::new();
+        if let Some(s) = stderr {
+            let _ = s.take(64 << 10).read_to_end(&mut out);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    });
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if started.elapsed() >= limits.timeout => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                let _ = child.kill();
+                return Err(load(format!("waiting for the compile worker: {e}")));
+            }
+        }
+    };
+    let _ = writer.join();
+    let artifact = reader.join().unwrap_or_default();
+    let message = err_reader.join().unwrap_or_default();
+    let message = crate::text::clean(message.trim(), 1024);
+    let Some(status) = status else {
+        return Err(limit(format!(
+            "compiling took longer than {:?} and was stopped",
+            limits.timeout
+        )));
+    };
+    if status.success() && artifact.len() <= MAX_ARTIFACT_BYTES {
+        return Ok(artifact);
+    }
+    if status.code() == Some(EXIT_INVALID) {
+        return Err(load(message));
+    }
+    if status.code() == Some(EXIT_USAGE) {
+        return Err(load(format!("the compile worker refused its input: {message}")));
+    }
+    Err(limit(format!(
+        "compiling needed more than the {} MiB it may use and was stopped ({status}{})",
+        limits.max_memory_bytes >> 20,
+        if message.is_empty() {
+            String::new()
+        } else {
+            format!(": {message}")
+        }
+    )))
+}
+
+/// Worker exit code: the input is not a policy that compiles.
+pub const EXIT_INVALID: i32 = 3;
+/// Worker exit code: bad arguments, or no way to write the answer.
+pub const EXIT_USAGE: i32 = 4;
+/// Worker exit code: memory ran out (an allocation that could fail did;
+/// one that cannot fail aborts the worker, which reads the same).
+pub const EXIT_OUT_OF_MEMORY: i32 = 5;
+
+/// The worker's side: limits its own address space, reads a policy from
+/// stdin, compiles it with an engine configured as the parent's and writes
+/// the artifact to stdout. Returns the process exit code. The engine's
+/// compile settings are [`wasm_config`](super::engine::wasm_config)'s, the
+/// parent's own; the instance allocator, which differs, does not enter the
+/// artifact.
+pub fn worker_main(max_memory_bytes: u64) -> i32 {
+    if let Err(e) = limit_address_space(max_memory_bytes) {
+        eprintln!("cannot limit the compile worker's memory: {e}");
+        return EXIT_USAGE;
+    }
+    let mut wasm = Vec::new();
+    if let Err(e) = std::io::stdin()
+        .take(super::compile::CompileLimits::default().max_policy_bytes as u64 * 16)
+        .read_to_end(&mut wasm)
+    {
+        eprintln!("reading the policy: {e}");
+        return if e.kind() == std::io::ErrorKind::OutOfMemory {
+            EXIT_OUT_OF_MEMORY
+        } else {
+            EXIT_USAGE
+        };
+    }
+    let config = super::engine::wasm_config(None);
+    let engine = match wasmtime::Engine::new(&config) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("setting up the compiler: {e:#}");
+            return EXIT_OUT_OF_MEMORY;
+        }
+    };
+    match engine.precompile_component(&wasm) {
+        Ok(artifact) => match std::io::stdout().write_all(&artifact) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("writing the artifact: {e}");
+                EXIT_USAGE
+            }
+        },
+        Err(e) => {
+            eprintln!("{e:#}");
+            EXIT_INVALID
+        }
+    }
+}
+
+/// Sets this process's address-space limit (RLIMIT_AS).
+fn limit_address_space(bytes: u64) -> std::io::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: bytes as libc::rlim_t,
+        rlim_max: bytes as libc::rlim_t,
+    };
+    // SAFETY: setrlimit only reads the struct we pass, which lives for the
+    // call.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
