@@ -75,7 +75,10 @@ mod tests {
 
     #[test]
     fn plain_text_is_unchanged() {
-        assert_eq!(clean("pod db-0 holds quorum (é, 日本)", 100), "pod db-0 holds quorum (é, 日本)");
+        assert_eq!(
+            clean("pod db-0 holds quorum (é, 日本)", 100),
+            "pod db-0 holds quorum (é, 日本)"
+        );
         assert!(is_clean("ok", 2));
     }
 

@@ -396,10 +396,14 @@ fn a_cache_directory_that_others_can_write_is_refused() {
     let open = root.path().join("open");
     std::fs::create_dir(&open).unwrap();
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let err = PolicyCache::open(&open).expect_err("world-writable").to_string();
+    let err = PolicyCache::open(&open)
+        .expect_err("world-writable")
+        .to_string();
     assert!(err.contains("lets others write"), "{err}");
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o770)).unwrap();
-    let err = PolicyCache::open(&open).expect_err("group-writable").to_string();
+    let err = PolicyCache::open(&open)
+        .expect_err("group-writable")
+        .to_string();
     assert!(err.contains("lets others write"), "{err}");
 
     let link = root.path().join("link");
@@ -413,7 +417,9 @@ fn a_cache_directory_that_others_can_write_is_refused() {
 
     // Owned by someone else (only root can give a directory away).
     if std::os::unix::fs::chown(&private, Some(65534), Some(65534)).is_ok() {
-        let err = PolicyCache::open(&private).expect_err("not ours").to_string();
+        let err = PolicyCache::open(&private)
+            .expect_err("not ours")
+            .to_string();
         assert!(err.contains("owned by uid 65534"), "{err}");
     }
 }
@@ -423,7 +429,13 @@ fn a_set_caches_only_policies_that_loaded_and_prunes_those_that_left() {
     let root = tempfile::tempdir().unwrap();
     let cache = PolicyCache::open(&root.path().join("cache")).unwrap();
     let engine = engine();
-    let digest = |name: &str| engine.load(name, &built_policy(name)).unwrap().digest().to_owned();
+    let digest = |name: &str| {
+        engine
+            .load(name, &built_policy(name))
+            .unwrap()
+            .digest()
+            .to_owned()
+    };
     let cached = |name: &str| {
         let d = digest(name);
         artifacts(cache.dir())
@@ -438,7 +450,10 @@ fn a_set_caches_only_policies_that_loaded_and_prunes_those_that_left() {
     std::fs::write(dir.join("never-force.wasm"), built_policy("never_force")).unwrap();
     PolicySet::load(&engine, &Snapshot::read(&dir).unwrap(), Some(&cache))
         .expect_err("the wrong world rejects the set");
-    assert!(!cached("never_force"), "the set was refused before never-force loaded");
+    assert!(
+        !cached("never_force"),
+        "the set was refused before never-force loaded"
+    );
     assert_eq!(
         artifacts(cache.dir()).len(),
         1,

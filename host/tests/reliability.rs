@@ -301,7 +301,10 @@ async fn ten_hostile_policies_through_the_operator() {
         ("trap", "trapped in plan-drain"),
         ("loop", "ran past its deadline"),
         ("memory-bomb", "exceeded its memory limit"),
-        ("huge-reason", "larger than the 4194304 bytes the host accepts"),
+        (
+            "huge-reason",
+            "larger than the 4194304 bytes the host accepts",
+        ),
         ("unknown-pod", "not-on-this-node"),
         ("evict-everything", "gave an invalid answer in plan-drain"),
         ("panic-on-bare", "cannot handle pod without a controller"),
@@ -597,13 +600,20 @@ async fn hostile_policies_cannot_freeze_forge_or_hammer() {
         env.create_nm_with_reason(&format!("sleepy-{i}"), "worker-1", "sleep")
             .await;
     }
-    env.create_nm_with_reason("ordinary", "worker-2", "fine").await;
-    env.wait_phase("ordinary", MaintenancePhase::Succeeded).await;
+    env.create_nm_with_reason("ordinary", "worker-2", "fine")
+        .await;
+    env.wait_phase("ordinary", MaintenancePhase::Succeeded)
+        .await;
     let s = env
-        .wait_status("sleepy-0", "report the deadline", |s| s.last_error.is_some())
+        .wait_status("sleepy-0", "report the deadline", |s| {
+            s.last_error.is_some()
+        })
         .await;
     assert!(
-        s.last_error.as_deref().unwrap_or("").contains("ran past its deadline"),
+        s.last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("ran past its deadline"),
         "{s:?}"
     );
     let started = Instant::now();
@@ -629,7 +639,9 @@ async fn hostile_policies_cannot_freeze_forge_or_hammer() {
     env.create_nm_with_reason("forger", "no-such-node", "control-chars")
         .await;
     let s = env
-        .wait_status("forger", "fail", |s| s.phase == Some(MaintenancePhase::Failed))
+        .wait_status("forger", "fail", |s| {
+            s.phase == Some(MaintenancePhase::Failed)
+        })
         .await;
     let last_error = s.last_error.unwrap();
     assert!(
@@ -648,13 +660,18 @@ async fn hostile_policies_cannot_freeze_forge_or_hammer() {
         .await
         .expect("kubectl");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let phases: Vec<&str> = text
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let phases: Vec<String> = text
         .lines()
         .map(str::trim_start)
         .filter(|l| l.starts_with("Phase:"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
         .collect();
-    assert_eq!(phases, ["Phase:  Failed"], "{text}");
+    assert_eq!(phases, ["Phase: Failed"], "{text}");
     assert!(
         !text.chars().any(|c| c.is_control() && c != '\n'),
         "no raw control character reaches the terminal: {text:?}"
@@ -670,9 +687,12 @@ async fn hostile_policies_cannot_freeze_forge_or_hammer() {
     // retries wait the 1 s floor, so the maintenance's request rate is
     // bounded whatever the policy answers.
     tried += 1;
-    env.create_nm_with_reason("hammer", "worker-3", "block-now").await;
-    env.wait_status("hammer", "report the blocked pod", |s| s.last_error.is_some())
+    env.create_nm_with_reason("hammer", "worker-3", "block-now")
         .await;
+    env.wait_status("hammer", "report the blocked pod", |s| {
+        s.last_error.is_some()
+    })
+    .await;
     env.cluster.record_audit(true);
     let window = Duration::from_secs(5);
     tokio::time::sleep(window).await;
@@ -681,7 +701,7 @@ async fn hostile_policies_cannot_freeze_forge_or_hammer() {
     let per_minute = requests as f64 * 60.0 / window.as_secs_f64();
     println!("a retry-at-once policy: {requests} requests in {window:?} ({per_minute:.0}/min)");
     assert!(
-        per_minute <= 600.0,
+        per_minute <= 540.0,
         "{requests} requests in {window:?}: {:?}",
         env.cluster.audit()
     );

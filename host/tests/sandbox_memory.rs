@@ -63,7 +63,13 @@ fn hostile_decisions_at_once_stay_under_budget_and_give_the_memory_back() {
     // Reset the peak (VmHWM) to now.
     std::fs::write("/proc/self/clear_refs", "5").unwrap();
 
-    let reasons = ["memory-bomb", "wide-answer", "huge-reason", "huge-list", "sleep"];
+    let reasons = [
+        "memory-bomb",
+        "wide-answer",
+        "huge-reason",
+        "huge-list",
+        "sleep",
+    ];
     let threads: Vec<_> = (0..10)
         .map(|i| {
             let (policy, node, pods) = (policy.clone(), node.clone(), pods.clone());

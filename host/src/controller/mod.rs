@@ -63,6 +63,11 @@ pub struct Context {
     /// Consecutive failures per NodeMaintenance uid (the policy's `attempt`
     /// and the backoff's exponent).
     failures: Mutex<HashMap<String, u32>>,
+    /// When a maintenance that failed may be tried again, by uid: the
+    /// policy's verdict holds whatever wakes the reconcile earlier (our own
+    /// status write, a watch event), so one attempt gets one `on-failure`
+    /// and a retry never comes sooner than the verdict said.
+    retry_at: Mutex<HashMap<String, std::time::Instant>>,
     /// The controller's cache of NodeMaintenances, once it runs.
     store: Mutex<Option<Store<NodeMaintenance>>>,
     /// The cache has synced.
@@ -82,6 +87,7 @@ impl Context {
             policies,
             settings,
             failures: Mutex::new(HashMap::new()),
+            retry_at: Mutex::new(HashMap::new()),
             store: Mutex::new(None),
             synced: AtomicBool::new(false),
             pins: Mutex::new(HashMap::new()),
@@ -226,6 +232,30 @@ impl Context {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(uid);
+        self.retry_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+
+    /// Holds the maintenance's next attempt until `delay` from now.
+    fn hold(&self, uid: &str, delay: Duration) {
+        self.retry_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_owned(), std::time::Instant::now() + delay);
+    }
+
+    /// How long the maintenance's next attempt is still held, if it is.
+    fn held(&self, uid: &str) -> Option<Duration> {
+        let mut held = self.retry_at.lock().unwrap_or_else(|p| p.into_inner());
+        let at = *held.get(uid)?;
+        let left = at.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            held.remove(uid);
+            return None;
+        }
+        Some(left)
     }
 }
 
@@ -234,8 +264,10 @@ impl Context {
 /// the first retries wait 1 s, then it doubles as controller-runtime's does.
 pub fn backoff(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(30);
-    Duration::from_millis(5u64.saturating_mul(1 << exp))
-        .clamp(crate::policy::validate::MIN_RETRY, Duration::from_secs(1000))
+    Duration::from_millis(5u64.saturating_mul(1 << exp)).clamp(
+        crate::policy::validate::MIN_RETRY,
+        Duration::from_secs(1000),
+    )
 }
 
 fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, _ctx: Arc<Context>) -> Action {

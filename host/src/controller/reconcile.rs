@@ -249,6 +249,13 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         tracing::warn!(logger = "controller", nodeMaintenance = %name, from = ?moved_from, to = %node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
     }
 
+    // A failed attempt waits as its verdict said, whatever woke us (our own
+    // status write, a watch event): no request, no policy call until then.
+    if let Some(left) = ctx.held(&uid) {
+        tracing::debug!(logger = "controller", nodeMaintenance = %name, wait = ?left, "waiting before the next attempt");
+        return Ok(Action::requeue(left));
+    }
+
     // 3. Status, once. A name no node can have is a node that does not
     // exist.
     let node = if is_node_name(&node_name) {
@@ -529,12 +536,15 @@ async fn handle_failure(
     tracing::info!(logger = "controller", nodeMaintenance = %name, nodeName = %nm.spec.node_name, error = %last_error, verdict = ?verdict, "maintenance step failed");
     match verdict {
         Verdict::RetryAfter(d) => {
+            ctx.hold(&uid, d);
             update_status(api, &name, |s| s.last_error = Some(last_error.clone())).await?;
             Ok(Action::requeue(d))
         }
         Verdict::RetryWithBackoff => {
+            let d = backoff(attempt);
+            ctx.hold(&uid, d);
             update_status(api, &name, |s| s.last_error = Some(last_error.clone())).await?;
-            Ok(Action::requeue(backoff(attempt)))
+            Ok(Action::requeue(d))
         }
         Verdict::Fail(message) => {
             if !matches!(failure, Failure::NodeNotFound) {

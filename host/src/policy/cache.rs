@@ -53,7 +53,9 @@ impl PolicyCache {
         }
         let meta = std::fs::symlink_metadata(dir).map_err(|e| refuse(e.to_string()))?;
         if !meta.is_dir() {
-            return Err(refuse("not a directory (a symbolic link is not followed)".into()));
+            return Err(refuse(
+                "not a directory (a symbolic link is not followed)".into(),
+            ));
         }
         // SAFETY: geteuid has no preconditions and cannot fail.
         let me = unsafe { libc::geteuid() };
@@ -122,10 +124,13 @@ impl PolicyCache {
             return;
         }
         let (artifact, checksum) = self.paths(&policy.compat_hash(), policy.digest());
-        let result = policy.serialize().map_err(std::io::Error::other).and_then(|bytes| {
-            write_atomic(&artifact, &bytes)?;
-            write_atomic(&checksum, hex_digest(&bytes).as_bytes())
-        });
+        let result = policy
+            .serialize()
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| {
+                write_atomic(&artifact, &bytes)?;
+                write_atomic(&checksum, hex_digest(&bytes).as_bytes())
+            });
         if let Err(e) = result {
             tracing::warn!(logger = "policy", policy = policy.name(), artifact = %artifact.display(), error = %e, "cannot cache the compiled policy");
         }

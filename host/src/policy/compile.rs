@@ -38,7 +38,7 @@ impl Default for CompileLimits {
         CompileLimits {
             max_policy_bytes: 1 << 20,
             timeout: Duration::from_secs(10),
-            max_memory_bytes: 1 << 30,
+            max_memory_bytes: 384 << 20,
             worker: None,
         }
     }
@@ -158,7 +158,9 @@ pub(crate) fn in_worker(
         return Err(load(message));
     }
     if status.code() == Some(EXIT_USAGE) {
-        return Err(load(format!("the compile worker refused its input: {message}")));
+        return Err(load(format!(
+            "the compile worker refused its input: {message}"
+        )));
     }
     Err(limit(format!(
         "compiling needed more than the {} MiB it may use and was stopped ({status}{})",

@@ -12,7 +12,9 @@ use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
     Trap,
 };
-use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{
+    HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
+};
 
 use super::cache::PolicyCache;
 use super::compile::{self, CompileLimits};
@@ -287,7 +289,12 @@ impl PolicyEngine {
     /// when it has one (see [`PolicyCache`]). Nothing is written to the
     /// cache here: only a policy that then passes its self-check is, by
     /// [`PolicyCache::store`].
-    pub fn load_cached(&self, name: &str, wasm: &[u8], cache: Option<&PolicyCache>) -> Result<Policy> {
+    pub fn load_cached(
+        &self,
+        name: &str,
+        wasm: &[u8],
+        cache: Option<&PolicyCache>,
+    ) -> Result<Policy> {
         let limits = &self.inner.config.compile;
         compile::check_size(name, wasm, limits)?;
         check_header(name, wasm)?;
@@ -427,7 +434,11 @@ fn check_contract(name: &str, engine: &Engine, component: &Component) -> Result<
         if !same_minor(found, CONTRACT_VERSION) {
             return Err(Error::PolicyContractVersion {
                 policy: name.to_owned(),
-                found: if found.is_empty() { "(unversioned)".to_owned() } else { crate::text::clean(found, 64) },
+                found: if found.is_empty() {
+                    "(unversioned)".to_owned()
+                } else {
+                    crate::text::clean(found, 64)
+                },
                 expected: CONTRACT_VERSION,
             });
         }
@@ -561,7 +572,9 @@ impl Policy {
                         &mut *store,
                         FUNCTION,
                     )?;
-                Ok(f.call_async(&mut *store, (maintenance, node, pods)).await?.0)
+                Ok(f.call_async(&mut *store, (maintenance, node, pods))
+                    .await?
+                    .0)
             })
             .and_then(|raw| validate::plan(&self.inner.name, pods, raw));
         observe(FUNCTION, started, &result);
@@ -636,7 +649,14 @@ impl Policy {
         };
         let timed = async { tokio::time::timeout(config.deadline, work).await };
         let outcome = match &engine.runtime {
-            Some(rt) => rt.handle().block_on(timed),
+            // The engine's runtime drives the timers (the deadline, WASI's
+            // sleeps); this thread runs the decision and waits for it. Not
+            // the runtime's own `block_on`: a caller on another runtime's
+            // thread (a test, the reloader called in place) must not panic.
+            Some(rt) => {
+                let _timers = rt.enter();
+                futures::executor::block_on(timed)
+            }
             None => return Err(Error::Engine("the policy runtime has shut down".into())),
         };
 
@@ -815,10 +835,7 @@ impl ResourceLimiter for MemoryLimiter {
         desired: usize,
         _maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let total = self
-            .used
-            .saturating_sub(current)
-            .saturating_add(desired);
+        let total = self.used.saturating_sub(current).saturating_add(desired);
         if total > self.limit {
             self.hit = true;
             return Ok(false);

@@ -185,7 +185,11 @@ impl PolicySet {
     /// set: a set is used complete or not at all. Policies that pass their
     /// self-check are cached; once the whole set loads, artifacts of
     /// policies not in it are pruned from the cache.
-    pub fn load(engine: &PolicyEngine, snap: &Snapshot, cache: Option<&PolicyCache>) -> Result<Self> {
+    pub fn load(
+        engine: &PolicyEngine,
+        snap: &Snapshot,
+        cache: Option<&PolicyCache>,
+    ) -> Result<Self> {
         let config: ConfigFile = match snap.files.get(CONFIG_FILE) {
             Some(bytes) => serde_yaml::from_slice::<Option<ConfigFile>>(bytes)
                 .map_err(|e| Error::Config(format!("{CONFIG_FILE}: {e}")))?

@@ -88,10 +88,7 @@ impl PolicyStore {
             (set, snap.fingerprint)
         } else {
             tracing::info!(logger = "policy", dir = %dir.display(), "no policy directory; using the embedded default policy");
-            (
-                PolicySet::builtin(&engine, cache.as_ref())?,
-                String::new(),
-            )
+            (PolicySet::builtin(&engine, cache.as_ref())?, String::new())
         };
         tracing::info!(logger = "policy", dir = %dir.display(), set = %set.summary(), "policies loaded");
         Ok(Arc::new(PolicyStore {

@@ -264,7 +264,10 @@ pub fn verdict(policy: &str, raw: types::Verdict) -> Result<Verdict> {
         types::Verdict::RetryWithBackoff => Ok(Verdict::RetryWithBackoff),
         types::Verdict::Fail(message) => {
             check.message("the failure message", &message)?;
-            Ok(Verdict::Fail(crate::text::clean(&message, MAX_MESSAGE_BYTES)))
+            Ok(Verdict::Fail(crate::text::clean(
+                &message,
+                MAX_MESSAGE_BYTES,
+            )))
         }
     }
 }
