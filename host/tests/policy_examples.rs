@@ -277,3 +277,63 @@ fn assert_scenarios_fails_the_test_with_the_report() {
         root().join("policies/examples/give-up/scenarios"),
     );
 }
+
+/// What the sandbox refuses, `nmo policy check` refuses, promptly and
+/// saying why: an oversized file, a policy that sleeps in its initialiser.
+#[test]
+fn nmo_policy_check_refuses_what_the_sandbox_refuses_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.wasm");
+    let mut bytes = std::fs::read(wasm("default")).unwrap();
+    bytes.resize((1 << 20) + 1, 0);
+    std::fs::write(&big, &bytes).unwrap();
+    let sleepy =
+        std::path::Path::new(env!("NMO_POLICY_WASM_DIR")).join("nmo_policy_sleepy_init.wasm");
+    let started = std::time::Instant::now();
+    let (code, out, _) = nmo(&[
+        "policy",
+        "check",
+        big.to_str().unwrap(),
+        sleepy.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("big.wasm: policy big.wasm: refused: the file is 1048577 bytes, more than the 1048576 a policy may have"),
+        "{out}"
+    );
+    assert!(out.contains("ran past its deadline of 500ms"), "{out}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "the sleeper asked for a minute: {:?}",
+        started.elapsed()
+    );
+}
+
+/// A reload that brings a refused policy keeps the last good set and says
+/// why in the readiness detail.
+#[test]
+fn a_refused_policy_on_reload_shows_in_readiness() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("give-up.wasm"),
+        std::fs::read(wasm("give-up")).unwrap(),
+    )
+    .unwrap();
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let store = nmo::policy::PolicyStore::from_dir(engine, dir.path(), None).unwrap();
+    let mut bytes = std::fs::read(wasm("default")).unwrap();
+    bytes.resize((1 << 20) + 1, 0);
+    std::fs::write(dir.path().join("big.wasm"), &bytes).unwrap();
+    let nmo::policy::Reload::Rejected(why) = store.reload() else {
+        panic!("an oversized policy was accepted")
+    };
+    assert!(
+        why.contains("policy big: refused: the file is 1048577 bytes"),
+        "{why}"
+    );
+    let ready = store.readiness();
+    assert!(
+        ready.contains("builtin, give-up") && ready.contains("refused"),
+        "{ready}"
+    );
+}
