@@ -70,13 +70,21 @@ pub struct PodReference {
 #[serde(rename_all = "camelCase")]
 pub struct NodeMaintenanceStatus {
     /// Running, Succeeded or Failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::phase"
+    )]
     pub phase: Option<MaintenancePhase>,
     /// Percent of the pods to evict that are gone.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::int")]
     pub drain_progress: i32,
     /// When the status last changed meaningfully.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::time"
+    )]
     pub last_update: Option<Time>,
     /// The last error met.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,13 +96,13 @@ pub struct NodeMaintenanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_pods_refs: Option<Vec<PodReference>>,
     /// All pods on the node when the maintenance began.
-    #[serde(default, rename = "totalpods")]
+    #[serde(default, rename = "totalpods", deserialize_with = "lenient::int")]
     pub total_pods: i32,
     /// Pods to be removed when the maintenance began.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::int")]
     pub eviction_pods: i32,
     /// Lease failures since the drain started.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "lenient::int")]
     pub error_on_lease_count: i32,
     /// The drain policy deciding for this maintenance, chosen when it began
     /// (`name@sha256:<first 12 hex digits>`). Not in the Go operator's
@@ -102,6 +110,59 @@ pub struct NodeMaintenanceStatus {
     /// lasts only as long as the operator process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+}
+
+/// Reading status fields that anyone with access to the status subresource
+/// may have written: a value this operator cannot hold (a time past year
+/// 9999, a number past i32, an unknown phase) is dropped or saturated with
+/// a warning, so one such object never makes the whole list unreadable
+/// (which would hide every other NodeMaintenance from the controller).
+mod lenient {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde::{Deserialize, Deserializer};
+    use serde_json::Value;
+
+    use super::MaintenancePhase;
+
+    pub fn time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
+        Ok(match Option::<Value>::deserialize(d)? {
+            Some(Value::String(s)) => match s.parse::<k8s_openapi::jiff::Timestamp>() {
+                Ok(t) => Some(Time(t)),
+                Err(e) => {
+                    tracing::warn!(logger = "controller", value = %crate::text::clean(&s, 64), error = %e, "status.lastUpdate is not a time this operator can hold; ignored");
+                    None
+                }
+            },
+            _ => None,
+        })
+    }
+
+    pub fn int<'de, D: Deserializer<'de>>(d: D) -> Result<i32, D::Error> {
+        let v = Option::<Value>::deserialize(d)?;
+        let n = match &v {
+            Some(Value::Number(n)) => n
+                .as_i64()
+                .or_else(|| n.as_f64().map(|f| f as i64))
+                .unwrap_or(0),
+            _ => 0,
+        };
+        Ok(n.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32)
+    }
+
+    pub fn phase<'de, D: Deserializer<'de>>(d: D) -> Result<Option<MaintenancePhase>, D::Error> {
+        Ok(match Option::<Value>::deserialize(d)? {
+            Some(Value::String(s)) => match s.as_str() {
+                "Running" => Some(MaintenancePhase::Running),
+                "Succeeded" => Some(MaintenancePhase::Succeeded),
+                "Failed" => Some(MaintenancePhase::Failed),
+                other => {
+                    tracing::warn!(logger = "controller", value = %crate::text::clean(other, 64), "status.phase is not one this operator knows; ignored");
+                    None
+                }
+            },
+            _ => None,
+        })
+    }
 }
 
 /// The CRD as YAML, as `nmo crd` prints it and `deploy/` holds it.

@@ -111,6 +111,14 @@ pub enum Error {
     #[error("{0}: gave up after repeated conflicts")]
     Conflict(&'static str),
 
+    /// This replica is no longer the leader.
+    #[error("leader election lost: {0}")]
+    LeadershipLost(&'static str),
+
+    /// A reconcile panicked; the process and the other maintenances go on.
+    #[error("reconcile panicked: {0}")]
+    Panic(String),
+
     /// Bad configuration (flags, kubeconfig).
     #[error("configuration: {0}")]
     Config(String),
@@ -135,6 +143,8 @@ impl Error {
             Error::NodeNotFound(_) => "node_not_found",
             Error::LeaseHeld { .. } => "lease_held",
             Error::Conflict(_) => "conflict",
+            Error::LeadershipLost(_) => "leadership_lost",
+            Error::Panic(_) => "panic",
             Error::Config(_) => "config",
         }
     }

@@ -4,14 +4,17 @@
 //! and stop leading when a renewal has not succeeded for the renew deadline.
 
 use std::future::Future;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
+use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::{Client, ResourceExt};
+use tokio::time::Instant;
 
+use super::lease::{LeaseRecord, lease_over, read_lease};
 use crate::error::{Error, Result};
 
 /// The Go operator's leader election ID.
@@ -36,10 +39,23 @@ impl Default for Timings {
 }
 
 /// One candidate.
+///
+/// As client-go's leader election: another holder's lease counts as
+/// expired when this candidate has seen no change to the lease record for
+/// the lease duration, measured on this candidate's own monotonic clock
+/// (never by comparing the holder's timestamps with our clock); every
+/// attempt is bounded by the renew deadline, so a leader whose connection
+/// stalls stops leading when the renew deadline passes, before the lease
+/// duration after which another candidate may take over; and the lease is
+/// released when the work ends.
 pub struct Elector {
     api: Api<Lease>,
+    client: Client,
+    namespace: String,
     identity: String,
     timings: Timings,
+    /// The last lease record seen, and when it was first seen.
+    observed: Mutex<Option<(String, Instant)>>,
 }
 
 impl Elector {
@@ -50,35 +66,53 @@ impl Elector {
         timings: Timings,
     ) -> Self {
         Elector {
-            api: Api::namespaced(client, namespace),
+            api: Api::namespaced(client.clone(), namespace),
+            client,
+            namespace: namespace.to_owned(),
             identity: identity.into(),
             timings,
+            observed: Mutex::new(None),
+        }
+    }
+
+    /// Records `record` as seen now, unless it is the one seen before;
+    /// returns when the current record was first seen.
+    fn observe(&self, record: &LeaseRecord) -> Instant {
+        let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        match &*observed {
+            Some((fingerprint, at)) if *fingerprint == record.fingerprint => *at,
+            _ => {
+                let now = Instant::now();
+                *observed = Some((record.fingerprint.clone(), now));
+                now
+            }
+        }
+    }
+
+    fn our_spec(&self, acquired: Timestamp, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.identity.clone()),
+            lease_duration_seconds: Some(self.timings.lease_duration.as_secs().max(1) as i32),
+            acquire_time: Some(MicroTime(acquired)),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            lease_transitions: Some(transitions),
+            ..Default::default()
         }
     }
 
     /// Tries once to become or stay leader.
     pub async fn try_acquire_or_renew(&self) -> Result<bool> {
         let now = Timestamp::now();
-        let secs = self.timings.lease_duration.as_secs().max(1) as i32;
-        let existing = self
-            .api
-            .get_opt(LOCK_NAME)
+        let existing = read_lease(&self.client, &self.namespace, LOCK_NAME)
             .await
             .map_err(Error::kube("reading the leader lease"))?;
-        let Some(mut lease) = existing else {
+        let Some(record) = existing else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(LOCK_NAME.into()),
                     ..Default::default()
                 },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(self.identity.clone()),
-                    lease_duration_seconds: Some(secs),
-                    acquire_time: Some(MicroTime(now)),
-                    renew_time: Some(MicroTime(now)),
-                    lease_transitions: Some(0),
-                    ..Default::default()
-                }),
+                spec: Some(self.our_spec(now, 0)),
             };
             return match self.api.create(&PostParams::default(), &lease).await {
                 Ok(_) => Ok(true),
@@ -86,27 +120,27 @@ impl Elector {
                 Err(e) => Err(Error::kube("creating the leader lease")(e)),
             };
         };
-        let spec = lease.spec.get_or_insert_with(Default::default);
-        let holder = spec.holder_identity.clone().unwrap_or_default();
-        let renewed = spec
-            .renew_time
-            .as_ref()
-            .map(|t| t.0)
-            .unwrap_or(Timestamp::UNIX_EPOCH);
-        let duration = SignedDuration::from_secs(spec.lease_duration_seconds.unwrap_or(0) as i64);
-        if holder != self.identity && !holder.is_empty() && renewed + duration > now {
-            return Ok(false);
+        let seen_since = self.observe(&record);
+        let ours = record.holder == self.identity;
+        if !ours && !record.holder.is_empty() {
+            let duration =
+                Duration::from_secs(record.duration_seconds.clamp(0, 86_400 * 365) as u64);
+            if seen_since.elapsed() < duration {
+                return Ok(false);
+            }
         }
-        if holder != self.identity {
-            spec.acquire_time = Some(MicroTime(now));
-            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-            spec.holder_identity = Some(self.identity.clone());
-        }
-        spec.renew_time = Some(MicroTime(now));
-        spec.lease_duration_seconds = Some(secs);
+        let spec = if ours {
+            self.our_spec(record.acquired.unwrap_or(now), record.transitions)
+        } else {
+            self.our_spec(now, record.transitions.saturating_add(1))
+        };
         match self
             .api
-            .replace(&lease.name_any(), &PostParams::default(), &lease)
+            .replace(
+                LOCK_NAME,
+                &PostParams::default(),
+                &lease_over(&record, spec),
+            )
             .await
         {
             Ok(_) => Ok(true),
@@ -115,40 +149,103 @@ impl Elector {
         }
     }
 
+    /// Gives the lease up (holder empty, as client-go's release), if it is
+    /// still ours, so a standby takes over at once. Bounded by the renew
+    /// deadline.
+    pub async fn release(&self) {
+        let attempt = async {
+            let record = read_lease(&self.client, &self.namespace, LOCK_NAME)
+                .await
+                .ok()??;
+            if record.holder != self.identity {
+                return None;
+            }
+            let spec = LeaseSpec {
+                holder_identity: Some(String::new()),
+                lease_duration_seconds: Some(1),
+                acquire_time: None,
+                renew_time: Some(MicroTime(Timestamp::now())),
+                lease_transitions: Some(record.transitions),
+                ..Default::default()
+            };
+            self.api
+                .replace(
+                    LOCK_NAME,
+                    &PostParams::default(),
+                    &lease_over(&record, spec),
+                )
+                .await
+                .ok()
+        };
+        match tokio::time::timeout(self.timings.renew_deadline, attempt).await {
+            Ok(Some(_)) => {
+                tracing::info!(logger = "leader", identity = %self.identity, "released the leader lease")
+            }
+            _ => {
+                tracing::warn!(logger = "leader", identity = %self.identity, "could not release the leader lease; a standby takes over when it expires")
+            }
+        }
+    }
+
     /// Waits to become leader, then runs `work` while leading. Returns when
-    /// `work` ends, or with an error when leadership is lost (the process
-    /// should exit then, as controller-runtime's does).
+    /// `work` ends (releasing the lease), or with
+    /// [`Error::LeadershipLost`] as soon as leadership cannot be confirmed
+    /// within the renew deadline; `work` is dropped then, so it stops
+    /// acting at once (the process should exit, as controller-runtime's
+    /// does).
     pub async fn run<F: Future<Output = Result<()>>>(&self, work: F) -> Result<()> {
         loop {
-            match self.try_acquire_or_renew().await {
-                Ok(true) => break,
-                Ok(false) => {}
-                Err(e) => tracing::warn!(logger = "leader", error = %e, "leader election"),
+            let attempt =
+                tokio::time::timeout(self.timings.renew_deadline, self.try_acquire_or_renew());
+            match attempt.await {
+                Ok(Ok(true)) => break,
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => tracing::warn!(logger = "leader", error = %e, "leader election"),
+                Err(_) => tracing::warn!(
+                    logger = "leader",
+                    "leader election: the API server did not answer in time"
+                ),
             }
             tokio::time::sleep(self.timings.retry_period).await;
         }
         tracing::info!(logger = "leader", identity = %self.identity, "became leader");
         let renew = async {
-            let mut last_ok = tokio::time::Instant::now();
+            let mut last_ok = Instant::now();
             loop {
-                tokio::time::sleep(self.timings.retry_period).await;
-                match self.try_acquire_or_renew().await {
-                    Ok(true) => last_ok = tokio::time::Instant::now(),
-                    Ok(false) => {
-                        return Error::Config("leader lease taken by another instance".into());
+                let deadline = last_ok + self.timings.renew_deadline;
+                tokio::time::sleep_until(
+                    (Instant::now() + self.timings.retry_period).min(deadline),
+                )
+                .await;
+                match tokio::time::timeout_at(deadline, self.try_acquire_or_renew()).await {
+                    Ok(Ok(true)) => last_ok = Instant::now(),
+                    Ok(Ok(false)) => {
+                        return Error::LeadershipLost(
+                            "the leader lease was taken by another instance",
+                        );
                     }
-                    Err(e) => tracing::warn!(logger = "leader", error = %e, "renewing leadership"),
+                    Ok(Err(e)) => {
+                        tracing::warn!(logger = "leader", error = %e, "renewing leadership")
+                    }
+                    Err(_) => {}
                 }
-                if last_ok.elapsed() > self.timings.renew_deadline {
-                    return Error::Config(
-                        "leader lease not renewed within the renew deadline".into(),
+                if Instant::now() >= last_ok + self.timings.renew_deadline {
+                    return Error::LeadershipLost(
+                        "the leader lease was not renewed within the renew deadline",
                     );
                 }
             }
         };
-        tokio::select! {
+        let result = tokio::select! {
             r = work => r,
             lost = renew => Err(lost),
+        };
+        match &result {
+            Err(Error::LeadershipLost(why)) => {
+                tracing::error!(logger = "leader", identity = %self.identity, "leader election lost: {why}");
+            }
+            _ => self.release().await,
         }
+        result
     }
 }

@@ -6,8 +6,9 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
 use kube::{Client, ResourceExt};
+use serde_json::Value;
 
 use crate::error::{Error, Result};
 
@@ -30,15 +31,113 @@ pub struct LeaseManager {
     namespace: String,
 }
 
-fn valid(lease: &Lease, now: Timestamp) -> bool {
-    let Some(spec) = &lease.spec else {
-        return false;
-    };
-    let Some(renew) = spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) else {
-        return false;
-    };
-    let duration = spec.lease_duration_seconds.unwrap_or(0) as i64;
-    renew.0 + SignedDuration::from_secs(duration) > now
+/// When a lease was last renewed, as read from an object anyone in the
+/// namespace may have written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewed {
+    /// No renew or acquire time, or one that is not a time at all.
+    Never,
+    At(Timestamp),
+    /// A valid RFC 3339 time beyond what a clock can hold (year 9999...):
+    /// valid for as long as anyone can tell.
+    FarFuture,
+}
+
+/// A Lease read leniently: whatever its times say, reading it never fails
+/// and comparing them never overflows.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseRecord {
+    pub metadata: ObjectMeta,
+    pub holder: String,
+    pub renewed: Renewed,
+    /// `acquireTime`, when it is a time.
+    pub acquired: Option<Timestamp>,
+    pub duration_seconds: i64,
+    pub transitions: i32,
+    /// The raw holder, times and duration: what an observer compares to
+    /// tell that the record changed.
+    pub fingerprint: String,
+}
+
+impl LeaseRecord {
+    fn from_dynamic(obj: DynamicObject) -> Self {
+        let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
+        let text = |k: &str| spec.get(k).and_then(Value::as_str).map(str::to_owned);
+        let time = |k: &str| -> Option<Renewed> {
+            let raw = text(k)?;
+            Some(match raw.parse::<Timestamp>() {
+                Ok(t) => Renewed::At(t),
+                // A time jiff cannot hold: a far-future year is "valid for
+                // ever"; anything else is no time at all.
+                Err(_) if raw.len() >= 4 && raw[..4].parse::<u32>().is_ok_and(|y| y >= 9000) => {
+                    Renewed::FarFuture
+                }
+                Err(_) => Renewed::Never,
+            })
+        };
+        let renewed = time("renewTime")
+            .filter(|r| *r != Renewed::Never)
+            .or_else(|| time("acquireTime"))
+            .unwrap_or(Renewed::Never);
+        let number = |k: &str| spec.get(k).and_then(Value::as_i64).unwrap_or(0);
+        let holder = text("holderIdentity").unwrap_or_default();
+        let fingerprint = format!(
+            "{holder}|{}|{}|{}",
+            text("renewTime").unwrap_or_default(),
+            text("acquireTime").unwrap_or_default(),
+            number("leaseDurationSeconds")
+        );
+        LeaseRecord {
+            metadata: obj.metadata,
+            holder,
+            renewed,
+            acquired: text("acquireTime").and_then(|t| t.parse().ok()),
+            duration_seconds: number("leaseDurationSeconds"),
+            transitions: i32::try_from(number("leaseTransitions")).unwrap_or(i32::MAX),
+            fingerprint,
+        }
+    }
+
+    /// Whether the holder's lease still runs at `now`, by the holder's own
+    /// times. Saturating: no value can overflow the comparison.
+    pub fn valid_at(&self, now: Timestamp) -> bool {
+        match self.renewed {
+            Renewed::Never => false,
+            Renewed::FarFuture => true,
+            Renewed::At(t) => {
+                let duration = SignedDuration::from_secs(self.duration_seconds.max(0));
+                match t.checked_add(duration) {
+                    Ok(until) => until > now,
+                    // Beyond the representable range: far in the future.
+                    Err(_) => true,
+                }
+            }
+        }
+    }
+}
+
+/// Reads a Lease leniently (see [`LeaseRecord`]); `None` when there is none.
+pub(crate) async fn read_lease(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> std::result::Result<Option<LeaseRecord>, kube::Error> {
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<Lease>(&()));
+    match api.get_opt(name).await {
+        Ok(obj) => Ok(obj.map(LeaseRecord::from_dynamic)),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The typed Lease to write over `record` (same metadata, so the write is
+/// guarded by its resourceVersion) with a fresh spec.
+pub(crate) fn lease_over(record: &LeaseRecord, spec: LeaseSpec) -> Lease {
+    Lease {
+        metadata: record.metadata.clone(),
+        spec: Some(spec),
+    }
 }
 
 impl LeaseManager {
@@ -83,11 +182,9 @@ impl LeaseManager {
         let name = lease_name(&node.name_any());
         let now = Timestamp::now();
         let api = self.api();
-        let existing = match api.get_opt(&name).await {
-            Ok(l) => l,
-            Err(kube::Error::Api(e)) if e.code == 404 => None,
-            Err(e) => return Err(Error::kube("reading the node lease")(e)),
-        };
+        let existing = read_lease(&self.client, &self.namespace, &name)
+            .await
+            .map_err(Error::kube("reading the node lease"))?;
         match existing {
             None => {
                 self.ensure_namespace().await?;
@@ -119,23 +216,32 @@ impl LeaseManager {
                     .map_err(Error::kube("creating the node lease"))?;
                 Ok(())
             }
-            Some(mut lease) => {
-                let still_valid = valid(&lease, now);
-                let spec = lease.spec.get_or_insert_with(Default::default);
-                let holder = spec.holder_identity.clone().unwrap_or_default();
-                if holder != HOLDER {
-                    if !holder.is_empty() && still_valid {
-                        return Err(Error::LeaseHeld { holder });
-                    }
-                    spec.acquire_time = Some(MicroTime(now));
-                    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
-                    spec.holder_identity = Some(HOLDER.into());
+            Some(record) => {
+                if record.holder != HOLDER && !record.holder.is_empty() && record.valid_at(now) {
+                    return Err(Error::LeaseHeld {
+                        holder: crate::text::clean(&record.holder, 253),
+                    });
                 }
-                spec.renew_time = Some(MicroTime(now));
-                spec.lease_duration_seconds = Some(DURATION_SECONDS);
+                let (acquired, transitions) = if record.holder == HOLDER {
+                    // Ours: keep when we acquired it, if that is readable.
+                    (record.acquired.map(MicroTime), record.transitions)
+                } else {
+                    (None, record.transitions.saturating_add(1))
+                };
+                let lease = lease_over(
+                    &record,
+                    LeaseSpec {
+                        holder_identity: Some(HOLDER.into()),
+                        lease_duration_seconds: Some(DURATION_SECONDS),
+                        acquire_time: acquired.or(Some(MicroTime(now))),
+                        renew_time: Some(MicroTime(now)),
+                        lease_transitions: Some(transitions),
+                        ..Default::default()
+                    },
+                );
                 // resourceVersion makes this a guarded update: a concurrent
                 // holder's write wins and we see a conflict.
-                api.replace(&lease.name_any(), &PostParams::default(), &lease)
+                api.replace(&name, &PostParams::default(), &lease)
                     .await
                     .map_err(Error::kube("renewing the node lease"))?;
                 Ok(())
@@ -147,25 +253,20 @@ impl LeaseManager {
     pub async fn invalidate(&self, node_name: &str) -> Result<()> {
         let name = lease_name(node_name);
         let api = self.api();
-        let lease = match api.get_opt(&name).await {
+        let lease = match read_lease(&self.client, &self.namespace, &name).await {
             Ok(Some(l)) => l,
             Ok(None) | Err(kube::Error::Api(_)) => return Ok(()),
             Err(e) => return Err(Error::kube("reading the node lease")(e)),
         };
-        let holder = lease
-            .spec
-            .as_ref()
-            .and_then(|s| s.holder_identity.clone())
-            .unwrap_or_default();
-        if holder != HOLDER {
+        if lease.holder != HOLDER {
             return Ok(());
         }
         match api
             .delete(
                 &name,
                 &DeleteParams::default().preconditions(kube::api::Preconditions {
-                    uid: lease.uid(),
-                    resource_version: lease.resource_version(),
+                    uid: lease.metadata.uid.clone(),
+                    resource_version: lease.metadata.resource_version.clone(),
                 }),
             )
             .await

@@ -277,8 +277,27 @@ fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, _ctx: Arc<Context>) -> A
 
 /// The reconcile, timed and counted under controller-runtime's names.
 async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action> {
+    use futures::FutureExt;
     let started = std::time::Instant::now();
-    let result = reconcile(nm, ctx).await;
+    let name = nm.name_any();
+    // A panic (a bug, or an API object nobody foresaw) fails this
+    // reconcile only: it is logged, counted and retried; the process and
+    // the other maintenances go on.
+    let result = match std::panic::AssertUnwindSafe(reconcile(nm, ctx))
+        .catch_unwind()
+        .await
+    {
+        Ok(result) => result,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            tracing::error!(logger = "controller", nodeMaintenance = %name, panic = %what, "reconcile panicked");
+            Err(Error::Panic(what))
+        }
+    };
     let secs = started.elapsed().as_secs_f64();
     METRICS
         .reconcile_duration

@@ -136,7 +136,10 @@ fn progress(eviction_pods: i32, pending: usize) -> i32 {
     if eviction_pods <= 0 {
         return 0;
     }
-    ((eviction_pods - pending as i32).max(0) * 100 / eviction_pods).clamp(0, 100)
+    // In i64: status values come from the API and may be anything.
+    let total = i64::from(eviction_pods);
+    let done = (total - pending as i64).max(0);
+    (done * 100 / total).clamp(0, 100) as i32
 }
 
 async fn pods_on(client: &kube::Client, node: &str) -> Result<(Vec<Pod>, String)> {
@@ -268,7 +271,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     };
     if status(&nm).phase.is_none() {
         let (pods, _) = pods_on(&ctx.client, &node_name).await?;
-        let total = pods.len() as i32;
+        let total = i32::try_from(pods.len()).unwrap_or(i32::MAX);
         let removals = match &node {
             Some(n) => match plan_drain(&ctx, &nm, n, pods, 1).await.0 {
                 Ok(plan) => plan
@@ -294,7 +297,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
                 s.last_update = Some(now());
                 s.pending_pods = names.clone();
                 s.pending_pods_refs = refs.clone();
-                s.eviction_pods = removals.len() as i32;
+                s.eviction_pods = i32::try_from(removals.len()).unwrap_or(i32::MAX);
                 s.total_pods = total;
             }
         })
@@ -355,9 +358,11 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
                 .with_label_values(&[kind])
                 .inc();
             if status(&nm).drain_progress > 0 {
-                nm = update_status(&api, &name, |s| s.error_on_lease_count += 1)
-                    .await?
-                    .1;
+                nm = update_status(&api, &name, |s| {
+                    s.error_on_lease_count = s.error_on_lease_count.saturating_add(1)
+                })
+                .await?
+                .1;
             }
             let failure = match &e {
                 Error::LeaseHeld { holder } => Failure::LeaseHeld(holder.clone()),

@@ -1,0 +1,266 @@
+//! API objects as a careless user or an attacker writes them: Leases with
+//! times no clock can hold, statuses with values past every range, nodes a
+//! human cordoned, nodes without `spec`. The operator never crashes, never
+//! hides one maintenance behind another's bad data, and restores exactly
+//! what it changed.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use nmo::crd::MaintenancePhase;
+use serde_json::json;
+
+fn lease(holder: &str, renew: &str, seconds: i64) -> serde_json::Value {
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "node-worker-1", "namespace": "medik8s-leases"},
+        "spec": {
+            "holderIdentity": holder,
+            "renewTime": renew,
+            "acquireTime": renew,
+            "leaseDurationSeconds": seconds
+        }
+    })
+}
+
+fn namespace(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// A Lease renewed "in year 9999" for two hours: adding the duration is
+/// past what any clock holds. Another holder's such lease is respected (the
+/// maintenance says the lease is held); the process does not crash, and the
+/// NodeMaintenance can be deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_renewed_in_year_9999_is_held_not_a_crash() {
+    let env = Env::start(2).await;
+    env.cluster.create(namespace("medik8s-leases")).unwrap();
+    env.cluster
+        .create(lease("someone-else", "9999-12-30T21:00:00.000000Z", 7200))
+        .unwrap();
+    env.create_nm("nm-far", "worker-1").await;
+    let s = env
+        .wait_status("nm-far", "report the held lease", |s| {
+            s.last_error
+                .as_deref()
+                .unwrap_or("")
+                .contains("held by someone-else")
+        })
+        .await;
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    assert!(!env.controller.is_finished(), "the operator runs");
+    // Meanwhile another node's maintenance goes through.
+    env.create_nm("nm-other", "worker-2").await;
+    env.wait_phase("nm-other", MaintenancePhase::Succeeded)
+        .await;
+    env.nms()
+        .delete("nm-far", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-far").await;
+    assert!(!env.controller.is_finished());
+    env.stop().await;
+}
+
+/// A renew time that is valid RFC 3339 but past the last instant a clock
+/// holds (the Lease cannot be read as a typed object at all): ours is
+/// renewed over and given up on deletion; another holder's is respected.
+/// Either way `kubectl delete nm` completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_lease_time_never_blocks_deletion() {
+    let env = Env::start(2).await;
+    env.cluster.create(namespace("medik8s-leases")).unwrap();
+    for (holder, says) in [
+        ("node-maintenance", None),
+        ("someone-else", Some("held by someone-else")),
+    ] {
+        env.cluster
+            .create(lease(holder, "9999-12-31T23:59:59.999999Z", 3600))
+            .unwrap();
+        env.create_nm("nm-odd", "worker-1").await;
+        match says {
+            None => {
+                env.wait_phase("nm-odd", MaintenancePhase::Succeeded).await;
+            }
+            Some(says) => {
+                env.wait_status("nm-odd", "report the held lease", |s| {
+                    s.last_error.as_deref().unwrap_or("").contains(says)
+                })
+                .await;
+            }
+        }
+        env.nms()
+            .delete("nm-odd", &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_gone("nm-odd").await;
+        let left = env.cluster.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("medik8s-leases"),
+            "node-worker-1",
+        );
+        match holder {
+            "node-maintenance" => assert!(left.is_err(), "our lease was given up: {left:?}"),
+            _ => {
+                assert!(left.is_ok(), "another holder's lease is left alone");
+                env.cluster
+                    .delete(
+                        "coordination.k8s.io/v1",
+                        "Lease",
+                        Some("medik8s-leases"),
+                        "node-worker-1",
+                    )
+                    .unwrap();
+            }
+        }
+    }
+    assert!(!env.controller.is_finished());
+    env.stop().await;
+}
+
+/// A status patched with values past every range (a time after year 9999,
+/// numbers past i32, an unknown phase) does not make the list unreadable:
+/// a new NodeMaintenance is still carried out, and the odd one can be
+/// deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_odd_status_does_not_hide_the_other_maintenances() {
+    let env = Env::start(2).await;
+    env.create_nm("odd", "worker-1").await;
+    env.wait_phase("odd", MaintenancePhase::Succeeded).await;
+    let raw: Api<kube::api::DynamicObject> = Api::all_with(
+        env.client.clone(),
+        &kube::api::ApiResource::erase::<nmo::crd::NodeMaintenance>(&()),
+    );
+    raw.patch_status(
+        "odd",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "lastUpdate": "9999-12-31T00:00:00Z",
+            "drainProgress": 99_999_999_999_i64,
+            "evictionPods": 2_147_483_647,
+            "errorOnLeaseCount": 2_147_483_647,
+            "phase": "Bogus"
+        }})),
+    )
+    .await
+    .unwrap();
+    env.create_nm("next", "worker-2").await;
+    env.wait_phase("next", MaintenancePhase::Succeeded).await;
+    env.nms()
+        .delete("odd", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("odd").await;
+    assert!(!env.controller.is_finished());
+    env.stop().await;
+}
+
+fn taints(node: &Node) -> Vec<String> {
+    let mut v: Vec<String> = taint_keys(node);
+    v.sort();
+    v
+}
+
+/// A node a human cordoned (spec.unschedulable, the unschedulable taint,
+/// the exclude label) before a maintenance is left as the human left it
+/// when the maintenance ends; a node that had none of it is restored fully.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cordoned_by_hand_stays_as_the_human_left_it() {
+    let env = Env::start(2).await;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    nodes
+        .patch(
+            "worker-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({
+                "metadata": {"labels": {"remediation.medik8s.io/exclude-from-remediation": "true"}},
+                "spec": {"unschedulable": true, "taints": [
+                    {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+                    {"key": "team/hold", "value": "x", "effect": "NoSchedule"}
+                ]}
+            })),
+        )
+        .await
+        .unwrap();
+    env.create_nm("by-hand", "worker-1").await;
+    env.create_nm("clean", "worker-2").await;
+    env.wait_phase("by-hand", MaintenancePhase::Succeeded).await;
+    env.wait_phase("clean", MaintenancePhase::Succeeded).await;
+    let during = env.node("worker-1").await;
+    assert_eq!(
+        taints(&during),
+        [
+            "medik8s.io/drain",
+            "node.kubernetes.io/unschedulable",
+            "team/hold"
+        ]
+    );
+    for name in ["by-hand", "clean"] {
+        env.nms()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_gone(name).await;
+    }
+    let after = env.node("worker-1").await;
+    assert_eq!(
+        after.spec.as_ref().unwrap().unschedulable,
+        Some(true),
+        "still cordoned"
+    );
+    assert_eq!(
+        taints(&after),
+        ["node.kubernetes.io/unschedulable", "team/hold"]
+    );
+    let labels = after.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("remediation.medik8s.io/exclude-from-remediation")
+            .map(String::as_str),
+        Some("true")
+    );
+    let annotations = after.metadata.annotations.clone().unwrap_or_default();
+    assert!(
+        !annotations.contains_key(nmo::controller::node::PRIOR_STATE_ANNOTATION),
+        "the record goes with the maintenance"
+    );
+    let clean = env.node("worker-2").await;
+    assert_ne!(clean.spec.as_ref().unwrap().unschedulable, Some(true));
+    assert!(taints(&clean).is_empty(), "{:?}", taints(&clean));
+    assert!(
+        !clean
+            .metadata
+            .labels
+            .clone()
+            .unwrap_or_default()
+            .contains_key("remediation.medik8s.io/exclude-from-remediation")
+    );
+    env.stop().await;
+}
+
+/// A Node object without `spec` (as a hand-written object or another API
+/// server may have it): the maintenance marks it all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_spec_is_put_into_maintenance() {
+    let env = Env::start(1).await;
+    // The simulated server stores it as given, without `spec`.
+    env.cluster
+        .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "bare-node"}}))
+        .unwrap();
+    env.create_nm("bare", "bare-node").await;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        env.wait_phase("bare", MaintenancePhase::Succeeded),
+    )
+    .await
+    .expect("the maintenance completes");
+    let node = env.node("bare-node").await;
+    assert_eq!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
+    env.stop().await;
+}
