@@ -4,11 +4,27 @@ use kube::{Client, Config};
 
 use crate::error::{Error, Result};
 
+/// How long a watch lasts before the server ends it (and it is renewed):
+/// below [`READ_TIMEOUT`], so an idle watch is never taken for a stalled
+/// connection.
+pub const WATCH_TIMEOUT_SECS: u32 = 45;
+
+/// The longest any answer from the API server may take (between bytes of
+/// an answer, counted from when the request was sent): no request hangs on
+/// a stalled connection.
+pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A client as the operator needs it: kube's blanket retry of 429s off (a
 /// PodDisruptionBudget refusal is an answer the drain handles, not an
-/// overload to hide).
+/// overload to hide); every request bounded in time (connect 10 s, send
+/// 30 s, answer [`READ_TIMEOUT`]), watches renewed every
+/// [`WATCH_TIMEOUT_SECS`].
 pub fn operator_client(mut config: Config) -> Result<Client> {
     config.default_retry = false;
+    config.connect_timeout = Some(std::time::Duration::from_secs(10));
+    config.write_timeout = Some(std::time::Duration::from_secs(30));
+    config.read_timeout = Some(READ_TIMEOUT);
+    config.reset_reader_on_write = true;
     Client::try_from(config).map_err(|e| Error::Config(format!("building the client: {e}")))
 }
 

@@ -93,3 +93,202 @@ async fn only_one_replica_leads_and_the_other_takes_over() {
     b.abort();
     c.stop().await;
 }
+
+/// A TCP proxy between one replica and the API server that can stall:
+/// while stalled it forwards nothing, and its connections stay open (a
+/// half-open connection, as a stopped proxy or a partition leaves them).
+struct StallingProxy {
+    addr: std::net::SocketAddr,
+    stalled: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallingProxy {
+    async fn start(upstream: std::net::SocketAddr) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stalled.clone();
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let (ri, wi) = inbound.into_split();
+                let (ro, wo) = outbound.into_split();
+                for (mut from, mut to, flag) in [
+                    (
+                        Box::new(ri) as Box<dyn tokio::io::AsyncRead + Unpin + Send>,
+                        Box::new(wo) as Box<dyn tokio::io::AsyncWrite + Unpin + Send>,
+                        flag.clone(),
+                    ),
+                    (Box::new(ro) as _, Box::new(wi) as _, flag.clone()),
+                ] {
+                    tokio::spawn(async move {
+                        let mut buf = vec![0u8; 16 << 10];
+                        loop {
+                            let n = match from.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => n,
+                            };
+                            while flag.load(Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                            if to.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        StallingProxy { addr, stalled }
+    }
+}
+
+/// Replica A's connection to the API server stalls; replica B takes over.
+/// A stops acting when its renew deadline passes, before B can acquire the
+/// lease: at no moment do two replicas act.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leader_steps_down_before_another_takes_over() {
+    use std::sync::Mutex;
+    use std::time::Instant;
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    let proxy = StallingProxy::start(c.addr()).await;
+    let direct = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+        .await
+        .unwrap();
+    let via_proxy = nmo::client::client_from_kubeconfig(
+        &c.kubeconfig()
+            .replace(&c.url(), &format!("http://{}", proxy.addr)),
+    )
+    .await
+    .unwrap();
+    // Who acted when: (replica, from, until).
+    type Log = Arc<Mutex<Vec<(&'static str, Instant, Option<Instant>)>>>;
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    let spawn = |id: &'static str, client: kube::Client| {
+        let elector = Elector::new(client, "default", id, timings());
+        let log = log.clone();
+        tokio::spawn(async move {
+            elector
+                .run(async {
+                    let at = {
+                        let mut log = log.lock().unwrap();
+                        log.push((id, Instant::now(), None));
+                        log.len() - 1
+                    };
+                    struct Done(Log, usize);
+                    impl Drop for Done {
+                        fn drop(&mut self) {
+                            self.0.lock().unwrap()[self.1].2 = Some(Instant::now());
+                        }
+                    }
+                    let _done = Done(log.clone(), at);
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })
+                .await
+        })
+    };
+    let a = spawn("replica-a", via_proxy);
+    let started = Instant::now();
+    while log.lock().unwrap().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(10), "A never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let b = spawn("replica-b", direct);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    proxy.stalled.store(true, Ordering::SeqCst);
+    let stalled_at = Instant::now();
+    let a_result = tokio::time::timeout(Duration::from_secs(10), a)
+        .await
+        .expect("A steps down within its renew deadline, though its connection hangs")
+        .unwrap();
+    assert!(
+        matches!(a_result, Err(nmo::Error::LeadershipLost(_))),
+        "{a_result:?}"
+    );
+    let started = Instant::now();
+    while log.lock().unwrap().len() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(10), "B never took over");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.stalled.store(false, Ordering::SeqCst);
+    let log = log.lock().unwrap().clone();
+    let (a_id, _, a_until) = log[0];
+    let (b_id, b_from, _) = log[1];
+    assert_eq!((a_id, b_id), ("replica-a", "replica-b"));
+    let a_until = a_until.expect("A stopped");
+    assert!(
+        a_until < b_from,
+        "two leaders at once: A until {:?}, B from {:?} after the stall",
+        a_until - stalled_at,
+        b_from - stalled_at
+    );
+    println!(
+        "stalled leader: A stopped {:?} after the stall, B began {:?} after it ({:?} with no leader, no overlap)",
+        a_until - stalled_at,
+        b_from - stalled_at,
+        b_from - a_until
+    );
+    b.abort();
+    c.stop().await;
+}
+
+/// A leader that shuts down releases the lock: the standby takes over at
+/// once, not after the lease expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_shutting_down_releases_the_lock() {
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+        .await
+        .unwrap();
+    let slow = Timings {
+        lease_duration: Duration::from_secs(30),
+        renew_deadline: Duration::from_secs(20),
+        retry_period: Duration::from_millis(200),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let a = {
+        let elector = Elector::new(client.clone(), "default", "replica-a", slow.clone());
+        tokio::spawn(async move {
+            elector
+                .run(async {
+                    // The work ends as it does on SIGTERM.
+                    let _ = stop_rx.await;
+                    Ok(())
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b_led = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let b = {
+        let elector = Elector::new(client.clone(), "default", "replica-b", slow);
+        let b_led = b_led.clone();
+        tokio::spawn(async move {
+            elector
+                .run(async {
+                    b_led.store(true, Ordering::SeqCst);
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!b_led.load(Ordering::SeqCst));
+    let stopped = std::time::Instant::now();
+    stop_tx.send(()).unwrap();
+    a.await.unwrap().unwrap();
+    while !b_led.load(Ordering::SeqCst) {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(5),
+            "the standby waited for the 30 s lease to expire"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    b.abort();
+    c.stop().await;
+}

@@ -358,7 +358,12 @@ async fn watch_node(client: Client, node: String, mut rv: String, state: Arc<Att
     let fields = format!("spec.nodeName={node}");
     loop {
         let stream = match api
-            .watch(&WatchParams::default().fields(&fields).timeout(290), &rv)
+            .watch(
+                &WatchParams::default()
+                    .fields(&fields)
+                    .timeout(crate::client::WATCH_TIMEOUT_SECS),
+                &rv,
+            )
             .await
         {
             Ok(s) => s,
