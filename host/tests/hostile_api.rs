@@ -264,3 +264,72 @@ async fn a_node_without_spec_is_put_into_maintenance() {
     assert_eq!(node.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
     env.stop().await;
 }
+
+/// Pods that take their time to stop (seconds after SIGTERM), and a first
+/// attempt that times out while they are still Terminating: the
+/// maintenance is Succeeded only once every pod the plan removes has left
+/// the node, terminating or not, as the Go operator waits for deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn succeeded_means_every_removed_pod_has_left_the_node() {
+    let env = Env::start_with(2, HOSTILE).await;
+    let slow = json!({"sim.nmo.medik8s.io/shutdown-seconds": "40"});
+    for i in 0..4 {
+        env.cluster
+            .create(bare(&format!("slow-{i}"), "worker-1", slow.clone(), 60))
+            .unwrap();
+    }
+    // The first attempt (500 ms) ends with the pods still Terminating; the
+    // next ones re-evict pods that are already going.
+    env.create_nm_with_reason("patient", "worker-1", "tune:timeout=500")
+        .await;
+    let started = std::time::Instant::now();
+    loop {
+        let nm = env.nms().get("patient").await.unwrap();
+        if nm.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Succeeded) {
+            let left: Vec<String> = env
+                .pods_on("worker-1")
+                .await
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .filter(|n| n.starts_with("slow-"))
+                .collect();
+            assert!(left.is_empty(), "Succeeded with {left:?} still on the node");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "never Succeeded: {:?}",
+            nm.status
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    env.stop().await;
+}
+
+/// One drain attempt that ends early (only a `block` pod left) is one
+/// failure: `on-failure` is asked once, and its `retry-after` is obeyed, so
+/// a policy that gives up at the third attempt gives up after two full
+/// retry delays, not sooner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_attempt_is_one_failure_and_its_verdict_is_obeyed() {
+    let env = Env::start_with(2, HOSTILE).await;
+    env.cluster
+        .create(bare("held", "worker-1", json!({}), 30))
+        .unwrap();
+    env.create_nm_with_reason("counted", "worker-1", "give-up-at-3")
+        .await;
+    let started = std::time::Instant::now();
+    let s = env
+        .wait_status("counted", "fail", |s| {
+            s.phase == Some(MaintenancePhase::Failed)
+        })
+        .await;
+    let took = started.elapsed();
+    assert_eq!(s.last_error.as_deref(), Some("gave up at attempt 3"));
+    // Attempts 1 and 2 each wait their 1 s retry before the next.
+    assert!(
+        took >= Duration::from_millis(1900),
+        "gave up after {took:?}"
+    );
+    env.stop().await;
+}

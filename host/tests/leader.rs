@@ -211,7 +211,10 @@ async fn a_stalled_leader_steps_down_before_another_takes_over() {
     );
     let started = Instant::now();
     while log.lock().unwrap().len() < 2 {
-        assert!(started.elapsed() < Duration::from_secs(10), "B never took over");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "B never took over"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     proxy.stalled.store(false, Ordering::SeqCst);

@@ -334,7 +334,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
         api,
         watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
     )
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent));
+    .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent));
     let store = controller.store();
     *ctx.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(store.clone());
     {

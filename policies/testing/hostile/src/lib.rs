@@ -142,6 +142,11 @@ impl Policy for Hostile {
                     d.action = PodAction::skip(*t);
                 }
             }
+            "give-up-at-3" => {
+                for d in plan.decisions.iter_mut() {
+                    d.action = PodAction::block("held for the test");
+                }
+            }
             "block-now" => {
                 // Blocks the first pod with the shortest attempt it may ask.
                 if let Some(d) = plan.decisions.first_mut() {
@@ -211,6 +216,10 @@ impl Policy for Hostile {
                 "gave up\nPhase: Succeeded\r\u{1b}[32mall good\u{1b}[0m\u{202e}".into(),
             ),
             "block-now" => Verdict::RetryAfterMs(0),
+            "give-up-at-3" if m.attempt >= 3 => {
+                Verdict::Fail(format!("gave up at attempt {}", m.attempt))
+            }
+            "give-up-at-3" => Verdict::RetryAfterMs(1_000),
             "fail-huge" => Verdict::Fail("z".repeat(100_000)),
             "retry-forever" => Verdict::RetryAfterMs(u64::MAX),
             tune if tune.starts_with("tune:") => Verdict::RetryAfterMs(500),
