@@ -65,23 +65,105 @@ type Handler = Arc<
         + Sync,
 >;
 
-/// Serves HTTP/1 on `listener` with `handler` until the task is dropped.
-pub async fn serve(listener: TcpListener, handler: Handler) {
+/// What every server of the operator (probes, metrics, webhook) holds a
+/// client to, so that idle, slow or hostile connections can neither block
+/// the probes nor grow memory without bound.
+#[derive(Debug, Clone)]
+pub struct ConnLimits {
+    /// Connections served at once; more wait in the listen backlog until
+    /// one closes.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers (from the
+    /// connection's start, or from the previous response on a kept-alive
+    /// connection): an idle connection is closed after this.
+    pub header_read_timeout: std::time::Duration,
+    /// Time a client has to finish the TLS handshake (the webhook).
+    pub handshake_timeout: std::time::Duration,
+}
+
+impl Default for ConnLimits {
+    fn default() -> Self {
+        ConnLimits {
+            max_connections: 1024,
+            header_read_timeout: std::time::Duration::from_secs(5),
+            handshake_timeout: std::time::Duration::from_secs(10),
+        }
+    }
+}
+
+/// Accepts connections on `listener` while fewer than the cap are open,
+/// handing each to `conn`. An accept error (out of file descriptors, say)
+/// backs off, doubling from 10 ms to 1 s, instead of spinning.
+pub async fn accept_loop<F, Fut>(listener: TcpListener, limits: &ConnLimits, conn: F)
+where
+    F: Fn(tokio::net::TcpStream) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
+    let mut backoff = std::time::Duration::from_millis(10);
     loop {
-        let Ok((stream, _)) = listener.accept().await else {
-            continue;
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
         };
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = std::time::Duration::from_millis(10);
+                let work = conn(stream);
+                tokio::spawn(async move {
+                    work.await;
+                    drop(permit);
+                });
+            }
+            Err(e) => {
+                tracing::debug!(logger = "server", error = %e, wait = ?backoff, "accept failed; backing off");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Serves one HTTP/1 connection under the limits' header timeout.
+pub async fn serve_connection<I, S>(io: I, service: S, limits: &ConnLimits)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            Request<Incoming>,
+            Response = Response<Full<Bytes>>,
+            Error = Infallible,
+        > + Send,
+    S::Future: Send,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let _ = builder
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .await;
+}
+
+/// Serves HTTP/1 on `listener` with `handler` until the task is dropped,
+/// under the default [`ConnLimits`].
+pub async fn serve(listener: TcpListener, handler: Handler) {
+    serve_with(listener, handler, ConnLimits::default()).await
+}
+
+/// [`serve`] under given limits.
+pub async fn serve_with(listener: TcpListener, handler: Handler, limits: ConnLimits) {
+    let conn_limits = limits.clone();
+    accept_loop(listener, &limits, move |stream| {
         let handler = handler.clone();
-        tokio::spawn(async move {
+        let limits = conn_limits.clone();
+        async move {
             let service = hyper::service::service_fn(move |req| {
                 let handler = handler.clone();
                 async move { Ok::<_, Infallible>(handler(req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
-        });
-    }
+            serve_connection(stream, service, &limits).await;
+        }
+    })
+    .await
 }
 
 fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {

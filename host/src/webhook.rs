@@ -276,8 +276,26 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
-/// Serves the webhook over TLS on `listener` until dropped.
+/// Serves the webhook over TLS on `listener` until dropped, under the
+/// default [`ConnLimits`](crate::server::ConnLimits).
 pub async fn serve(listener: TcpListener, cert_dir: &Path, validator: Validator) -> Result<()> {
+    serve_with(
+        listener,
+        cert_dir,
+        validator,
+        crate::server::ConnLimits::default(),
+    )
+    .await
+}
+
+/// [`serve`] under given limits: the TLS handshake and the request headers
+/// each have a timeout, and connections are capped.
+pub async fn serve_with(
+    listener: TcpListener,
+    cert_dir: &Path,
+    validator: Validator,
+    limits: crate::server::ConnLimits,
+) -> Result<()> {
     let resolver = Arc::new(ReloadingCert::new(cert_dir)?);
     let config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
         .with_safe_default_protocol_versions()
@@ -285,25 +303,26 @@ pub async fn serve(listener: TcpListener, cert_dir: &Path, validator: Validator)
         .with_no_client_auth()
         .with_cert_resolver(resolver);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    loop {
-        let Ok((tcp, _)) = listener.accept().await else {
-            continue;
-        };
+    let conn_limits = limits.clone();
+    crate::server::accept_loop(listener, &limits, move |tcp| {
         let acceptor = acceptor.clone();
         let validator = validator.clone();
-        tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else {
+        let limits = conn_limits.clone();
+        async move {
+            let Ok(Ok(tls)) =
+                tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await
+            else {
                 return;
             };
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let validator = validator.clone();
                 async move { Ok::<_, std::convert::Infallible>(handle(&validator, req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                .await;
-        });
-    }
+            crate::server::serve_connection(tls, service, &limits).await;
+        }
+    })
+    .await;
+    Ok(())
 }
 
 async fn handle(validator: &Validator, req: Request<Incoming>) -> Response<Full<Bytes>> {

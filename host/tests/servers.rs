@@ -1,0 +1,124 @@
+//! The operator's HTTP servers under idle and hostile connections: a
+//! thousand idle connections neither block the probes nor stay open, and a
+//! client that never finishes its TLS handshake is let go. One file, one
+//! process: the memory figures are this test's.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use nmo::server::{self, ConnLimits};
+use tokio::io::AsyncReadExt;
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+async fn healthz(addr: std::net::SocketAddr) -> (u16, Duration) {
+    let started = Instant::now();
+    let code = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(
+            s,
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out.split_whitespace().nth(1).unwrap().parse().unwrap()
+    })
+    .await
+    .unwrap();
+    (code, started.elapsed())
+}
+
+/// Waits until every connection has been closed by the server (a read
+/// gives end of file); returns how long that took.
+async fn all_closed(conns: Vec<tokio::net::TcpStream>, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let waits = conns.into_iter().map(|mut c| async move {
+        let mut buf = [0u8; 64];
+        matches!(
+            tokio::time::timeout(limit, c.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    });
+    let closed = futures::future::join_all(waits).await;
+    let open = closed.iter().filter(|c| !**c).count();
+    assert_eq!(
+        open, 0,
+        "{open} idle connection(s) still open after {limit:?}"
+    );
+    started.elapsed()
+}
+
+async fn idle_connections(addr: std::net::SocketAddr, n: usize) -> Vec<tokio::net::TcpStream> {
+    let mut conns = Vec::with_capacity(n);
+    for _ in 0..n {
+        conns.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    conns
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_neither_block_the_probes_nor_stay_open() {
+    let limits = ConnLimits {
+        header_read_timeout: Duration::from_secs(1),
+        handshake_timeout: Duration::from_secs(1),
+        ..ConnLimits::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server::serve_with(
+        listener,
+        server::probes(Vec::new()),
+        limits.clone(),
+    ));
+    assert_eq!(healthz(addr).await.0, 200);
+    let before = rss_kib();
+
+    let conns = idle_connections(addr, 1000).await;
+    let (code, took) = healthz(addr).await;
+    assert_eq!(code, 200, "the probe answers beside 1,000 idle connections");
+    assert!(took < Duration::from_secs(1), "probe took {took:?}");
+    let during = rss_kib();
+    let closed_in = all_closed(conns, Duration::from_secs(10)).await;
+    assert_eq!(healthz(addr).await.0, 200);
+    println!(
+        "1,000 idle connections: probe answered in {took:?}; RSS {} -> {} KiB; all closed by the server within {closed_in:?}",
+        before, during
+    );
+    assert!(
+        during < before + 64 * 1024,
+        "RSS grew from {before} to {during} KiB"
+    );
+
+    // The webhook: connections that never start their TLS handshake.
+    let (certs, _) = {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tls.crt"), cert.cert.pem()).unwrap();
+        std::fs::write(dir.path().join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+        (dir, ())
+    };
+    let (_cluster, client) = common::start_cluster(1).await;
+    let validator = nmo::webhook::Validator::new(client).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = listener.local_addr().unwrap();
+    let dir = certs.path().to_owned();
+    tokio::spawn(async move {
+        nmo::webhook::serve_with(listener, &dir, validator, limits)
+            .await
+            .unwrap()
+    });
+    let conns = idle_connections(hook, 300).await;
+    let closed_in = all_closed(conns, Duration::from_secs(10)).await;
+    println!("300 connections that never sent a TLS handshake: closed within {closed_in:?}");
+}
