@@ -108,7 +108,7 @@ impl Validator {
         {
             return Err(messages::already_exists(node_name));
         }
-        if self.openshift && is_control_plane(&node) && !self.etcd_can_lose_one().await? {
+        if self.openshift && is_control_plane(&node) && !self.etcd_can_lose_one(node_name).await? {
             return Err(messages::etcd_quorum(node_name));
         }
         if let (Some(policies), Some(name)) = (
@@ -139,20 +139,48 @@ impl Validator {
         Ok(())
     }
 
-    /// OpenShift's etcd guard PDB allows a disruption.
-    async fn etcd_can_lose_one(&self) -> std::result::Result<bool, String> {
-        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), "openshift-etcd");
-        for name in ["etcd-guard-pdb", "etcd-quorum-guard"] {
-            if let Some(pdb) = pdbs
-                .get_opt(name)
-                .await
-                .map_err(|e| format!("could not read {name}: {e}"))?
-            {
-                return Ok(pdb.status.map(|s| s.disruptions_allowed).unwrap_or(0) > 0);
-            }
+    /// Whether `node` may be disrupted without breaking etcd quorum, by
+    /// the Go operator's rule (medik8s common's etcd check): exactly one
+    /// PodDisruptionBudget in `openshift-etcd` must exist (none, or more
+    /// than one, and the answer is no); if it allows a disruption, yes;
+    /// if it allows none, yes only when the node runs no Ready guard pod
+    /// (a guard that is already down costs no quorum).
+    async fn etcd_can_lose_one(&self, node: &str) -> std::result::Result<bool, String> {
+        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), ETCD_NAMESPACE);
+        let list = pdbs
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("could not list PodDisruptionBudgets in {ETCD_NAMESPACE}: {e}"))?;
+        let [pdb] = list.items.as_slice() else {
+            tracing::info!(logger = "webhook", count = list.items.len(), "expected exactly one etcd guard PodDisruptionBudget");
+            return Ok(false);
+        };
+        if pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed) > 0 {
+            return Ok(true);
         }
-        // No guard: nothing to protect.
-        Ok(true)
+        let Some(selector) = pdb
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .map(selector_string)
+        else {
+            return Ok(false);
+        };
+        let guards = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.client.clone(), ETCD_NAMESPACE)
+            .list(
+                &ListParams::default()
+                    .labels(&selector)
+                    .fields(&format!("spec.nodeName={node}")),
+            )
+            .await
+            .map_err(|e| format!("could not list the etcd guard pods: {e}"))?;
+        let ready_guard = guards.items.iter().any(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        Ok(!ready_guard)
     }
 
     /// Answers one AdmissionReview body: the HTTP status and the body.
@@ -274,6 +302,31 @@ impl ResolvesServerCert for ReloadingCert {
         }
         Some(current.1.clone())
     }
+}
+
+/// The namespace of OpenShift's etcd guard.
+const ETCD_NAMESPACE: &str = "openshift-etcd";
+
+/// A metav1.LabelSelector as the API's `labelSelector` query string.
+fn selector_string(
+    s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+) -> String {
+    let mut parts: Vec<String> = s
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    for e in s.match_expressions.iter().flatten() {
+        let values = e.values.clone().unwrap_or_default().join(",");
+        parts.push(match e.operator.as_str() {
+            "In" => format!("{} in ({values})", e.key),
+            "NotIn" => format!("{} notin ({values})", e.key),
+            "Exists" => e.key.clone(),
+            _ => format!("!{}", e.key),
+        });
+    }
+    parts.join(",")
 }
 
 /// Serves the webhook over TLS on `listener` until dropped, under the

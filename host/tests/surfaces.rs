@@ -452,15 +452,6 @@ async fn on_openshift_a_control_plane_node_keeps_etcd_quorum() {
     master["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
     env.cluster.create(master).unwrap();
     env.cluster.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "openshift-etcd"}})).unwrap();
-    // The guard PDB allows no disruption (no healthy guard pod beyond the minimum).
-    env.cluster
-        .create(
-            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": {"name": "etcd-guard-pdb", "namespace": "openshift-etcd"},
-            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guard"}}}}),
-        )
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let validator = nmo::webhook::Validator::new(env.client.clone()).await;
     let nm = |name: &str, node: &str| {
         nmo::crd::NodeMaintenance::new(
@@ -471,15 +462,61 @@ async fn on_openshift_a_control_plane_node_keeps_etcd_quorum() {
             },
         )
     };
-    assert_eq!(
-        validator.validate_create(&nm("m", "master-0")).await,
-        Err("can not put master/control-plane node into maintenance at this moment, disrupting node master-0 will violate etcd quorum".into())
-    );
+    let refused: Result<(), String> = Err("can not put master/control-plane node into maintenance at this moment, disrupting node master-0 will violate etcd quorum".into());
+    // The Go rule answers from what the PDB controller and the kubelet
+    // write, which takes a moment: ask until the expected answer, with a
+    // deadline.
+    let expect = |want: Result<(), String>, why: &'static str| {
+        let validator = &validator;
+        let want = want.clone();
+        async move {
+            let started = std::time::Instant::now();
+            loop {
+                let got = validator.validate_create(&nm("m", "master-0")).await;
+                if got == want {
+                    return;
+                }
+                assert!(started.elapsed() < Duration::from_secs(10), "{why}: {got:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    expect(refused.clone(), "no guard PodDisruptionBudget at all: refused").await;
     assert_eq!(
         validator.validate_create(&nm("w", "worker-1")).await,
         Ok(()),
         "workers are not guarded"
     );
+    // One guard PDB allowing no disruption, and no guard pod on the node
+    // (none is Ready anywhere): the node costs no quorum.
+    env.cluster
+        .create(
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "etcd-guard-pdb", "namespace": "openshift-etcd"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guard"}}}}),
+        )
+        .unwrap();
+    expect(Ok(()), "one PDB, no Ready guard on the node: allowed").await;
+    let guard = |name: &str, node: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "openshift-etcd", "labels": {"app": "guard"}},
+               "spec": {"nodeName": node, "containers": [{"name": "guard", "image": "guard"}]}})
+    };
+    // A Ready guard on the node, and the PDB allows no disruption.
+    env.cluster.create(guard("guard-master-0", "master-0")).unwrap();
+    expect(refused.clone(), "a Ready guard on the node, no disruption allowed: refused").await;
+    // A second healthy guard elsewhere: the PDB allows one disruption.
+    env.cluster.create(guard("guard-worker-1", "worker-1")).unwrap();
+    expect(Ok(()), "the PDB allows a disruption: allowed").await;
+    // Two guard PDBs: ambiguous, refused.
+    env.cluster
+        .create(
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "etcd-quorum-guard", "namespace": "openshift-etcd"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "guard"}}}}),
+        )
+        .unwrap();
+    expect(refused.clone(), "two guard PDBs: refused").await;
     // Without OpenShift, the rule does not apply.
     let crd_api: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> = kube::Api::all(env.client.clone());
     crd_api
