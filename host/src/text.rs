@@ -63,6 +63,27 @@ pub fn clean(text: &str, max_bytes: usize) -> String {
     out
 }
 
+/// A duration as a person writes it: `500ms`, `5s`, `1m30s`.
+pub fn duration(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 || out.is_empty() {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
 /// Whether `clean` would leave `text` as it is (no unsafe character, short
 /// enough).
 pub fn is_clean(text: &str, max_bytes: usize) -> bool {

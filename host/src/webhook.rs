@@ -152,7 +152,11 @@ impl Validator {
             .await
             .map_err(|e| format!("could not list PodDisruptionBudgets in {ETCD_NAMESPACE}: {e}"))?;
         let [pdb] = list.items.as_slice() else {
-            tracing::info!(logger = "webhook", count = list.items.len(), "expected exactly one etcd guard PodDisruptionBudget");
+            tracing::info!(
+                logger = "webhook",
+                count = list.items.len(),
+                "expected exactly one etcd guard PodDisruptionBudget"
+            );
             return Ok(false);
         };
         if pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed) > 0 {
@@ -166,14 +170,15 @@ impl Validator {
         else {
             return Ok(false);
         };
-        let guards = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.client.clone(), ETCD_NAMESPACE)
-            .list(
-                &ListParams::default()
-                    .labels(&selector)
-                    .fields(&format!("spec.nodeName={node}")),
-            )
-            .await
-            .map_err(|e| format!("could not list the etcd guard pods: {e}"))?;
+        let guards =
+            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.client.clone(), ETCD_NAMESPACE)
+                .list(
+                    &ListParams::default()
+                        .labels(&selector)
+                        .fields(&format!("spec.nodeName={node}")),
+                )
+                .await
+                .map_err(|e| format!("could not list the etcd guard pods: {e}"))?;
         let ready_guard = guards.items.iter().any(|p| {
             p.status
                 .as_ref()
@@ -308,9 +313,7 @@ impl ResolvesServerCert for ReloadingCert {
 const ETCD_NAMESPACE: &str = "openshift-etcd";
 
 /// A metav1.LabelSelector as the API's `labelSelector` query string.
-fn selector_string(
-    s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-) -> String {
+fn selector_string(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> String {
     let mut parts: Vec<String> = s
         .match_labels
         .iter()

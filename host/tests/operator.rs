@@ -530,7 +530,8 @@ async fn a_pod_that_never_terminates_leaves_the_drain_incomplete_at_the_attempt_
         .wait_status("nm-1", "incomplete", |s| {
             s.last_error
                 .as_deref()
-                .is_some_and(|e| e.contains("did not complete within 1.5s"))
+                // The Go operator's text for the same situation.
+                .is_some_and(|e| e == "error when waiting for pod \"stuck\" in namespace \"default\" to terminate: context deadline exceeded")
         })
         .await;
     assert_eq!(s.phase, Some(MaintenancePhase::Running));

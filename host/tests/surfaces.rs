@@ -476,12 +476,19 @@ async fn on_openshift_a_control_plane_node_keeps_etcd_quorum() {
                 if got == want {
                     return;
                 }
-                assert!(started.elapsed() < Duration::from_secs(10), "{why}: {got:?}");
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "{why}: {got:?}"
+                );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     };
-    expect(refused.clone(), "no guard PodDisruptionBudget at all: refused").await;
+    expect(
+        refused.clone(),
+        "no guard PodDisruptionBudget at all: refused",
+    )
+    .await;
     assert_eq!(
         validator.validate_create(&nm("w", "worker-1")).await,
         Ok(()),
@@ -503,10 +510,18 @@ async fn on_openshift_a_control_plane_node_keeps_etcd_quorum() {
                "spec": {"nodeName": node, "containers": [{"name": "guard", "image": "guard"}]}})
     };
     // A Ready guard on the node, and the PDB allows no disruption.
-    env.cluster.create(guard("guard-master-0", "master-0")).unwrap();
-    expect(refused.clone(), "a Ready guard on the node, no disruption allowed: refused").await;
+    env.cluster
+        .create(guard("guard-master-0", "master-0"))
+        .unwrap();
+    expect(
+        refused.clone(),
+        "a Ready guard on the node, no disruption allowed: refused",
+    )
+    .await;
     // A second healthy guard elsewhere: the PDB allows one disruption.
-    env.cluster.create(guard("guard-worker-1", "worker-1")).unwrap();
+    env.cluster
+        .create(guard("guard-worker-1", "worker-1"))
+        .unwrap();
     expect(Ok(()), "the PDB allows a disruption: allowed").await;
     // Two guard PDBs: ambiguous, refused.
     env.cluster

@@ -61,7 +61,7 @@ pub struct Cli {
     /// module digest); empty to compile at every start. Created mode 700; a
     /// directory that another user owns or can write is not used.
     #[arg(long, default_value = "/tmp/nmo-policy-cache")]
-    pub policy_cache_dir: PathBuf,
+    pub policy_cache_dir: String,
 
     /// One policy file (.wasm) for every maintenance, instead of the policy
     /// directory.
@@ -208,7 +208,7 @@ fn own_namespace() -> Option<String> {
 fn operator(cli: &Cli) -> anyhow::Result<()> {
     let max_concurrent = cli.max_concurrent_maintenances;
     let engine = engine()?;
-    let cache = policy_cache(&cli.policy_cache_dir);
+    let cache = policy_cache(std::path::Path::new(&cli.policy_cache_dir));
     let policies = match &cli.policy {
         Some(path) => {
             let policy = engine.load_file(path)?;

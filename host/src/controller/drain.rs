@@ -221,7 +221,16 @@ pub async fn execute(
         .map(|(_, t)| t.reference())
         .collect();
     let mut message = String::new();
-    if !pending.is_empty() {
+    // The Go operator's text where the situation is the same (tools parse
+    // it): the attempt ran out of time waiting for a pod whose eviction was
+    // accepted to go.
+    let waited_for = pending.iter().find(|t| !pdb.contains(&t.uid));
+    if let (true, Some(t)) = (timed_out, waited_for) {
+        message = format!(
+            "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: context deadline exceeded",
+            t.name, t.namespace
+        );
+    } else if !pending.is_empty() {
         let pdb_count = pending.iter().filter(|t| pdb.contains(&t.uid)).count();
         message = format!(
             "drain did not complete{}: {} pod(s) still on node {node}{}",

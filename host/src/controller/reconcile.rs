@@ -538,7 +538,14 @@ async fn handle_failure(
         Ok(v) => v,
         Err(e) => return policy_failed(ctx, api, nm, e).await,
     };
-    tracing::info!(logger = "controller", nodeMaintenance = %name, nodeName = %nm.spec.node_name, error = %last_error, verdict = ?verdict, "maintenance step failed");
+    if let Failure::DrainIncomplete(report) = &failure {
+        // The Go operator's lines, which its e2e suite looks for.
+        tracing::warn!(logger = "controller", nodeName = %nm.spec.node_name, error = %report.message, "Not all pods evicted");
+    }
+    tracing::warn!(logger = "controller", nodeMaintenance = %name, nodeName = %nm.spec.node_name, error = %last_error, verdict = %verdict, "maintenance step failed");
+    if let Verdict::RetryAfter(d) = &verdict {
+        tracing::info!(logger = "controller", nodeMaintenance = %name, requeueAfter = ?d, "Reconciling with fixed duration");
+    }
     match verdict {
         Verdict::RetryAfter(d) => {
             ctx.hold(&uid, d);

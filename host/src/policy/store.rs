@@ -19,6 +19,9 @@ use super::set::{PolicySet, Snapshot};
 use crate::error::Result;
 use crate::metrics::METRICS;
 
+/// The fingerprint of a policy directory that does not exist.
+const ABSENT: &str = "absent";
+
 /// What a reload did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reload {
@@ -88,7 +91,10 @@ impl PolicyStore {
             (set, snap.fingerprint)
         } else {
             tracing::info!(logger = "policy", dir = %dir.display(), "no policy directory; using the embedded default policy");
-            (PolicySet::builtin(&engine, cache.as_ref())?, String::new())
+            (
+                PolicySet::builtin(&engine, cache.as_ref())?,
+                ABSENT.to_owned(),
+            )
         };
         tracing::info!(logger = "policy", dir = %dir.display(), set = %set.summary(), "policies loaded");
         Ok(Arc::new(PolicyStore {
@@ -145,6 +151,16 @@ impl PolicyStore {
         };
         let snap = if src.dir.exists() {
             Snapshot::read(&src.dir)
+        } else if self
+            .status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .last_tried
+            == ABSENT
+        {
+            // There was none at start and there is none now: the embedded
+            // default stays, nothing was rejected.
+            return Reload::Unchanged;
         } else {
             Err(crate::Error::Config(format!(
                 "policy directory {} is gone",

@@ -84,7 +84,7 @@ impl Plan {
     }
 }
 
-/// A checked answer to `on-failure`.
+/// A checked answer to `on-failure`; displayed in words for logs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Try again after this long.
@@ -93,6 +93,16 @@ pub enum Verdict {
     RetryWithBackoff,
     /// Give up with this message.
     Fail(String),
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Verdict::RetryAfter(d) => write!(f, "retry after {}", crate::text::duration(*d)),
+            Verdict::RetryWithBackoff => write!(f, "retry with backoff"),
+            Verdict::Fail(m) => write!(f, "fail: {m}"),
+        }
+    }
 }
 
 struct Check<'a> {
