@@ -33,6 +33,7 @@ pub fn readiness_checks(
         (
             "informer-sync",
             Box::new(move || match (ctx.started(), ctx.synced()) {
+                (_, true) if !ctx.watching() => Err("the NodeMaintenance watch is failing".into()),
                 (_, true) => Ok(String::new()),
                 (false, false) if standby_ready => Ok(String::new()),
                 (false, false) => Err("the controller has not started".into()),

@@ -333,3 +333,88 @@ async fn one_attempt_is_one_failure_and_its_verdict_is_obeyed() {
     );
     env.stop().await;
 }
+
+/// The API server comes back from a backup with lower resourceVersions: the
+/// controller notices, lists everything again, and carries out a
+/// NodeMaintenance created afterwards (whose resourceVersion is below what
+/// the old watch waits for).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_api_server_is_noticed_and_listed_again() {
+    let env = Env::start(3).await;
+    let snapshot = env.cluster.snapshot();
+    env.create_nm("before-restore", "worker-1").await;
+    env.wait_phase("before-restore", MaintenancePhase::Succeeded)
+        .await;
+    env.cluster.restore(snapshot);
+    env.create_nm("after-restore", "worker-2").await;
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        env.wait_phase("after-restore", MaintenancePhase::Succeeded),
+    )
+    .await
+    .expect("the maintenance created after the restore is carried out");
+    env.stop().await;
+}
+
+/// Readiness follows the NodeMaintenance watch: while every list and watch
+/// fails, the operator says it is not ready, and ready again once they
+/// work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_follows_the_watch() {
+    let (cluster, client) = start_cluster(1).await;
+    let ctx = nmo::controller::Context::new(
+        client.clone(),
+        policy_store(None),
+        nmo::controller::Settings {
+            rewind_check: Duration::from_millis(500),
+            watch_failure_window: Duration::from_secs(2),
+            ..Default::default()
+        },
+    );
+    let checks = nmo::server::readiness_checks(ctx.clone(), false);
+    let ready = |checks: &Vec<(&'static str, nmo::server::Check)>| {
+        checks
+            .iter()
+            .map(|(_, c)| c())
+            .find(|r| r.is_err())
+            .unwrap_or(Ok(String::new()))
+    };
+    let running = tokio::spawn(nmo::controller::run(ctx.clone()));
+    let wait = |want_ready: bool| {
+        let checks = &checks;
+        async move {
+            let started = std::time::Instant::now();
+            loop {
+                let now = ready(checks);
+                if now.is_ok() == want_ready {
+                    return now;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "readiness stayed {now:?}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    wait(true).await.unwrap();
+    cluster.set_faults(|f| {
+        for verb in ["list", "watch"] {
+            f.rules.push(nmo_sim::state::FaultRule {
+                verb: Some(verb.into()),
+                resource: Some("nodemaintenances".into()),
+                rate: 1.0,
+                code: 500,
+            });
+        }
+    });
+    // The server restarts (its open watches end) and then fails every
+    // list and watch of NodeMaintenances.
+    cluster.restore(cluster.snapshot());
+    let why = wait(false).await;
+    assert_eq!(why, Err("the NodeMaintenance watch is failing".into()));
+    cluster.set_faults(|f| *f = Default::default());
+    wait(true).await.unwrap();
+    running.abort();
+    cluster.stop().await;
+}

@@ -253,6 +253,18 @@ impl SimCluster {
         self.sim.wake.notify_one();
     }
 
+    /// The cluster's objects now, to [`restore`](Self::restore) later.
+    pub fn snapshot(&self) -> store::StoreSnapshot {
+        self.sim.store().snapshot()
+    }
+
+    /// Goes back to a snapshot as an API server restored from a backup
+    /// does: resourceVersions go backwards and open watches end.
+    pub fn restore(&self, snapshot: store::StoreSnapshot) {
+        self.sim.store().restore(snapshot);
+        self.sim.wake.notify_one();
+    }
+
     /// Starts recording every API request (see [`SimCluster::audit`]).
     pub fn record_audit(&self, on: bool) {
         self.sim

@@ -66,6 +66,14 @@ pub struct Change {
 /// Receives changes as they happen.
 pub type ChangeReceiver = broadcast::Receiver<Arc<Change>>;
 
+/// A store's content at one moment (see [`Store::snapshot`]).
+#[derive(Debug, Clone)]
+pub struct StoreSnapshot {
+    rv: u64,
+    data: HashMap<String, BTreeMap<ObjKey, Arc<Value>>>,
+    by_uid: HashMap<String, (String, ObjKey)>,
+}
+
 /// The store. Not thread-safe by itself: the server keeps it in a mutex.
 pub struct Store {
     rv: u64,
@@ -209,6 +217,29 @@ impl Store {
         }
         let backlog = self.history.iter().filter(|c| c.rv > rv).cloned().collect();
         Some((backlog, rx))
+    }
+
+    /// The objects and the resourceVersion now, to [`restore`](Self::restore)
+    /// later.
+    pub fn snapshot(&self) -> StoreSnapshot {
+        StoreSnapshot {
+            rv: self.rv,
+            data: self.data.clone(),
+            by_uid: self.by_uid.clone(),
+        }
+    }
+
+    /// Goes back to a snapshot, as an API server restored from an etcd
+    /// backup: the objects and the resourceVersion are the snapshot's (so
+    /// resourceVersions go backwards), the watch history is gone, and every
+    /// open watch ends (the server restarted).
+    pub fn restore(&mut self, snapshot: StoreSnapshot) {
+        self.rv = snapshot.rv;
+        self.data = snapshot.data;
+        self.by_uid = snapshot.by_uid;
+        self.history.clear();
+        let (tx, _) = broadcast::channel(HISTORY);
+        self.tx = tx;
     }
 
     /// A receiver for changes from now on.

@@ -37,6 +37,13 @@ pub struct Settings {
     pub lease_namespace: String,
     /// Name of this instance, for events.
     pub instance: String,
+    /// How often the API server's resourceVersion is compared with the
+    /// newest the cache has seen (see [`run`]).
+    pub rewind_check: Duration,
+    /// How long after a watch failure, with no event since, the operator
+    /// still reports itself not ready (see [`Context::watching`]); above
+    /// the watcher's longest back-off (30 s).
+    pub watch_failure_window: Duration,
 }
 
 impl Default for Settings {
@@ -48,6 +55,8 @@ impl Default for Settings {
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| lease::DEFAULT_NAMESPACE.to_owned()),
             instance: std::env::var("HOSTNAME").unwrap_or_else(|_| "nmo".to_owned()),
+            rewind_check: Duration::from_secs(10),
+            watch_failure_window: Duration::from_secs(35),
         }
     }
 }
@@ -72,6 +81,10 @@ pub struct Context {
     store: Mutex<Option<Store<NodeMaintenance>>>,
     /// The cache has synced.
     synced: AtomicBool,
+    /// The NodeMaintenance watch's last event was not an error.
+    watch_ok: AtomicBool,
+    /// When the watch last failed.
+    watch_failed_at: Mutex<Option<std::time::Instant>>,
     /// The policy each maintenance started with, by uid: a maintenance
     /// finishes with the policy it started with, whatever reloads happen
     /// meanwhile.
@@ -90,6 +103,8 @@ impl Context {
             retry_at: Mutex::new(HashMap::new()),
             store: Mutex::new(None),
             synced: AtomicBool::new(false),
+            watch_ok: AtomicBool::new(true),
+            watch_failed_at: Mutex::new(None),
             pins: Mutex::new(HashMap::new()),
         })
     }
@@ -183,6 +198,22 @@ impl Context {
     /// Whether the controller's cache has synced.
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed)
+    }
+
+    /// Whether the NodeMaintenance watch is working: no failure since
+    /// its last event, or none within [`Settings::watch_failure_window`]
+    /// (a watch that resumed quietly sends nothing until something
+    /// changes; a failing one fails again at least that often, as the
+    /// watcher's back-off is shorter).
+    pub fn watching(&self) -> bool {
+        if self.watch_ok.load(Ordering::Relaxed) {
+            return true;
+        }
+        let failed_at = *self
+            .watch_failed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        failed_at.is_none_or(|at| at.elapsed() > self.settings.watch_failure_window)
     }
 
     /// Sets the per-maintenance gauges from the controller's cache (called
@@ -319,43 +350,131 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
     result
 }
 
-/// Runs the controller until the stream ends.
+/// Runs the controller until it is asked to stop (SIGTERM, Ctrl-C).
+///
+/// The NodeMaintenance cache is kube-runtime's reflector, watched with
+/// kube-runtime's watcher (which relists on a lost watch or a 410 Gone).
+/// Beyond that, the API server's current resourceVersion is checked every
+/// [`Settings::rewind_check`]: when it is below the newest one the cache
+/// has seen, the server was restored from an older state and the watch
+/// would wait for a version that never comes, so the cache is dropped and
+/// everything is listed again. Readiness follows: not ready until the
+/// cache has synced, nor while the watch is failing.
 pub async fn run(ctx: Arc<Context>) -> Result<()> {
     let api: Api<NodeMaintenance> = Api::all(ctx.client.clone());
-    let initial = api
-        .list_metadata(&kube::api::ListParams::default())
+    api.list_metadata(&kube::api::ListParams::default().limit(1))
         .await
         .map_err(Error::kube(
             "listing NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)",
-        ))?
-        .items
-        .len();
-    let controller = Controller::new(
-        api,
-        watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
-    )
-    .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent));
-    let store = controller.store();
-    *ctx.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(store.clone());
-    {
-        // Synced: the cache holds at least what a list returned at start.
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            while store.state().len() < initial {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        ))?;
+    loop {
+        match run_once(&ctx, &api).await {
+            Ended::Stopped => return Ok(()),
+            Ended::Rewound { server, seen } => {
+                tracing::warn!(
+                    logger = "controller",
+                    server_resource_version = server,
+                    seen_resource_version = seen,
+                    "the API server's resourceVersion went backwards (restored from an older state?); listing everything again"
+                );
             }
-            ctx.synced.store(true, Ordering::Relaxed);
-            tracing::info!(logger = "controller", objects = initial, "cache synced");
-        });
+        }
     }
-    controller
+}
+
+/// Why one run of the controller ended.
+enum Ended {
+    Stopped,
+    Rewound { server: u64, seen: u64 },
+}
+
+/// The newest resourceVersion in an object, as a number (they are etcd
+/// revisions; an opaque one counts as 0, which never looks rewound).
+fn rv_of(nm: &NodeMaintenance) -> u64 {
+    nm.resource_version()
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
+    use kube::runtime::{WatchStreamExt, reflector};
+    let (reader, writer) = reflector::store();
+    *ctx.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader.clone());
+    ctx.synced.store(false, Ordering::Relaxed);
+    ctx.watch_ok.store(true, Ordering::Relaxed);
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stream = {
+        let ctx = ctx.clone();
+        let seen = seen.clone();
+        watcher(
+            api.clone(),
+            watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .inspect(move |event| match event {
+            Ok(e) => {
+                if !ctx.watch_ok.swap(true, Ordering::Relaxed) {
+                    tracing::info!(logger = "controller", "the NodeMaintenance watch works again");
+                }
+                let newest = match e {
+                    watcher::Event::Apply(nm)
+                    | watcher::Event::Delete(nm)
+                    | watcher::Event::InitApply(nm) => rv_of(nm),
+                    watcher::Event::InitDone => {
+                        // The initial list is in the cache (the reflector
+                        // applied it before this): synced, whatever was
+                        // deleted meanwhile.
+                        if !ctx.synced.swap(true, Ordering::Relaxed) {
+                            tracing::info!(logger = "controller", "cache synced");
+                        }
+                        0
+                    }
+                    watcher::Event::Init => 0,
+                };
+                seen.fetch_max(newest, Ordering::Relaxed);
+            }
+            Err(e) => {
+                *ctx.watch_failed_at.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(std::time::Instant::now());
+                if ctx.watch_ok.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(logger = "controller", error = %e, "the NodeMaintenance watch failed; retrying");
+                }
+            }
+        })
+        .touched_objects()
+    };
+    let controller = Controller::for_stream(stream, reader)
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent))
         .shutdown_on_signal()
-        .run(instrumented, error_policy, ctx)
+        .run(instrumented, error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(logger = "controller", error = %e, "reconcile result");
             }
-        })
-        .await;
-    Ok(())
+        });
+    let rewound = async {
+        loop {
+            tokio::time::sleep(ctx.settings.rewind_check).await;
+            let Ok(list) = api
+                .list_metadata(&kube::api::ListParams::default().limit(1))
+                .await
+            else {
+                continue;
+            };
+            let server: u64 = list
+                .metadata
+                .resource_version
+                .and_then(|rv| rv.parse().ok())
+                .unwrap_or(u64::MAX);
+            let seen = seen.load(Ordering::Relaxed);
+            if server < seen {
+                return Ended::Rewound { server, seen };
+            }
+        }
+    };
+    tokio::select! {
+        () = controller => Ended::Stopped,
+        ended = rewound => ended,
+    }
 }

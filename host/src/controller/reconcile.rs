@@ -338,6 +338,24 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         .await?;
     }
 
+    // Read fresh before acting on the node: the cache may be behind (a
+    // watch that lost events, an API server restored from a backup). A
+    // NodeMaintenance that is gone, being deleted or moved is left to the
+    // next pass, which sees the change.
+    let fresh = api
+        .get_opt(&name)
+        .await
+        .map_err(Error::kube("reading the NodeMaintenance"))?;
+    let current = fresh.as_ref().is_some_and(|f| {
+        f.uid() == nm.uid()
+            && f.metadata.deletion_timestamp.is_none()
+            && f.spec.node_name == node_name
+    });
+    if !current {
+        tracing::info!(logger = "controller", nodeMaintenance = %name, "the NodeMaintenance changed or went since the cache saw it; not acting on the node");
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+
     // 6. The node lease.
     match ctx.leases.request(&node).await {
         Ok(()) => {

@@ -52,6 +52,8 @@ pub fn start_controller_with(
             max_concurrent: 25,
             lease_namespace: "medik8s-leases".into(),
             instance: "test".into(),
+            rewind_check: Duration::from_millis(500),
+            watch_failure_window: Duration::from_secs(2),
         },
     );
     tokio::spawn(async move {
