@@ -23,6 +23,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod auth;
 pub mod cluster;
 pub mod error;
 pub mod patch;

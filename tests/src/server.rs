@@ -577,6 +577,20 @@ async fn resource_request(
             let status = sim.evict(ns.unwrap_or_default(), name, &body)?;
             Ok(json_response(201, &status))
         }
+        // Reviews are answered, never stored.
+        "create" if matches!(rt.plural.as_str(), "tokenreviews" | "subjectaccessreviews") => {
+            let (bytes, ct) = read_body(req).await?;
+            let mut body = parse_json(&bytes, &ct)?;
+            body["apiVersion"] = json!(rt.api_version());
+            body["kind"] = json!(rt.kind);
+            let store = sim.store();
+            let answer = if rt.plural == "tokenreviews" {
+                crate::auth::token_review(&store, body)
+            } else {
+                crate::auth::subject_access_review(&store, body)
+            };
+            Ok(json_response(201, &answer))
+        }
         "create" => {
             let (bytes, ct) = read_body(req).await?;
             let body = parse_json(&bytes, &ct)?;
