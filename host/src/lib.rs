@@ -19,6 +19,7 @@ pub mod error;
 pub mod fixtures;
 pub mod metrics;
 pub mod policy;
+pub mod secure_metrics;
 pub mod server;
 pub mod telemetry;
 pub mod text;

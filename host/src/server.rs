@@ -60,7 +60,8 @@ pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>> {
         .map_err(|e| Error::Config(format!("bad bind address {s:?}: {e}")))
 }
 
-type Handler = Arc<
+/// A request handler.
+pub type Handler = Arc<
     dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>
         + Send
         + Sync,
@@ -167,7 +168,37 @@ pub async fn serve_with(listener: TcpListener, handler: Handler, limits: ConnLim
     .await
 }
 
-fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+/// Serves `handler` over TLS (`acceptor`) on `listener` until dropped,
+/// under `limits` (handshake and header timeouts, a connection cap).
+pub async fn serve_tls(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    handler: Handler,
+    limits: ConnLimits,
+) {
+    let conn_limits = limits.clone();
+    accept_loop(listener, &limits, move |tcp| {
+        let acceptor = acceptor.clone();
+        let handler = handler.clone();
+        let limits = conn_limits.clone();
+        async move {
+            let Ok(Ok(tls)) =
+                tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await
+            else {
+                return;
+            };
+            let service = hyper::service::service_fn(move |req| {
+                let handler = handler.clone();
+                async move { Ok::<_, Infallible>(handler(req).await) }
+            });
+            serve_connection(tls, service, &limits).await;
+        }
+    })
+    .await
+}
+
+/// A plain-text response.
+pub fn text(code: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     Response::builder()
         .status(code)
         .header("Content-Type", "text/plain; charset=utf-8")

@@ -309,6 +309,43 @@ impl ResolvesServerCert for ReloadingCert {
     }
 }
 
+/// A TLS server configuration (HTTP/1.1 only: HTTP/2 stays off, as
+/// controller-runtime's servers default to) with certificates from
+/// `resolver`.
+pub(crate) fn tls_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConfig> {
+    let mut config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Config(format!("TLS: {e}")))?
+        .with_no_client_auth()
+        .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// A certificate that never changes (a self-signed one made at start).
+#[derive(Debug)]
+pub(crate) struct FixedCert(pub Arc<CertifiedKey>);
+
+impl ResolvesServerCert for FixedCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// A self-signed certificate for `names`, made now.
+pub(crate) fn self_signed(names: Vec<String>) -> Result<Arc<CertifiedKey>> {
+    let cert = rcgen::generate_simple_self_signed(names)
+        .map_err(|e| Error::Config(format!("making a self-signed certificate: {e}")))?;
+    let key = PrivateKeyDer::try_from(cert.signing_key.serialize_der())
+        .map_err(|e| Error::Config(format!("self-signed key: {e}")))?;
+    let signing = ring::sign::any_supported_type(&key)
+        .map_err(|e| Error::Config(format!("self-signed key: {e}")))?;
+    Ok(Arc::new(CertifiedKey::new(
+        vec![cert.cert.der().clone()],
+        signing,
+    )))
+}
+
 /// The namespace of OpenShift's etcd guard.
 const ETCD_NAMESPACE: &str = "openshift-etcd";
 
@@ -352,32 +389,13 @@ pub async fn serve_with(
     validator: Validator,
     limits: crate::server::ConnLimits,
 ) -> Result<()> {
-    let resolver = Arc::new(ReloadingCert::new(cert_dir)?);
-    let config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Config(format!("TLS: {e}")))?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+    let config = tls_config(Arc::new(ReloadingCert::new(cert_dir)?))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-    let conn_limits = limits.clone();
-    crate::server::accept_loop(listener, &limits, move |tcp| {
-        let acceptor = acceptor.clone();
+    let handler: crate::server::Handler = Arc::new(move |req: Request<Incoming>| {
         let validator = validator.clone();
-        let limits = conn_limits.clone();
-        async move {
-            let Ok(Ok(tls)) =
-                tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await
-            else {
-                return;
-            };
-            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let validator = validator.clone();
-                async move { Ok::<_, std::convert::Infallible>(handle(&validator, req).await) }
-            });
-            crate::server::serve_connection(tls, service, &limits).await;
-        }
-    })
-    .await;
+        Box::pin(async move { handle(&validator, req).await })
+    });
+    crate::server::serve_tls(listener, acceptor, handler, limits).await;
     Ok(())
 }
 

@@ -236,12 +236,16 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
     master["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
     c.create(master).unwrap();
     // One guard PDB, no Ready guard pod on the node: allowed.
-    c.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "openshift-etcd"}}))
-        .unwrap();
-    c.create(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+    c.create(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "openshift-etcd"}}),
+    )
+    .unwrap();
+    c.create(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": {"name": "etcd-guard-pdb", "namespace": "openshift-etcd"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guard"}}}}))
-        .unwrap();
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guard"}}}}),
+    )
+    .unwrap();
     let validator = nmo::webhook::Validator::new(client.clone()).await;
     let nm = nmo::crd::NodeMaintenance::new(
         "m",

@@ -122,3 +122,118 @@ async fn idle_connections_neither_block_the_probes_nor_stay_open() {
     let closed_in = all_closed(conns, Duration::from_secs(10)).await;
     println!("300 connections that never sent a TLS handshake: closed within {closed_in:?}");
 }
+
+/// One HTTPS request to the metrics server, trusting `ca_pem`; returns the
+/// status code and the ALPN protocol the server chose.
+async fn https_get(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+    token: Option<&str>,
+) -> (u16, Option<Vec<u8>>, String) {
+    use rustls_pki_types::pem::PemObject;
+    use tokio::io::AsyncWriteExt;
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let mut tls = connector.connect(name, tcp).await.unwrap();
+    let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    tls.write_all(
+        format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tls.read_to_end(&mut out).await.unwrap();
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, alpn, out)
+}
+
+/// `--metrics-secure`: HTTPS with HTTP/2 off; a request without a token or
+/// with one the cluster does not know is 401, a ServiceAccount without the
+/// metrics-reader role is 403, one bound to it gets the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secure_metrics_serve_only_clients_the_cluster_authorizes() {
+    let (cluster, client) = common::start_cluster(1).await;
+    for (kind, obj) in [
+        (
+            "sa",
+            serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "prometheus", "namespace": "default"}}),
+        ),
+        (
+            "sa",
+            serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "stranger", "namespace": "default"}}),
+        ),
+        (
+            "role",
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": {"name": "metrics-reader"},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]}),
+        ),
+        (
+            "binding",
+            serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": "prometheus-metrics-reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "default"}]}),
+        ),
+    ] {
+        cluster
+            .create(obj)
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+    }
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cert_dir = dir.path().to_owned();
+    tokio::spawn(async move {
+        nmo::secure_metrics::serve(
+            listener,
+            server::metrics(std::sync::Arc::new(|| {})),
+            client,
+            Some(&cert_dir),
+            ConnLimits::default(),
+        )
+        .await
+        .unwrap()
+    });
+    let ca = cert.cert.pem();
+    let (code, alpn, _) = https_get(addr, &ca, None).await;
+    assert_eq!(code, 401, "no token");
+    assert_eq!(alpn.as_deref(), Some(&b"http/1.1"[..]), "HTTP/2 is off");
+    assert_eq!(
+        https_get(addr, &ca, Some("made-up")).await.0,
+        401,
+        "unknown token"
+    );
+    assert_eq!(
+        https_get(addr, &ca, Some("serviceaccount:default:stranger"))
+            .await
+            .0,
+        403,
+        "authenticated, not authorized"
+    );
+    let (code, _, body) = https_get(addr, &ca, Some("serviceaccount:default:prometheus")).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("# TYPE "), "Prometheus text: {body}");
+    cluster.stop().await;
+}

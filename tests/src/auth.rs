@@ -79,7 +79,9 @@ fn rule_allows(rule: &Value, access: &Access) -> bool {
     }
     match &access.path {
         Some(path) => strings(&rule["nonResourceURLs"]).iter().any(|u| {
-            *u == path || u.strip_suffix('*').is_some_and(|prefix| path.starts_with(prefix))
+            *u == path
+                || u.strip_suffix('*')
+                    .is_some_and(|prefix| path.starts_with(prefix))
         }),
         None => {
             matches_any(&strings(&rule["apiGroups"]), &access.group)
@@ -108,8 +110,14 @@ pub fn authorize(store: &Store, user: &User, access: &Access) -> bool {
     }
     let role_rules = |kind: &str, name: &str, ns: Option<&str>| -> Vec<Value> {
         let found = match (kind, ns) {
-            ("ClusterRole", _) => store.get("clusterroles", &crate::store::ObjKey::new("", name)),
-            ("Role", Some(ns)) => store.get("roles", &crate::store::ObjKey::new(ns, name)),
+            ("ClusterRole", _) => store.get(
+                "clusterroles.rbac.authorization.k8s.io",
+                &crate::store::ObjKey::new("", name),
+            ),
+            ("Role", Some(ns)) => store.get(
+                "roles.rbac.authorization.k8s.io",
+                &crate::store::ObjKey::new(ns, name),
+            ),
             _ => None,
         };
         found
@@ -121,19 +129,30 @@ pub fn authorize(store: &Store, user: &User, access: &Access) -> bool {
             .as_array()
             .is_some_and(|s| s.iter().any(|s| subject_is(s, user)))
     };
-    for b in store.list("clusterrolebindings", None) {
+    for b in store.list("clusterrolebindings.rbac.authorization.k8s.io", None) {
         if bound(&b) {
-            let rules = role_rules("ClusterRole", b["roleRef"]["name"].as_str().unwrap_or_default(), None);
+            let rules = role_rules(
+                "ClusterRole",
+                b["roleRef"]["name"].as_str().unwrap_or_default(),
+                None,
+            );
             if rules.iter().any(|r| rule_allows(r, access)) {
                 return true;
             }
         }
     }
     if access.path.is_none() && !access.namespace.is_empty() {
-        for b in store.list("rolebindings", Some(&access.namespace)) {
+        for b in store.list(
+            "rolebindings.rbac.authorization.k8s.io",
+            Some(&access.namespace),
+        ) {
             if bound(&b) {
                 let kind = b["roleRef"]["kind"].as_str().unwrap_or_default();
-                let rules = role_rules(kind, b["roleRef"]["name"].as_str().unwrap_or_default(), Some(&access.namespace));
+                let rules = role_rules(
+                    kind,
+                    b["roleRef"]["name"].as_str().unwrap_or_default(),
+                    Some(&access.namespace),
+                );
                 if rules.iter().any(|r| rule_allows(r, access)) {
                     return true;
                 }
@@ -147,7 +166,9 @@ pub fn authorize(store: &Store, user: &User, access: &Access) -> bool {
 pub fn token_review(store: &Store, mut review: Value) -> Value {
     let token = review["spec"]["token"].as_str().unwrap_or_default();
     review["status"] = match authenticate(store, token) {
-        Some(user) => json!({"authenticated": true, "user": {"username": user.name, "groups": user.groups}}),
+        Some(user) => {
+            json!({"authenticated": true, "user": {"username": user.name, "groups": user.groups}})
+        }
         None => json!({"authenticated": false, "error": "invalid bearer token"}),
     };
     review
@@ -158,7 +179,10 @@ pub fn subject_access_review(store: &Store, mut review: Value) -> Value {
     let spec = &review["spec"];
     let user = User {
         name: spec["user"].as_str().unwrap_or_default().to_owned(),
-        groups: strings(&spec["groups"]).into_iter().map(str::to_owned).collect(),
+        groups: strings(&spec["groups"])
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
     };
     let access = if spec["nonResourceAttributes"].is_object() {
         let a = &spec["nonResourceAttributes"];
