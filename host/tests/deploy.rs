@@ -400,3 +400,84 @@ fn the_policies_configmap_is_the_built_policies_and_loads() {
          directory in it)"
     );
 }
+
+/// deploy/metrics-secure: the manager serves metrics with --metrics-secure
+/// on :8443 (args nmo accepts), the ServiceMonitor scrapes over HTTPS with
+/// a token, and the RBAC it adds does what the mode needs on the simulated
+/// cluster's authorizer: the operator may create TokenReviews and
+/// SubjectAccessReviews, a scraper bound to the reader role may read
+/// /metrics, and one not bound may not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_metrics_secure_overlay_grants_what_the_mode_needs() {
+    let docs = render("metrics-secure");
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} missing"))
+            .clone()
+    };
+    let deployment = find("Deployment", "node-maintenance-operator-controller-manager");
+    let args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect();
+    assert!(args.contains(&"--metrics-secure".to_owned()), "{args:?}");
+    assert!(args.contains(&"--metrics-bind-address=:8443".to_owned()), "{args:?}");
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(&args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success(), "nmo refuses {args:?}");
+    let monitor = docs.iter().find(|d| d["kind"] == "ServiceMonitor").unwrap();
+    assert_eq!(monitor["spec"]["endpoints"][0]["scheme"], "https");
+    assert!(monitor["spec"]["endpoints"][0]["bearerTokenFile"].is_string());
+
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    for doc in docs.iter().filter(|d| {
+        matches!(
+            d["kind"].as_str(),
+            Some("ClusterRole" | "ClusterRoleBinding" | "ServiceAccount" | "Namespace")
+        )
+    }) {
+        c.create(doc.clone()).unwrap();
+    }
+    c.create(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "prometheus", "namespace": "node-maintenance-operator-system"}})).unwrap();
+    c.create(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "prometheus-reads-nmo"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-maintenance-operator-metrics-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "node-maintenance-operator-system"}]}))
+        .unwrap();
+    let store = c.sim().store();
+    let who = |sa: &str| {
+        nmo_sim::auth::authenticate(
+            &store,
+            &format!("serviceaccount:node-maintenance-operator-system:{sa}"),
+        )
+        .unwrap()
+    };
+    let operator = who("node-maintenance-operator-controller-manager");
+    for (group, resource) in [
+        ("authentication.k8s.io", "tokenreviews"),
+        ("authorization.k8s.io", "subjectaccessreviews"),
+    ] {
+        let access = nmo_sim::auth::Access {
+            verb: "create".into(),
+            group: group.into(),
+            resource: resource.into(),
+            ..Default::default()
+        };
+        assert!(nmo_sim::auth::authorize(&store, &operator, &access), "{resource}");
+    }
+    let metrics = nmo_sim::auth::Access {
+        verb: "get".into(),
+        path: Some("/metrics".into()),
+        ..Default::default()
+    };
+    assert!(nmo_sim::auth::authorize(&store, &who("prometheus"), &metrics));
+    assert!(!nmo_sim::auth::authorize(&store, &operator, &metrics), "only readers read");
+    drop(store);
+    c.stop().await;
+}
