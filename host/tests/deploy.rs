@@ -424,7 +424,10 @@ async fn the_metrics_secure_overlay_grants_what_the_mode_needs() {
         .map(|a| a.as_str().unwrap().to_owned())
         .collect();
     assert!(args.contains(&"--metrics-secure".to_owned()), "{args:?}");
-    assert!(args.contains(&"--metrics-bind-address=:8443".to_owned()), "{args:?}");
+    assert!(
+        args.contains(&"--metrics-bind-address=:8443".to_owned()),
+        "{args:?}"
+    );
     let help = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
         .args(&args)
         .arg("--help")
@@ -450,6 +453,13 @@ async fn the_metrics_secure_overlay_grants_what_the_mode_needs() {
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "node-maintenance-operator-metrics-reader"},
         "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "node-maintenance-operator-system"}]}))
         .unwrap();
+    overlay_rbac_holds(&c);
+    c.stop().await;
+}
+
+/// The checks of [`the_metrics_secure_overlay_grants_what_the_mode_needs`]
+/// against the simulated cluster's authorizer (holding its store's lock).
+fn overlay_rbac_holds(c: &SimCluster) {
     let store = c.sim().store();
     let who = |sa: &str| {
         nmo_sim::auth::authenticate(
@@ -469,15 +479,23 @@ async fn the_metrics_secure_overlay_grants_what_the_mode_needs() {
             resource: resource.into(),
             ..Default::default()
         };
-        assert!(nmo_sim::auth::authorize(&store, &operator, &access), "{resource}");
+        assert!(
+            nmo_sim::auth::authorize(&store, &operator, &access),
+            "{resource}"
+        );
     }
     let metrics = nmo_sim::auth::Access {
         verb: "get".into(),
         path: Some("/metrics".into()),
         ..Default::default()
     };
-    assert!(nmo_sim::auth::authorize(&store, &who("prometheus"), &metrics));
-    assert!(!nmo_sim::auth::authorize(&store, &operator, &metrics), "only readers read");
-    drop(store);
-    c.stop().await;
+    assert!(nmo_sim::auth::authorize(
+        &store,
+        &who("prometheus"),
+        &metrics
+    ));
+    assert!(
+        !nmo_sim::auth::authorize(&store, &operator, &metrics),
+        "only readers read"
+    );
 }
