@@ -564,9 +564,10 @@ async fn a_grace_period_longer_than_the_attempt_timeout_finishes_on_a_later_atte
     env.create_nm_with_reason("nm-1", "worker-1", "tune:timeout=1000")
         .await;
     env.wait_status("nm-1", "incomplete first", |s| {
-        s.last_error
-            .as_deref()
-            .is_some_and(|e| e.contains("did not complete"))
+        // The Go operator's text for an attempt that ran out waiting.
+        s.last_error.as_deref().is_some_and(|e| {
+            e.contains("\"slow\" in namespace \"default\" to terminate: context deadline exceeded")
+        })
     })
     .await;
     env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
