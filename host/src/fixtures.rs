@@ -257,3 +257,20 @@ pub fn node(name: &str) -> Node {
         status: None,
     }
 }
+
+/// The record of a NodeMaintenance `nm-1` on `worker-1` whose reason is
+/// `reason` (the hostile test policy misbehaves as the reason says).
+pub fn maintenance(reason: &str) -> crate::policy::types::Maintenance {
+    crate::policy::types::Maintenance {
+        name: "nm-1".into(),
+        node_name: "worker-1".into(),
+        reason: reason.into(),
+        labels: Vec::new(),
+        annotations: Vec::new(),
+        phase: None,
+        drain_progress: 0,
+        error_on_lease_count: 0,
+        attempt: 1,
+        elapsed_ms: 0,
+    }
+}

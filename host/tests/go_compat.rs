@@ -8,7 +8,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::json;
 
 /// A drain attempt that times out logs the Go operator's two lines, which
 /// its e2e suite looks for, and `lastError` has its text.
@@ -16,12 +15,7 @@ use serde_json::json;
 async fn a_timed_out_drain_logs_and_reports_as_the_go_operator() {
     let (cluster, client) = start_cluster(2).await;
     cluster
-        .create(bare(
-            "stuck",
-            "worker-1",
-            json!({"sim.nmo.medik8s.io/never-terminate": "true"}),
-            30,
-        ))
+        .create(never_terminating("stuck", "worker-1"))
         .unwrap();
     let work = tempfile::tempdir().unwrap();
     let kc = work.path().join("kc");

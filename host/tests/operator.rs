@@ -688,12 +688,7 @@ async fn lease_errors_during_the_drain_are_counted_and_reset_by_a_success() {
 async fn stuck_and_quick_on_worker_1(reason: &str) -> Env {
     let env = Env::start_with(2, HOSTILE).await;
     env.cluster
-        .create(bare(
-            "stuck",
-            "worker-1",
-            json!({"sim.nmo.medik8s.io/never-terminate": "true"}),
-            30,
-        ))
+        .create(never_terminating("stuck", "worker-1"))
         .unwrap();
     env.cluster
         .create(bare("quick", "worker-1", json!({}), 30))

@@ -28,18 +28,7 @@ fn hostile(engine: &PolicyEngine) -> Policy {
 }
 
 fn maintenance(reason: &str) -> Maintenance {
-    Maintenance {
-        name: "nm-1".into(),
-        node_name: "worker-1".into(),
-        reason: reason.into(),
-        labels: Vec::new(),
-        annotations: Vec::new(),
-        phase: None,
-        drain_progress: 0,
-        error_on_lease_count: 0,
-        attempt: 1,
-        elapsed_ms: 0,
-    }
+    fixtures::maintenance(reason)
 }
 
 fn node() -> Node {

@@ -22,18 +22,7 @@ fn status_kib(field: &str) -> u64 {
 }
 
 fn maintenance(reason: &str) -> Maintenance {
-    Maintenance {
-        name: "nm-1".into(),
-        node_name: "worker-1".into(),
-        reason: reason.into(),
-        labels: Vec::new(),
-        annotations: Vec::new(),
-        phase: None,
-        drain_progress: 0,
-        error_on_lease_count: 0,
-        attempt: 1,
-        elapsed_ms: 0,
-    }
+    fixtures::maintenance(reason)
 }
 
 #[test]

@@ -306,6 +306,16 @@ impl Env {
 
 pub const HOSTILE: Option<&str> = Some("nmo_policy_hostile.wasm");
 
+/// A bare pod on `node` whose kubelet never lets it go once deleted.
+pub fn never_terminating(name: &str, node: &str) -> serde_json::Value {
+    bare(
+        name,
+        node,
+        json!({"sim.nmo.medik8s.io/never-terminate": "true"}),
+        30,
+    )
+}
+
 pub fn bare(
     name: &str,
     node: &str,
