@@ -36,6 +36,8 @@ fn main() {
         .unwrap_or_else(|| root.join("target"));
     let target_dir = target_root.join("policies");
 
+    ensure_wasm_target();
+
     let cargo = env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(&root)
@@ -79,4 +81,36 @@ fn main() {
         );
     }
     println!("cargo:rustc-env=NMO_POLICY_WASM_DIR={}", out.display());
+}
+
+/// The policies are built for `wasm32-wasip2`. rustup adds the target named
+/// in rust-toolchain.toml only when it installs the toolchain, so a
+/// toolchain that was already there (a fresh machine's preinstalled one)
+/// lacks it: add it here, through rustup, when it is missing.
+fn ensure_wasm_target() {
+    const TARGET: &str = "wasm32-wasip2";
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let sysroot = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let installed = sysroot
+        .as_ref()
+        .is_some_and(|root| root.join("lib/rustlib").join(TARGET).exists());
+    if installed {
+        return;
+    }
+    println!("cargo:warning=adding the {TARGET} target with rustup (the policies are built for it)");
+    let added = Command::new("rustup")
+        .args(["target", "add", TARGET])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !added {
+        panic!(
+            "the {TARGET} target is not installed and `rustup target add {TARGET}` did not work; \
+             install it and build again"
+        );
+    }
 }
