@@ -102,7 +102,9 @@ fn ensure_wasm_target() {
     if installed {
         return;
     }
-    println!("cargo:warning=adding the {TARGET} target with rustup (the policies are built for it)");
+    println!(
+        "cargo:warning=adding the {TARGET} target with rustup (the policies are built for it)"
+    );
     let added = Command::new("rustup")
         .args(["target", "add", TARGET])
         .status()

@@ -499,3 +499,38 @@ fn overlay_rbac_holds(c: &SimCluster) {
         "only readers read"
     );
 }
+
+/// The operator built without the `demo` feature (as the Dockerfile builds
+/// it) does not link the simulated cluster.
+#[test]
+fn the_release_build_does_not_link_the_simulated_cluster() {
+    let tree = |features: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "tree",
+                "--offline",
+                "-p",
+                "nmo",
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+            ])
+            .args(features)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(tree(&[]).contains("nmo-sim"), "the demo (default) links it");
+    let release = tree(&["--no-default-features"]);
+    assert!(!release.contains("nmo-sim"), "{release}");
+    let dockerfile =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Dockerfile")).unwrap();
+    assert!(dockerfile.contains("--no-default-features"));
+}

@@ -1,5 +1,6 @@
 //! The command line.
 
+#[cfg(feature = "demo")]
 mod demo;
 
 use std::path::PathBuf;
@@ -93,6 +94,7 @@ pub enum Command {
     Crd,
     /// Run the operator on an embedded simulated cluster: put a node into
     /// maintenance, show the drain live, then restore the node.
+    #[cfg(feature = "demo")]
     Demo {
         /// A policy file (.wasm) to use instead of the embedded default.
         #[arg(long)]
@@ -154,6 +156,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             print!("{}", nmo::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "demo")]
         Some(Command::Demo {
             policy,
             nodes,

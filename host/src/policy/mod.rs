@@ -29,6 +29,7 @@ mod output;
 pub mod convert;
 pub mod harness;
 pub mod native;
+mod selector;
 pub mod selfcheck;
 pub mod set;
 pub mod store;

@@ -36,7 +36,9 @@ use sha2::{Digest, Sha256};
 use super::engine::{Policy, PolicyEngine};
 use super::selfcheck;
 use crate::error::{Error, Result};
-use nmo_sim::selectors::LabelSelector;
+use kube::core::{Selector, SelectorExt};
+
+use super::selector;
 
 /// The annotation with which a NodeMaintenance picks its policy.
 pub const POLICY_ANNOTATION: &str = "nodemaintenance.medik8s.io/policy";
@@ -62,7 +64,7 @@ struct RuleFile {
 
 #[derive(Debug)]
 struct Rule {
-    selector: LabelSelector,
+    selector: Selector,
     shown: String,
     policy: String,
 }
@@ -242,8 +244,8 @@ impl PolicySet {
             let what = format!("rule {}", i + 1);
             known(&r.policy, &what)?;
             let (selector, shown) = match &r.node_selector {
-                serde_json::Value::String(s) => (LabelSelector::parse(s), s.clone()),
-                v @ serde_json::Value::Object(_) => (LabelSelector::from_object(v), v.to_string()),
+                serde_json::Value::String(s) => (selector::parse(s), s.clone()),
+                v @ serde_json::Value::Object(_) => (selector::from_object(v), v.to_string()),
                 other => (
                     Err(format!("expected a label selector, found {other}")),
                     String::new(),
@@ -251,7 +253,7 @@ impl PolicySet {
             };
             let selector = selector
                 .map_err(|e| Error::Config(format!("{CONFIG_FILE}: {what}: nodeSelector: {e}")))?;
-            if selector.is_empty() {
+            if selector.selects_all() {
                 return Err(Error::Config(format!(
                     "{CONFIG_FILE}: {what}: an empty nodeSelector would match every node; use \
                      `default` instead"
@@ -308,8 +310,7 @@ impl PolicySet {
             return pick(name, format!("annotation {POLICY_ANNOTATION}"));
         }
         if let Some(labels) = node_labels {
-            let labels = serde_json::to_value(labels).unwrap_or_default();
-            if let Some(rule) = self.rules.iter().find(|r| r.selector.matches(&labels)) {
+            if let Some(rule) = self.rules.iter().find(|r| r.selector.matches(labels)) {
                 return pick(&rule.policy, format!("rule nodeSelector {}", rule.shown));
             }
         }
