@@ -71,6 +71,25 @@ pub struct Cli {
     #[arg(long, default_value = "/etc/nmo/policies")]
     pub policy_dir: PathBuf,
 
+    /// Namespace of the node leases, as the Go operator's LEASE_NAMESPACE.
+    #[arg(
+        long,
+        env = "LEASE_NAMESPACE",
+        default_value = "medik8s-leases",
+        hide_env_values = true
+    )]
+    pub lease_namespace: String,
+
+    /// This instance's name, for events and the leader identity (the pod
+    /// name in a cluster).
+    #[arg(long, env = "HOSTNAME", default_value = "nmo", hide = true)]
+    pub instance: String,
+
+    /// The namespace this pod runs in (the leader lock's default
+    /// namespace), from the downward API.
+    #[arg(long, env = "POD_NAMESPACE", hide = true)]
+    pub pod_namespace: Option<String>,
+
     /// Where compiled policies are kept between starts (keyed by engine and
     /// module digest); empty to compile at every start. Created mode 700; a
     /// directory that another user owns or can write is not used.
@@ -209,10 +228,11 @@ fn policy_cache(dir: &std::path::Path) -> Option<nmo::policy::PolicyCache> {
     }
 }
 
-/// The namespace this pod runs in, when it runs in a cluster.
-fn own_namespace() -> Option<String> {
-    std::env::var("POD_NAMESPACE")
-        .ok()
+/// The namespace this pod runs in, when it runs in a cluster: POD_NAMESPACE,
+/// else the service account's.
+fn own_namespace(cli: &Cli) -> Option<String> {
+    cli.pod_namespace
+        .clone()
         .filter(|s| !s.is_empty())
         .or_else(|| {
             std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
@@ -244,6 +264,12 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
         let client = nmo::client::operator_client(kube::Config::infer().await?)?;
         let settings = nmo::controller::Settings {
             max_concurrent,
+            lease_namespace: if cli.lease_namespace.is_empty() {
+                nmo::controller::lease::DEFAULT_NAMESPACE.to_owned()
+            } else {
+                cli.lease_namespace.clone()
+            },
+            instance: cli.instance.clone(),
             ..Default::default()
         };
         let ctx = nmo::controller::Context::new(client.clone(), policies.clone(), settings);
@@ -253,13 +279,9 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             let ns = cli
                 .leader_election_namespace
                 .clone()
-                .or_else(own_namespace)
+                .or_else(|| own_namespace(cli))
                 .unwrap_or_else(|| "node-maintenance-operator-system".to_owned());
-            let identity = format!(
-                "{}_{}",
-                std::env::var("HOSTNAME").unwrap_or_else(|_| "nmo".into()),
-                std::process::id()
-            );
+            let identity = format!("{}_{}", cli.instance, std::process::id());
             let elector =
                 nmo::controller::leader::Elector::new(client, &ns, identity, Default::default());
             tracing::info!(logger = "setup", namespace = %ns, "waiting for leadership");

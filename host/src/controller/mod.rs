@@ -33,9 +33,9 @@ pub use reconcile::reconcile;
 pub struct Settings {
     /// Maintenances reconciled at once (`--max-concurrent-maintenances`).
     pub max_concurrent: u16,
-    /// Namespace of node leases (`LEASE_NAMESPACE`).
+    /// Namespace of node leases (the binary reads `LEASE_NAMESPACE`).
     pub lease_namespace: String,
-    /// Name of this instance, for events.
+    /// Name of this instance, for events (the binary reads `HOSTNAME`).
     pub instance: String,
     /// How often the API server's resourceVersion is compared with the
     /// newest the cache has seen (see [`run`]).
@@ -50,11 +50,8 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_concurrent: 10,
-            lease_namespace: std::env::var("LEASE_NAMESPACE")
-                .ok()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| lease::DEFAULT_NAMESPACE.to_owned()),
-            instance: std::env::var("HOSTNAME").unwrap_or_else(|_| "nmo".to_owned()),
+            lease_namespace: lease::DEFAULT_NAMESPACE.to_owned(),
+            instance: "nmo".to_owned(),
             rewind_check: Duration::from_secs(10),
             watch_failure_window: Duration::from_secs(35),
         }
