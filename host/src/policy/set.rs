@@ -309,10 +309,10 @@ impl PolicySet {
         if let Some(name) = annotation.map(str::trim).filter(|s| !s.is_empty()) {
             return pick(name, format!("annotation {POLICY_ANNOTATION}"));
         }
-        if let Some(labels) = node_labels {
-            if let Some(rule) = self.rules.iter().find(|r| r.selector.matches(labels)) {
-                return pick(&rule.policy, format!("rule nodeSelector {}", rule.shown));
-            }
+        if let Some(labels) = node_labels
+            && let Some(rule) = self.rules.iter().find(|r| r.selector.matches(labels))
+        {
+            return pick(&rule.policy, format!("rule nodeSelector {}", rule.shown));
         }
         pick(&self.default, "default".to_owned())
     }
