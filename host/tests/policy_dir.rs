@@ -530,14 +530,38 @@ async fn running_maintenances_keep_their_policy_across_a_reload() {
     );
     assert_eq!(env.pods_on("worker-3").await.len(), 1, "nothing evicted");
 
-    // nm-1 keeps never-force: its retries (every 30 s of simulated time,
-    // 1.5 s here) still block on the bare pod.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let nm1 = env.nms().get("nm-1").await.unwrap();
-    let s = nm1.status.unwrap();
+    // nm-1 keeps never-force: woken now (an annotation changed), it is
+    // still decided by never-force (recorded in its status), still blocked
+    // on the bare pod, and the pod is still there. (never-force retries
+    // after 30 s; the wake-up reconciles it at once and is held until then,
+    // so this checks what the reload left, not a retry.)
+    let before = env.nms().get("nm-1").await.unwrap();
+    env.nms()
+        .patch(
+            "nm-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    let s = env
+        .wait_status("nm-1", "seen after the reload", |s| s.policy.is_some())
+        .await;
+    assert!(
+        s.policy
+            .as_deref()
+            .unwrap()
+            .starts_with("never-force@sha256:"),
+        "{s:?}"
+    );
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
     assert!(s.last_error.unwrap().contains("has no controller"));
     assert_eq!(env.pods_on("worker-1").await.len(), 1);
+    assert_eq!(
+        before.status.unwrap().policy,
+        s.policy,
+        "the choice did not change"
+    );
 
     // Deleted and created again, it adopts the new set.
     env.nms()

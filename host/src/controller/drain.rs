@@ -20,6 +20,24 @@ use crate::policy::{Action, Plan};
 /// Wait after a PodDisruptionBudget refusal before evicting again
 /// (kubectl drain's).
 pub const PDB_RETRY: Duration = Duration::from_secs(5);
+
+/// How long the drain waits before trying a pod again.
+#[derive(Debug, Clone)]
+pub struct Retries {
+    /// After an eviction a PodDisruptionBudget refused (a 429).
+    pub pdb: Duration,
+    /// After another API error, and before watching again.
+    pub api_error: Duration,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Retries {
+            pdb: PDB_RETRY,
+            api_error: ERROR_RETRY,
+        }
+    }
+}
 /// Wait after any other failed eviction.
 pub const ERROR_RETRY: Duration = Duration::from_secs(1);
 /// Removals in flight at once when the policy sets no limit.
@@ -92,6 +110,7 @@ pub async fn execute(
     plan: &Plan,
     pods: &[Pod],
     list_rv: &str,
+    retries: &Retries,
     on_progress: impl Fn(Vec<PodReference>) + Send + Sync,
     cancelled: impl Fn() -> bool + Send + Sync,
 ) -> Outcome {
@@ -125,6 +144,7 @@ pub async fn execute(
         node.to_owned(),
         list_rv.to_owned(),
         state.clone(),
+        retries.api_error,
     ));
     let limit = plan
         .max_concurrent_evictions
@@ -162,9 +182,10 @@ pub async fn execute(
             let client = client.clone();
             let state = state.clone();
             let semaphore = semaphore.clone();
+            let retries = retries.clone();
             tasks.push(tokio::spawn(async move {
                 let _permit = semaphore.acquire_owned().await;
-                remove(&client, &t, &state, deadline).await;
+                remove(&client, &t, &state, deadline, &retries).await;
             }));
         }
         // Wait for this wave's pods to be gone, reporting progress.
@@ -274,7 +295,13 @@ pub async fn execute(
 
 /// Evicts or deletes one pod, retrying until accepted, gone, or the
 /// deadline.
-async fn remove(client: &Client, t: &Target, state: &Attempt, deadline: Instant) {
+async fn remove(
+    client: &Client,
+    t: &Target,
+    state: &Attempt,
+    deadline: Instant,
+    retries: &Retries,
+) {
     let api: Api<Pod> = Api::namespaced(client.clone(), &t.namespace);
     let preconditions = Preconditions {
         uid: Some(t.uid.clone()),
@@ -341,7 +368,7 @@ async fn remove(client: &Client, t: &Target, state: &Attempt, deadline: Instant)
                 state.pdb_blocked.lock().await.insert(t.uid.clone());
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {}", t.namespace, t.name, e.message);
-                PDB_RETRY
+                retries.pdb
             }
             Err(e) => {
                 crate::metrics::METRICS
@@ -350,7 +377,7 @@ async fn remove(client: &Client, t: &Target, state: &Attempt, deadline: Instant)
                     .inc();
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {e}", t.namespace, t.name);
-                ERROR_RETRY
+                retries.api_error
             }
         };
         if Instant::now() + wait >= deadline {
@@ -362,7 +389,13 @@ async fn remove(client: &Client, t: &Target, state: &Attempt, deadline: Instant)
 
 /// Follows the node's pods and removes from `present` every uid that goes.
 /// When the watch drops, lists again and resumes from there.
-async fn watch_node(client: Client, node: String, mut rv: String, state: Arc<Attempt>) {
+async fn watch_node(
+    client: Client,
+    node: String,
+    mut rv: String,
+    state: Arc<Attempt>,
+    retry: Duration,
+) {
     let api: Api<Pod> = Api::all(client);
     let fields = format!("spec.nodeName={node}");
     loop {
@@ -377,7 +410,7 @@ async fn watch_node(client: Client, node: String, mut rv: String, state: Arc<Att
         {
             Ok(s) => s,
             Err(_) => {
-                tokio::time::sleep(ERROR_RETRY).await;
+                tokio::time::sleep(retry).await;
                 rv = relist(&api, &fields, &state).await.unwrap_or(rv);
                 continue;
             }

@@ -44,6 +44,15 @@ pub struct Settings {
     /// still reports itself not ready (see [`Context::watching`]); above
     /// the watcher's longest back-off (30 s).
     pub watch_failure_window: Duration,
+    /// How long the drain waits before trying a pod again (after a
+    /// PodDisruptionBudget's 429, after another API error).
+    pub drain_retries: drain::Retries,
+    /// When a Succeeded maintenance is looked at again (its lease renewed).
+    pub renew_interval: Duration,
+    /// When a maintenance whose policy could not decide is tried again.
+    pub policy_error_retry: Duration,
+    /// When a reconcile that failed (an API error) is tried again.
+    pub error_retry: Duration,
 }
 
 impl Default for Settings {
@@ -54,6 +63,10 @@ impl Default for Settings {
             instance: "nmo".to_owned(),
             rewind_check: Duration::from_secs(10),
             watch_failure_window: Duration::from_secs(35),
+            drain_retries: drain::Retries::default(),
+            renew_interval: reconcile::RENEW_INTERVAL,
+            policy_error_retry: reconcile::POLICY_ERROR_RETRY,
+            error_retry: Duration::from_secs(5),
         }
     }
 }
@@ -298,9 +311,9 @@ pub fn backoff(failures: u32) -> Duration {
     )
 }
 
-fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Action {
     tracing::error!(logger = "controller", error = %err, category = err.category(), "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
+    Action::requeue(ctx.settings.error_retry)
 }
 
 /// The reconcile, timed and counted under controller-runtime's names.

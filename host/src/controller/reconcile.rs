@@ -438,6 +438,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
         &plan,
         &pods,
         &list_rv,
+        &ctx.settings.drain_retries,
         move |pending| {
             let _ = tx.send(Some(pending));
         },
@@ -478,7 +479,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
             );
         }
         ctx.succeeded(&uid);
-        return Ok(Action::requeue(RENEW_INTERVAL));
+        return Ok(Action::requeue(ctx.settings.renew_interval));
     }
 
     let (names, refs) = pod_refs(&outcome.pending);
@@ -624,7 +625,7 @@ async fn policy_failed(
                 .await,
         );
     }
-    Ok(Action::requeue(POLICY_ERROR_RETRY))
+    Ok(Action::requeue(ctx.settings.policy_error_retry))
 }
 
 /// Whether `s` can be a node's name (a DNS subdomain).

@@ -54,6 +54,15 @@ pub fn start_controller_with(
             instance: "test".into(),
             rewind_check: Duration::from_millis(500),
             watch_failure_window: Duration::from_secs(2),
+            // The same logic on short timings: tests wait for it, not for
+            // production's seconds.
+            drain_retries: nmo::controller::drain::Retries {
+                pdb: Duration::from_millis(300),
+                api_error: Duration::from_millis(200),
+            },
+            policy_error_retry: Duration::from_secs(1),
+            error_retry: Duration::from_millis(500),
+            ..Settings::default()
         },
     );
     tokio::spawn(async move {
