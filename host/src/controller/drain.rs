@@ -100,20 +100,32 @@ struct Attempt {
     changed: tokio::sync::Notify,
 }
 
-/// Runs one drain attempt of `plan` over `pods` (the list the plan was made
-/// from, with its resourceVersion `list_rv`). `on_progress` is called with
-/// the pods still pending whenever that set shrinks; `cancelled` is asked
-/// at least every 500 ms and ends the attempt early when it says so.
+/// A node's pods as listed: what a plan is made from.
+#[derive(Debug, Clone, Copy)]
+pub struct Listed<'a> {
+    pub node: &'a str,
+    pub pods: &'a [Pod],
+    /// The list's resourceVersion, where the drain's watch starts.
+    pub resource_version: &'a str,
+}
+
+/// Runs one drain attempt of `plan` over the `listed` pods (the list the
+/// plan was made from). `on_progress` is called with the pods still
+/// pending whenever that set shrinks; `cancelled` is asked at least every
+/// 500 ms and ends the attempt early when it says so.
 pub async fn execute(
     client: &Client,
-    node: &str,
+    listed: Listed<'_>,
     plan: &Plan,
-    pods: &[Pod],
-    list_rv: &str,
     retries: &Retries,
     on_progress: impl Fn(Vec<PodReference>) + Send + Sync,
     cancelled: impl Fn() -> bool + Send + Sync,
 ) -> Outcome {
+    let Listed {
+        node,
+        pods,
+        resource_version: list_rv,
+    } = listed;
     let deadline = Instant::now() + plan.attempt_timeout;
     let targets: Vec<(u32, Target)> = plan
         .steps

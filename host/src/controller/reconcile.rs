@@ -434,10 +434,12 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     };
     let outcome = drain::execute(
         &ctx.client,
-        &node_name,
+        drain::Listed {
+            node: &node_name,
+            pods: &pods,
+            resource_version: &list_rv,
+        },
         &plan,
-        &pods,
-        &list_rv,
         &ctx.settings.drain_retries,
         move |pending| {
             let _ = tx.send(Some(pending));
