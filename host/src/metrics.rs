@@ -11,10 +11,29 @@ use prometheus::{
 /// The controller name in controller-runtime's labels.
 pub const CONTROLLER: &str = "nodemaintenance";
 
+/// The categories of `nmo_policy_errors_total` (see `Error::category`).
+pub const POLICY_ERROR_CATEGORIES: [&str; 11] = [
+    "load",
+    "wrong_world",
+    "compile_limit",
+    "contract_version",
+    "trap",
+    "deadline",
+    "memory_limit",
+    "output_limit",
+    "invalid_decision",
+    "not_found",
+    "engine",
+];
+
 /// Every metric the operator exports.
 pub struct Metrics {
     pub registry: Registry,
     pub reconcile_total: IntCounterVec,
+    pub reconcile_errors: IntCounterVec,
+    pub active_workers: IntGaugeVec,
+    pub max_concurrent_reconciles: IntGaugeVec,
+    pub leader: IntGaugeVec,
     pub reconcile_duration: HistogramVec,
     pub reconcile_time: HistogramVec,
     pub webhook_requests: IntCounterVec,
@@ -45,6 +64,38 @@ impl Metrics {
                 "Total number of reconciliations per controller",
             ),
             &["controller", "result"],
+        )
+        .expect("metric");
+        let reconcile_errors = IntCounterVec::new(
+            Opts::new(
+                "controller_runtime_reconcile_errors_total",
+                "Total number of reconciliation errors per controller",
+            ),
+            &["controller"],
+        )
+        .expect("metric");
+        let active_workers = IntGaugeVec::new(
+            Opts::new(
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+            ),
+            &["controller"],
+        )
+        .expect("metric");
+        let max_concurrent_reconciles = IntGaugeVec::new(
+            Opts::new(
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+            ),
+            &["controller"],
+        )
+        .expect("metric");
+        let leader = IntGaugeVec::new(
+            Opts::new(
+                "leader_election_master_status",
+                "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            ),
+            &["name"],
         )
         .expect("metric");
         let reconcile_duration = HistogramVec::new(
@@ -126,7 +177,7 @@ impl Metrics {
         )
         .expect("metric");
         let policy_errors = IntCounterVec::new(
-            Opts::new("nmo_policy_errors_total", "Policy errors by category (load, wrong_world, trap, deadline, memory_limit, invalid_decision, not_found, engine)."),
+            Opts::new("nmo_policy_errors_total", "Policy errors by category (load, wrong_world, compile_limit, contract_version, trap, deadline, memory_limit, output_limit, invalid_decision, not_found, engine)."),
             &["category"],
         )
         .expect("metric");
@@ -166,6 +217,10 @@ impl Metrics {
         .expect("metric");
         for c in [
             Box::new(reconcile_total.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(reconcile_errors.clone()),
+            Box::new(active_workers.clone()),
+            Box::new(max_concurrent_reconciles.clone()),
+            Box::new(leader.clone()),
             Box::new(reconcile_duration.clone()),
             Box::new(reconcile_time.clone()),
             Box::new(webhook_requests.clone()),
@@ -194,9 +249,31 @@ impl Metrics {
         for phase in ["Pending", "Running", "Succeeded", "Failed"] {
             maintenances.with_label_values(&[phase]).set(0);
         }
+        // Every counter family is visible, at 0, from the start: a
+        // dashboard or an alert finds its series before the first event.
+        for result in ["success", "error", "requeue", "requeue_after"] {
+            reconcile_total.with_label_values(&[CONTROLLER, result]);
+        }
+        reconcile_errors.with_label_values(&[CONTROLLER]);
+        active_workers.with_label_values(&[CONTROLLER]).set(0);
+        for category in POLICY_ERROR_CATEGORIES {
+            policy_errors.with_label_values(&[category]);
+        }
+        for outcome in [
+            "evicted", "deleted", "skipped", "blocked", "pdb-429", "error",
+        ] {
+            evictions.with_label_values(&[outcome]);
+        }
+        for kind in ["held", "api"] {
+            lease_errors.with_label_values(&[kind]);
+        }
         Metrics {
             registry,
             reconcile_total,
+            reconcile_errors,
+            active_workers,
+            max_concurrent_reconciles,
+            leader,
             reconcile_duration,
             reconcile_time,
             webhook_requests,
@@ -227,3 +304,90 @@ impl Metrics {
 
 /// The process-wide metrics.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A dashboard or alert finds every counter family, at 0, before the
+    /// first event.
+    #[test]
+    fn counter_families_are_visible_at_zero_from_the_start() {
+        let text = Metrics::new().render();
+        for series in [
+            r#"controller_runtime_reconcile_total{controller="nodemaintenance",result="error"} 0"#,
+            r#"controller_runtime_reconcile_total{controller="nodemaintenance",result="success"} 0"#,
+            r#"controller_runtime_reconcile_errors_total{controller="nodemaintenance"} 0"#,
+            r#"controller_runtime_active_workers{controller="nodemaintenance"} 0"#,
+            r#"nmo_policy_errors_total{category="deadline"} 0"#,
+            r#"nmo_policy_errors_total{category="output_limit"} 0"#,
+            r#"nmo_pod_removals_total{outcome="pdb-429"} 0"#,
+            r#"nmo_lease_errors_total{kind="held"} 0"#,
+            r#"nmo_policy_reloads_total{result="failure"} 0"#,
+        ] {
+            assert!(text.contains(series), "{series} missing from:\n{text}");
+        }
+    }
+
+    /// Every category a policy error can have is one the metric shows.
+    #[test]
+    fn every_policy_error_category_is_listed() {
+        use crate::error::Error;
+        let errors = [
+            Error::PolicyLoad {
+                policy: String::new(),
+                reason: String::new(),
+            },
+            Error::PolicyWrongWorld {
+                policy: String::new(),
+                reason: String::new(),
+            },
+            Error::PolicyCompileLimit {
+                policy: String::new(),
+                reason: String::new(),
+            },
+            Error::PolicyContractVersion {
+                policy: String::new(),
+                found: String::new(),
+                expected: "",
+            },
+            Error::PolicyTrap {
+                policy: String::new(),
+                function: "",
+                reason: String::new(),
+            },
+            Error::PolicyDeadline {
+                policy: String::new(),
+                function: "",
+                deadline: Default::default(),
+            },
+            Error::PolicyMemoryLimit {
+                policy: String::new(),
+                function: "",
+                limit_bytes: 0,
+            },
+            Error::PolicyOutputLimit {
+                policy: String::new(),
+                function: "",
+                limit_bytes: 0,
+            },
+            Error::PolicyInvalidDecision {
+                policy: String::new(),
+                function: "",
+                reason: String::new(),
+            },
+            Error::PolicyNotFound {
+                name: String::new(),
+                available: String::new(),
+            },
+            Error::Engine(String::new()),
+        ];
+        for e in errors {
+            assert!(
+                POLICY_ERROR_CATEGORIES.contains(&e.category()),
+                "{}",
+                e.category()
+            );
+        }
+    }
+}

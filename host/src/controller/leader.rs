@@ -194,6 +194,10 @@ impl Elector {
     /// acting at once (the process should exit, as controller-runtime's
     /// does).
     pub async fn run<F: Future<Output = Result<()>>>(&self, work: F) -> Result<()> {
+        crate::metrics::METRICS
+            .leader
+            .with_label_values(&[LOCK_NAME])
+            .set(0);
         loop {
             let attempt =
                 tokio::time::timeout(self.timings.renew_deadline, self.try_acquire_or_renew());
@@ -209,6 +213,10 @@ impl Elector {
             tokio::time::sleep(self.timings.retry_period).await;
         }
         tracing::info!(logger = "leader", identity = %self.identity, "became leader");
+        let master = crate::metrics::METRICS
+            .leader
+            .with_label_values(&[LOCK_NAME]);
+        master.set(1);
         let renew = async {
             let mut last_ok = Instant::now();
             loop {
@@ -240,6 +248,7 @@ impl Elector {
             r = work => r,
             lost = renew => Err(lost),
         };
+        master.set(0);
         match &result {
             Err(Error::LeadershipLost(why)) => {
                 tracing::error!(logger = "leader", identity = %self.identity, "leader election lost: {why}");

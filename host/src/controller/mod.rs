@@ -248,6 +248,10 @@ impl Context {
         for (phase, n) in counts {
             METRICS.maintenances.with_label_values(&[phase]).set(n);
         }
+        // Kept current at every scrape, not only when /readyz is asked.
+        METRICS
+            .ready
+            .set(i64::from(self.synced() && self.watching()));
     }
 
     /// Counts a failure; returns how many in a row.
@@ -320,6 +324,8 @@ fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Ac
 async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action> {
     use futures::FutureExt;
     let started = std::time::Instant::now();
+    let workers = METRICS.active_workers.with_label_values(&[CONTROLLER]);
+    workers.inc();
     let name = nm.name_any();
     // A panic (a bug, or an API object nobody foresaw) fails this
     // reconcile only: it is logged, counted and retried; the process and
@@ -339,6 +345,7 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
             Err(Error::Panic(what))
         }
     };
+    workers.dec();
     let secs = started.elapsed().as_secs_f64();
     METRICS
         .reconcile_duration
@@ -357,6 +364,12 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
         .reconcile_total
         .with_label_values(&[CONTROLLER, label])
         .inc();
+    if result.is_err() {
+        METRICS
+            .reconcile_errors
+            .with_label_values(&[CONTROLLER])
+            .inc();
+    }
     result
 }
 
@@ -377,6 +390,10 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
         .map_err(Error::kube(
             "listing NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)",
         ))?;
+    METRICS
+        .max_concurrent_reconciles
+        .with_label_values(&[CONTROLLER])
+        .set(i64::from(ctx.settings.max_concurrent));
     loop {
         match run_once(&ctx, &api).await {
             Ended::Stopped => return Ok(()),
