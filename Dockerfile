@@ -7,7 +7,9 @@ WORKDIR /src
 COPY . .
 # The build script compiles every policy crate to wasm32-wasip2 first.
 # Without the `demo` feature: the image does not link the simulated cluster.
-RUN cargo build --release --locked -p nmo --no-default-features \
+# Stripped, without debug line tables: a smaller image.
+RUN CARGO_PROFILE_RELEASE_STRIP=true CARGO_PROFILE_RELEASE_DEBUG=false \
+    cargo build --release --locked -p nmo --no-default-features \
  && mkdir -p /out/policies \
  && cp target/release/nmo /out/nmo \
  && for p in default never_force stateful_last opt_out give_up; do \
