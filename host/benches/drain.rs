@@ -132,6 +132,7 @@ async fn main() {
             ..Settings::default()
         },
     );
+    let metrics = ctx.metrics.clone();
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     // The real binary first, alone on the cluster.
     let binary = binary_figures(&c, &nms).await;
@@ -145,13 +146,13 @@ async fn main() {
         .await
         .unwrap()
         .items;
-    let policy_before = policy_seconds();
+    let policy_before = policy_seconds(&metrics);
     let t = Instant::now();
     let names = create_nms(&nms, &["nmo-node".to_string()]).await;
     wait_succeeded(&nms, &names).await;
     let nmo_time = t.elapsed();
     let (policy_calls, policy_time) = {
-        let (n, secs) = policy_seconds();
+        let (n, secs) = policy_seconds(&metrics);
         (n - policy_before.0, secs - policy_before.1)
     };
     // The same decisions made natively: the plan over the node's pods, as
@@ -269,9 +270,9 @@ async fn main() {
     c.stop().await;
 }
 
-/// plan-drain calls so far and the seconds they took (this process).
-fn policy_seconds() -> (u64, f64) {
-    let h = nmo::metrics::METRICS
+/// plan-drain calls so far and the seconds they took (the controller's registry).
+fn policy_seconds(metrics: &nmo::metrics::Metrics) -> (u64, f64) {
+    let h = metrics
         .policy_latency
         .with_label_values(&["plan-drain"]);
     (h.get_sample_count(), h.get_sample_sum())

@@ -1,8 +1,6 @@
 //! Prometheus metrics: controller-runtime's names (so the Go operator's
 //! dashboards keep working) and our own, every label bounded.
 
-use std::sync::LazyLock;
-
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
@@ -55,8 +53,23 @@ fn buckets(start: f64, factor: f64, n: usize) -> Vec<f64> {
     prometheus::exponential_buckets(start, factor, n).expect("valid buckets")
 }
 
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Metrics {
-    fn new() -> Self {
+    /// A registry with every family registered (counters at 0). The binary
+    /// makes one and hands it to every component; a test makes its own and
+    /// asserts exact counts.
+    pub fn new() -> Self {
         let registry = Registry::new();
         let reconcile_total = IntCounterVec::new(
             Opts::new(
@@ -302,9 +315,6 @@ impl Metrics {
     }
 }
 
-/// The process-wide metrics.
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,51 +342,51 @@ mod tests {
     /// Every category a policy error can have is one the metric shows.
     #[test]
     fn every_policy_error_category_is_listed() {
-        use crate::error::Error;
+        use crate::policy::Error;
         let errors = [
-            Error::PolicyLoad {
+            Error::Load {
                 policy: String::new(),
                 reason: String::new(),
             },
-            Error::PolicyWrongWorld {
+            Error::WrongWorld {
                 policy: String::new(),
                 reason: String::new(),
             },
-            Error::PolicyCompileLimit {
+            Error::CompileLimit {
                 policy: String::new(),
                 reason: String::new(),
             },
-            Error::PolicyContractVersion {
+            Error::ContractVersion {
                 policy: String::new(),
                 found: String::new(),
                 expected: "",
             },
-            Error::PolicyTrap {
+            Error::Trap {
                 policy: String::new(),
                 function: "",
                 reason: String::new(),
             },
-            Error::PolicyDeadline {
+            Error::Deadline {
                 policy: String::new(),
                 function: "",
                 deadline: Default::default(),
             },
-            Error::PolicyMemoryLimit {
+            Error::MemoryLimit {
                 policy: String::new(),
                 function: "",
                 limit_bytes: 0,
             },
-            Error::PolicyOutputLimit {
+            Error::OutputLimit {
                 policy: String::new(),
                 function: "",
                 limit_bytes: 0,
             },
-            Error::PolicyInvalidDecision {
+            Error::InvalidDecision {
                 policy: String::new(),
                 function: "",
                 reason: String::new(),
             },
-            Error::PolicyNotFound {
+            Error::NotFound {
                 name: String::new(),
                 available: String::new(),
             },

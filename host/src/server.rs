@@ -14,7 +14,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 use crate::error::{Error, Result};
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 
 /// A readiness check: `Ok(detail)` when ready (the detail, if not empty,
 /// is shown by `/readyz?verbose`), `Err(why)` when not.
@@ -232,7 +232,6 @@ pub fn probes(checks: Vec<(&'static str, Check)>) -> Handler {
                             }
                         }
                     }
-                    METRICS.ready.set(i64::from(ok));
                     if ok && !verbose {
                         return text(StatusCode::OK, "ok");
                     }
@@ -254,11 +253,12 @@ pub fn probes(checks: Vec<(&'static str, Check)>) -> Handler {
     })
 }
 
-/// `/metrics`, calling `refresh` first so gauges read from caches are
-/// current.
-pub fn metrics(refresh: Arc<dyn Fn() + Send + Sync>) -> Handler {
+/// `/metrics`: the registry `metrics`, calling `refresh` first so gauges
+/// read from caches are current.
+pub fn metrics(metrics: Arc<Metrics>, refresh: Arc<dyn Fn() + Send + Sync>) -> Handler {
     Arc::new(move |req: Request<Incoming>| {
         let refresh = refresh.clone();
+        let metrics = metrics.clone();
         Box::pin(async move {
             if req.uri().path() != "/metrics" {
                 return text(StatusCode::NOT_FOUND, "404 page not found\n");
@@ -267,7 +267,7 @@ pub fn metrics(refresh: Arc<dyn Fn() + Send + Sync>) -> Handler {
             Response::builder()
                 .status(StatusCode::OK)
                 .header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                .body(Full::new(Bytes::from(METRICS.render())))
+                .body(Full::new(Bytes::from(metrics.render())))
                 .expect("valid response")
         })
     })

@@ -31,7 +31,7 @@ use tokio_rustls::rustls::{ServerConfig, crypto::ring};
 
 use crate::crd::NodeMaintenance;
 use crate::error::{Error, Result};
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 
 /// The path the Go operator's webhook is registered at.
 pub const PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
@@ -60,6 +60,7 @@ pub struct Validator {
     client: Client,
     openshift: bool,
     policies: Option<Arc<crate::policy::PolicyStore>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Validator {
@@ -74,6 +75,7 @@ impl Validator {
             client,
             openshift,
             policies: None,
+            metrics: Arc::default(),
         }
     }
 
@@ -82,7 +84,10 @@ impl Validator {
     /// operator has not loaded (beyond the Go operator's rules: without
     /// this, such a maintenance would wait, doing nothing, until the policy
     /// appears).
+    /// Its requests are then counted in the policies' registry, the one the
+    /// operator serves.
     pub fn with_policies(mut self, policies: Arc<crate::policy::PolicyStore>) -> Self {
+        self.metrics = policies.metrics().clone();
         self.policies = Some(policies);
         self
     }
@@ -420,11 +425,13 @@ async fn handle(validator: &Validator, req: Request<Incoming>) -> Response<Full<
             ),
         }
     };
-    METRICS
+    validator
+        .metrics
         .webhook_requests
         .with_label_values(&[PATH, code.as_str()])
         .inc();
-    METRICS
+    validator
+        .metrics
         .webhook_latency
         .with_label_values(&[PATH])
         .observe(started.elapsed().as_secs_f64());

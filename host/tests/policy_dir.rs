@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use kube::api::DeleteParams;
 use nmo::crd::MaintenancePhase;
-use nmo::metrics::METRICS;
 use nmo::policy::set::Snapshot;
 use nmo::policy::{EngineConfig, PolicyCache, PolicyEngine, PolicySet, PolicyStore, Reload};
 use serde_json::json;
@@ -182,8 +181,12 @@ fn bad_policy_directories_are_refused_with_a_reason() {
     }
 }
 
-fn reloads(result: &str) -> u64 {
-    METRICS.policy_reloads.with_label_values(&[result]).get()
+fn reloads(store: &PolicyStore, result: &str) -> u64 {
+    store
+        .metrics()
+        .policy_reloads
+        .with_label_values(&[result])
+        .get()
 }
 
 #[test]
@@ -214,7 +217,9 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
     let good = store.current().fingerprint().to_owned();
 
     // Version 3 is broken: the set stays version 2's, and says why.
-    let failures = reloads("failure");
+    // The store counts in its own registry: exact counts.
+    assert_eq!(reloads(&store, "success"), 1);
+    assert_eq!(reloads(&store, "failure"), 0);
     configmap_update(
         &dir,
         3,
@@ -235,7 +240,8 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
         store.current().names(),
         ["builtin", "never-force", "opt-out"]
     );
-    assert_eq!(reloads("failure"), failures + 1);
+    assert_eq!(reloads(&store, "failure"), 1);
+    assert_eq!(store.metrics().policy_reload_ok.get(), 0);
     let ready = store.readiness();
     assert!(
         ready.contains("new content was rejected, the last good set stays in use: policy opt-out"),
@@ -243,7 +249,7 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
     );
     // The same broken content is not retried (nor logged again).
     assert_eq!(store.reload(), Reload::Unchanged);
-    assert_eq!(reloads("failure"), failures + 1);
+    assert_eq!(reloads(&store, "failure"), 1);
 
     // Version 4 fixes it.
     configmap_update(&dir, 4, &[("give-up.wasm", built_policy("give_up"))]);
@@ -251,6 +257,8 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
     assert_eq!(store.current().names(), ["builtin", "give-up"]);
     assert_eq!(store.rejected(), None);
     assert!(!store.readiness().contains("rejected"));
+    assert_eq!(reloads(&store, "success"), 2);
+    assert_eq!(store.metrics().policy_reload_ok.get(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use nmo::Error;
+use nmo::policy::Error;
 use nmo::fixtures::{self, PodKind};
 use nmo::policy::types::{Failure, Maintenance, Node, Pod};
 use nmo::policy::{EngineConfig, Policy, PolicyEngine, Verdict, convert};
@@ -72,7 +72,7 @@ fn a_trap_is_a_trap_error() {
     assert_eq!(err.category(), "trap", "{err}");
     assert!(matches!(
         err,
-        Error::PolicyTrap {
+        Error::Trap {
             function: "plan-drain",
             ..
         }
@@ -121,7 +121,7 @@ fn an_endless_loop_is_stopped_at_the_deadline() {
     let policy = hostile(&engine);
     let (err, took) = plan_error(&policy, "loop");
     assert!(
-        matches!(err, Error::PolicyDeadline { deadline, .. } if deadline == DEADLINE),
+        matches!(err, Error::Deadline { deadline, .. } if deadline == DEADLINE),
         "{err}"
     );
     assert_eq!(err.category(), "deadline");
@@ -142,7 +142,7 @@ fn a_memory_bomb_hits_the_memory_limit() {
     let policy = hostile(&engine);
     let (err, _) = plan_error(&policy, "memory-bomb");
     assert!(
-        matches!(err, Error::PolicyMemoryLimit { limit_bytes, .. } if limit_bytes == MEMORY_LIMIT),
+        matches!(err, Error::MemoryLimit { limit_bytes, .. } if limit_bytes == MEMORY_LIMIT),
         "{err}"
     );
     assert_eq!(err.category(), "memory_limit");
@@ -357,7 +357,7 @@ const SLEEPY_INIT: &str = concat!(env!("NMO_POLICY_WASM_DIR"), "/nmo_policy_slee
 fn assert_stopped_at_deadline(err: &Error, took: Duration, what: &str) {
     assert_eq!(err.category(), "deadline", "{what}: {err}");
     assert!(
-        matches!(err, Error::PolicyDeadline { deadline, .. } if *deadline == DEADLINE),
+        matches!(err, Error::Deadline { deadline, .. } if *deadline == DEADLINE),
         "{what}: {err}"
     );
     // The guest asked for a minute; a loaded CI machine gets slack, not a minute.
@@ -485,7 +485,7 @@ fn an_answer_too_large_to_copy_out_is_an_output_limit_error() {
     let (err, _) = plan_error(&policy, "wide-answer");
     assert_eq!(err.category(), "output_limit", "{err}");
     assert!(
-        matches!(err, Error::PolicyOutputLimit { limit_bytes, .. } if limit_bytes == engine.config().output_limit_bytes),
+        matches!(err, Error::OutputLimit { limit_bytes, .. } if limit_bytes == engine.config().output_limit_bytes),
         "{err}"
     );
     assert_still_works(&engine, &policy);

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use common::*;
+use kube::ResourceExt;
 use nmo::crd::MaintenancePhase;
 use nmo::server;
 use serde_json::json;
@@ -65,11 +66,31 @@ async fn metrics_move_with_a_maintenance() {
     let env = Env::start(3).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(server::serve(listener, server::metrics(Arc::new(|| {}))));
+    tokio::spawn(server::serve(
+        listener,
+        server::metrics(env.metrics.clone(), Arc::new(|| {})),
+    ));
     env.cluster.apply_yaml(WORKLOAD).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let (_, before) = scrape(addr).await;
-    let evicted_before = sample(&before, "nmo_pod_removals_total", &[("outcome", "evicted")]);
+    // Every pod of the workload scheduled (3 web, an agent per node, 2
+    // bare) before counting what worker-1 has.
+    wait_until("the workload scheduled", Duration::from_secs(20), || async {
+        let pods: Vec<_> = kube::Api::<k8s_openapi::api::core::v1::Pod>::all(env.client.clone())
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
+        pods.len() == 3 + 3 + 2
+            && pods
+                .iter()
+                .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+    })
+    .await;
+    let on_node = env.pods_on("worker-1").await;
+    let daemons = on_node
+        .iter()
+        .filter(|p| p.owner_references().iter().any(|o| o.kind == "DaemonSet"))
+        .count();
+    let evictable = (on_node.len() - daemons) as f64;
 
     env.create_nm("nm-1", "worker-1").await;
     env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
@@ -94,6 +115,7 @@ async fn metrics_move_with_a_maintenance() {
             "no TYPE for {family}"
         );
     }
+    // The controller's own registry: exact counts for one maintenance.
     assert!(
         sample(
             &after,
@@ -101,23 +123,39 @@ async fn metrics_move_with_a_maintenance() {
             &[("controller", "nodemaintenance")]
         ) >= 1.0
     );
-    let evicted_after = sample(&after, "nmo_pod_removals_total", &[("outcome", "evicted")]);
-    assert!(
-        evicted_after >= evicted_before + 2.0,
-        "bare and scratch at least: {evicted_before} -> {evicted_after}\n{text}"
+    assert_eq!(
+        sample(&after, "controller_runtime_reconcile_errors_total", &[]),
+        0.0,
+        "{text}"
     );
-    assert!(
-        sample(&after, "nmo_pod_removals_total", &[("outcome", "skipped")]) >= 1.0,
-        "the DaemonSet pod"
+    assert_eq!(
+        sample(&after, "nmo_pod_removals_total", &[("outcome", "evicted")]),
+        evictable,
+        "every pod on the node but the DaemonSet's\n{text}"
     );
-    assert!(
+    assert_eq!(
+        sample(&after, "nmo_pod_removals_total", &[("outcome", "skipped")]),
+        daemons as f64,
+        "the DaemonSet pods"
+    );
+    assert_eq!(
         sample(
             &after,
             "nmo_policy_evaluation_seconds_count",
             &[("function", "plan-drain")]
-        ) >= 1.0
+        ),
+        1.0,
+        "one plan for one maintenance that drains at its first attempt"
     );
-    assert!(sample(&after, "nmo_drain_duration_seconds_count", &[]) >= 1.0);
+    assert_eq!(
+        sample(
+            &after,
+            "nmo_policy_evaluation_seconds_count",
+            &[("function", "on-failure")]
+        ),
+        0.0
+    );
+    assert_eq!(sample(&after, "nmo_drain_duration_seconds_count", &[]), 1.0);
     assert_eq!(sample(&after, "nmo_build_info", &[]), 1.0);
     env.stop().await;
 }
@@ -156,7 +194,7 @@ async fn phase_gauges_and_readiness_follow_the_controller() {
     let c = ctx.clone();
     tokio::spawn(server::serve(
         metrics,
-        server::metrics(Arc::new(move || c.refresh_gauges())),
+        server::metrics(c.metrics.clone(), Arc::new(move || c.refresh_gauges())),
     ));
     let run = tokio::spawn(nmo::controller::run(ctx.clone()));
     env.create_nm("nm-a", "worker-1").await;
@@ -400,7 +438,11 @@ async fn the_webhook_refuses_what_the_go_operator_refuses() {
             .output()
             .await;
         if let Ok(out) = out {
-            assert_eq!(String::from_utf8_lossy(&out.stdout), expect);
+            let code = String::from_utf8_lossy(&out.stdout);
+            // An oversized body is answered 413 before it is read whole;
+            // curl, still sending, may see the connection close first.
+            let closed_early = expect == "413" && code == "000";
+            assert!(code == expect || closed_early, "{expect}: got {code}");
         }
     }
     let (ok, out) = kubectl(

@@ -204,7 +204,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 /// The sandbox as the binary runs it: the defaults, with policies compiled
 /// in a child process of this binary (under a time and memory limit).
-fn engine() -> nmo::Result<PolicyEngine> {
+fn engine() -> nmo::policy::Result<PolicyEngine> {
     let mut config = EngineConfig::default();
     if let Ok(exe) = std::env::current_exe() {
         config.compile = config.compile.with_worker_exe(exe);
@@ -283,7 +283,8 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
                 .unwrap_or_else(|| "node-maintenance-operator-system".to_owned());
             let identity = format!("{}_{}", cli.instance, std::process::id());
             let elector =
-                nmo::controller::leader::Elector::new(client, &ns, identity, Default::default());
+                nmo::controller::leader::Elector::new(client, &ns, identity, Default::default())
+                    .with_metrics(ctx.metrics.clone());
             tracing::info!(logger = "setup", namespace = %ns, "waiting for leadership");
             elector.run(nmo::controller::run(ctx)).await?;
         } else {
@@ -304,7 +305,10 @@ async fn start_servers(
     if let Some(addr) = server::parse_bind(&cli.metrics_bind_address)? {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let ctx = ctx.clone();
-        let handler = server::metrics(std::sync::Arc::new(move || ctx.refresh_gauges()));
+        let handler = server::metrics(
+            ctx.metrics.clone(),
+            std::sync::Arc::new(move || ctx.refresh_gauges()),
+        );
         if cli.metrics_secure {
             let client = client.clone();
             let cert_dir = cli.metrics_cert_dir.clone();
@@ -358,7 +362,10 @@ async fn start_servers(
 }
 
 /// Loads a policy file, or the embedded default for `default`.
-fn load_policy(engine: &PolicyEngine, file: &std::path::Path) -> nmo::Result<nmo::policy::Policy> {
+fn load_policy(
+    engine: &PolicyEngine,
+    file: &std::path::Path,
+) -> nmo::policy::Result<nmo::policy::Policy> {
     if file.as_os_str() == "default" {
         engine.default_policy()
     } else {

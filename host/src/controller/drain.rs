@@ -1,20 +1,25 @@
 //! The drain executor: carries out a validated plan, wave by wave, with
 //! evictions through the Eviction API (PDB 429s retried as kubectl does,
 //! every 5 s), deletes where the policy says delete, bounded concurrency,
-//! and pod disappearance observed by a watch on the node's pods.
+//! and pod disappearance observed by kube-runtime's watcher on the node's
+//! pods (the same list the plan is made from, then its watch).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::stream::BoxStream;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, EvictParams, Preconditions, WatchEvent, WatchParams};
+use kube::api::{Api, DeleteParams, EvictParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use crate::crd::PodReference;
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 use crate::policy::{Action, Plan};
 
 /// Wait after a PodDisruptionBudget refusal before evicting again
@@ -100,13 +105,56 @@ struct Attempt {
     changed: tokio::sync::Notify,
 }
 
-/// A node's pods as listed: what a plan is made from.
-#[derive(Debug, Clone, Copy)]
-pub struct Listed<'a> {
-    pub node: &'a str,
-    pub pods: &'a [Pod],
-    /// The list's resourceVersion, where the drain's watch starts.
-    pub resource_version: &'a str,
+type PodEvents = BoxStream<'static, watcher::Result<watcher::Event<Pod>>>;
+
+/// A node's pods: listed (a quorum read, as `kubectl drain` lists), with
+/// the watch that follows that list ready to go on. The plan is made from
+/// the list; the drain then follows the watch.
+pub struct NodePods {
+    node: String,
+    pods: Vec<Pod>,
+    events: PodEvents,
+}
+
+impl NodePods {
+    /// Lists the pods on `node` through kube-runtime's watcher (which
+    /// relists by itself after a lost watch or a 410 Gone).
+    pub async fn list(client: &Client, node: &str) -> Result<NodePods> {
+        let config = watcher::Config::default()
+            .fields(&format!("spec.nodeName={node}"))
+            .timeout(crate::client::WATCH_TIMEOUT_SECS);
+        let mut events: PodEvents = watcher(Api::<Pod>::all(client.clone()), config).boxed();
+        let mut pods = Vec::new();
+        while let Some(event) = events.next().await {
+            match event.map_err(|e| Error::Watch {
+                op: "listing the node's pods",
+                source: e,
+            })? {
+                watcher::Event::Init => pods.clear(),
+                watcher::Event::InitApply(p) => pods.push(p),
+                watcher::Event::InitDone => break,
+                watcher::Event::Apply(_) | watcher::Event::Delete(_) => {}
+            }
+        }
+        Ok(NodePods {
+            node: node.to_owned(),
+            pods,
+            events,
+        })
+    }
+
+    /// The pods, as listed.
+    pub fn pods(&self) -> &[Pod] {
+        &self.pods
+    }
+}
+
+/// What a drain needs besides the plan.
+#[derive(Clone, Copy)]
+pub struct Drainer<'a> {
+    pub client: &'a Client,
+    pub retries: &'a Retries,
+    pub metrics: &'a Arc<Metrics>,
 }
 
 /// Runs one drain attempt of `plan` over the `listed` pods (the list the
@@ -114,18 +162,19 @@ pub struct Listed<'a> {
 /// pending whenever that set shrinks; `cancelled` is asked at least every
 /// 500 ms and ends the attempt early when it says so.
 pub async fn execute(
-    client: &Client,
-    listed: Listed<'_>,
+    drainer: Drainer<'_>,
+    listed: NodePods,
     plan: &Plan,
-    retries: &Retries,
     on_progress: impl Fn(Vec<PodReference>) + Send + Sync,
     cancelled: impl Fn() -> bool + Send + Sync,
 ) -> Outcome {
-    let Listed {
-        node,
-        pods,
-        resource_version: list_rv,
-    } = listed;
+    let Drainer {
+        client,
+        retries,
+        metrics,
+    } = drainer;
+    let NodePods { node, pods, events } = listed;
+    let node = node.as_str();
     let deadline = Instant::now() + plan.attempt_timeout;
     let targets: Vec<(u32, Target)> = plan
         .steps
@@ -151,13 +200,7 @@ pub async fn execute(
         deleted: Default::default(),
         changed: tokio::sync::Notify::new(),
     });
-    let watch = tokio::spawn(watch_node(
-        client.clone(),
-        node.to_owned(),
-        list_rv.to_owned(),
-        state.clone(),
-        retries.api_error,
-    ));
+    let watch = tokio::spawn(follow(events, state.clone()));
     let limit = plan
         .max_concurrent_evictions
         .map_or(HOST_MAX_CONCURRENT, |n| {
@@ -195,9 +238,10 @@ pub async fn execute(
             let state = state.clone();
             let semaphore = semaphore.clone();
             let retries = retries.clone();
+            let metrics = metrics.clone();
             tasks.push(tokio::spawn(async move {
                 let _permit = semaphore.acquire_owned().await;
-                remove(&client, &t, &state, deadline, &retries).await;
+                remove(&client, &t, &state, deadline, &retries, &metrics).await;
             }));
         }
         // Wait for this wave's pods to be gone, reporting progress.
@@ -233,7 +277,7 @@ pub async fn execute(
     }
     watch.abort();
 
-    let m = &crate::metrics::METRICS.evictions;
+    let m = &metrics.evictions;
     for (_, t) in &targets {
         match t.action {
             Action::Skip { .. } => m.with_label_values(&["skipped"]).inc(),
@@ -313,6 +357,7 @@ async fn remove(
     state: &Attempt,
     deadline: Instant,
     retries: &Retries,
+    metrics: &Metrics,
 ) {
     let api: Api<Pod> = Api::namespaced(client.clone(), &t.namespace);
     let preconditions = Preconditions {
@@ -356,7 +401,7 @@ async fn remove(
                     (&state.evicted, "evicted")
                 };
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                crate::metrics::METRICS
+                metrics
                     .evictions
                     .with_label_values(&[outcome])
                     .inc();
@@ -373,7 +418,7 @@ async fn remove(
                 return;
             }
             Err(kube::Error::Api(e)) if e.code == 429 => {
-                crate::metrics::METRICS
+                metrics
                     .evictions
                     .with_label_values(&["pdb-429"])
                     .inc();
@@ -383,7 +428,7 @@ async fn remove(
                 retries.pdb
             }
             Err(e) => {
-                crate::metrics::METRICS
+                metrics
                     .evictions
                     .with_label_values(&["error"])
                     .inc();
@@ -399,76 +444,41 @@ async fn remove(
     }
 }
 
-/// Follows the node's pods and removes from `present` every uid that goes.
-/// When the watch drops, lists again and resumes from there.
-async fn watch_node(
-    client: Client,
-    node: String,
-    mut rv: String,
-    state: Arc<Attempt>,
-    retry: Duration,
-) {
-    let api: Api<Pod> = Api::all(client);
-    let fields = format!("spec.nodeName={node}");
-    loop {
-        let stream = match api
-            .watch(
-                &WatchParams::default()
-                    .fields(&fields)
-                    .timeout(crate::client::WATCH_TIMEOUT_SECS),
-                &rv,
-            )
-            .await
-        {
-            Ok(s) => s,
-            Err(_) => {
-                tokio::time::sleep(retry).await;
-                rv = relist(&api, &fields, &state).await.unwrap_or(rv);
+/// Follows the node's pods and removes from `present` every uid that goes:
+/// deleted while watched, or absent from a relist (the watcher relists by
+/// itself when the watch is lost; its errors are retried with its
+/// back-off).
+async fn follow(events: PodEvents, state: Arc<Attempt>) {
+    let mut events = std::pin::pin!(events.default_backoff());
+    let mut relisted: HashSet<String> = HashSet::new();
+    while let Some(event) = events.next().await {
+        let gone: Vec<String> = match event {
+            Ok(watcher::Event::Delete(p)) => p.uid().into_iter().collect(),
+            Ok(watcher::Event::Init) => {
+                relisted.clear();
                 continue;
             }
-        };
-        let mut stream = stream.boxed();
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(WatchEvent::Deleted(p)) => {
-                    if let Some(uid) = p.uid() {
-                        state.present.lock().await.remove(&uid);
-                        state.changed.notify_waiters();
-                    }
-                    rv = p.resource_version().unwrap_or(rv);
-                }
-                Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => {
-                    rv = p.resource_version().unwrap_or(rv)
-                }
-                Ok(WatchEvent::Bookmark(b)) => rv = b.metadata.resource_version,
-                Ok(WatchEvent::Error(_)) | Err(_) => break,
+            Ok(watcher::Event::InitApply(p)) => {
+                relisted.extend(p.uid());
+                continue;
             }
+            Ok(watcher::Event::InitDone) => {
+                let present = state.present.lock().await;
+                present
+                    .iter()
+                    .filter(|uid| !relisted.contains(*uid))
+                    .cloned()
+                    .collect()
+            }
+            Ok(watcher::Event::Apply(_)) | Err(_) => continue,
+        };
+        if gone.is_empty() {
+            continue;
         }
-        // The watch ended (timeout, dropped, 410 Gone): it may have missed
-        // deletions, so list again and resume from there.
-        if let Some(new_rv) = relist(&api, &fields, &state).await {
-            rv = new_rv;
+        let mut present = state.present.lock().await;
+        for uid in &gone {
+            present.remove(uid);
         }
-    }
-}
-
-/// Lists the node's pods; every tracked uid no longer there is gone.
-async fn relist(api: &Api<Pod>, fields: &str, state: &Attempt) -> Option<String> {
-    let list = api
-        .list(&kube::api::ListParams::default().fields(fields))
-        .await
-        .ok()?;
-    let live: HashMap<String, ()> = list
-        .items
-        .iter()
-        .filter_map(|p| p.uid())
-        .map(|u| (u, ()))
-        .collect();
-    let mut present = state.present.lock().await;
-    let before = present.len();
-    present.retain(|uid| live.contains_key(uid));
-    if present.len() != before {
         state.changed.notify_waiters();
     }
-    list.metadata.resource_version
 }

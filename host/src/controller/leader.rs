@@ -4,7 +4,7 @@
 //! and stop leading when a renewal has not succeeded for the renew deadline.
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -16,6 +16,7 @@ use tokio::time::Instant;
 
 use super::lease::{LeaseRecord, lease_over, read_lease};
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 
 /// The Go operator's leader election ID.
 pub const LOCK_NAME: &str = "135b1886.medik8s.io";
@@ -56,6 +57,8 @@ pub struct Elector {
     timings: Timings,
     /// The last lease record seen, and when it was first seen.
     observed: Mutex<Option<(String, Instant)>>,
+    /// Where `leader_election_master_status` is kept.
+    metrics: Arc<Metrics>,
 }
 
 impl Elector {
@@ -72,7 +75,15 @@ impl Elector {
             identity: identity.into(),
             timings,
             observed: Mutex::new(None),
+            metrics: Arc::default(),
         }
+    }
+
+    /// Keeps `leader_election_master_status` in `metrics` (the registry
+    /// the operator serves).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// Records `record` as seen now, unless it is the one seen before;
@@ -194,7 +205,7 @@ impl Elector {
     /// acting at once (the process should exit, as controller-runtime's
     /// does).
     pub async fn run<F: Future<Output = Result<()>>>(&self, work: F) -> Result<()> {
-        crate::metrics::METRICS
+        self.metrics
             .leader
             .with_label_values(&[LOCK_NAME])
             .set(0);
@@ -213,7 +224,8 @@ impl Elector {
             tokio::time::sleep(self.timings.retry_period).await;
         }
         tracing::info!(logger = "leader", identity = %self.identity, "became leader");
-        let master = crate::metrics::METRICS
+        let master = self
+            .metrics
             .leader
             .with_label_values(&[LOCK_NAME]);
         master.set(1);

@@ -4,10 +4,12 @@
 
 pub mod drain;
 pub mod events;
+mod finish;
 pub mod leader;
 pub mod lease;
 pub mod node;
 mod reconcile;
+mod status;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,10 +25,10 @@ use kube::{Api, Client, ResourceExt};
 
 use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
-use crate::metrics::{CONTROLLER, METRICS};
+use crate::metrics::{CONTROLLER, Metrics};
 use crate::policy::{POLICY_ANNOTATION, PolicyStore, Selected};
 
-pub use reconcile::reconcile;
+pub use reconcile::{Next, reconcile};
 
 /// What the controller needs to know.
 #[derive(Debug, Clone)]
@@ -79,6 +81,9 @@ pub struct Context {
     pub recorder: events::Recorder,
     pub leases: lease::LeaseManager,
     pub settings: Settings,
+    /// Where everything is counted: the registry the operator serves (its
+    /// policy engine's).
+    pub metrics: Arc<Metrics>,
     /// Consecutive failures per NodeMaintenance uid (the policy's `attempt`
     /// and the backoff's exponent).
     failures: Mutex<HashMap<String, u32>>,
@@ -99,7 +104,24 @@ pub struct Context {
     /// finishes with the policy it started with, whatever reloads happen
     /// meanwhile.
     pins: Mutex<HashMap<String, Selected>>,
+    /// Our own recent writes to each maintenance (by uid), and when the
+    /// pass that made them wanted the next look: a pass woken by one of
+    /// these writes has nothing to do.
+    own: Mutex<HashMap<String, OwnWrites>>,
 }
+
+/// Our recent writes to one maintenance.
+#[derive(Default)]
+struct OwnWrites {
+    /// The resourceVersions our writes produced, newest last.
+    versions: std::collections::VecDeque<String>,
+    /// When the last completed pass wanted the next one: `None` while a
+    /// pass runs (or after one that failed).
+    next: Option<(std::time::Instant, Next)>,
+}
+
+/// How many of our writes to one maintenance are remembered.
+const OWN_WRITES_KEPT: usize = 64;
 
 impl Context {
     pub fn new(client: Client, policies: Arc<PolicyStore>, settings: Settings) -> Arc<Self> {
@@ -107,6 +129,7 @@ impl Context {
             recorder: events::Recorder::new(client.clone(), settings.instance.clone()),
             leases: lease::LeaseManager::new(client.clone(), settings.lease_namespace.clone()),
             client,
+            metrics: policies.metrics().clone(),
             policies,
             settings,
             failures: Mutex::new(HashMap::new()),
@@ -116,6 +139,7 @@ impl Context {
             watch_ok: AtomicBool::new(true),
             watch_failed_at: Mutex::new(None),
             pins: Mutex::new(HashMap::new()),
+            own: Mutex::new(HashMap::new()),
         })
     }
 
@@ -188,6 +212,68 @@ impl Context {
         }
     }
 
+    /// Remembers that our write gave the maintenance `uid` the
+    /// resourceVersion `rv`.
+    fn own_write(&self, uid: &str, rv: String) {
+        let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        let writes = own.entry(uid.to_owned()).or_default();
+        writes.versions.push_back(rv);
+        while writes.versions.len() > OWN_WRITES_KEPT {
+            writes.versions.pop_front();
+        }
+    }
+
+    /// When the maintenance is at a version our own write made and the
+    /// last pass's wish for the next one still stands: that wish (what is
+    /// left of its wait). `None`: a pass has work to do.
+    fn after_own_write(&self, uid: &str, rv: Option<&str>) -> Option<Next> {
+        let own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        let writes = own.get(uid)?;
+        let rv = rv?;
+        if !writes.versions.iter().any(|v| v == rv) {
+            return None;
+        }
+        match writes.next? {
+            (_, Next::Change) => Some(Next::Change),
+            (since, Next::After(d)) => {
+                let left = d.checked_sub(since.elapsed())?;
+                (!left.is_zero()).then_some(Next::After(left))
+            }
+        }
+    }
+
+    /// A pass starts: the last one's wish no longer stands.
+    fn forget_next(&self, uid: &str) {
+        if let Some(w) = self
+            .own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(uid)
+        {
+            w.next = None;
+        }
+    }
+
+    /// A pass ended wanting `next`.
+    fn remember_next(&self, uid: &str, next: Next) {
+        self.own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(uid.to_owned())
+            .or_default()
+            .next = Some((std::time::Instant::now(), next));
+    }
+
+    /// Forgets everything about a maintenance that is gone.
+    fn forget(&self, uid: &str) {
+        self.succeeded(uid);
+        self.unpin(uid);
+        self.own
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+
     /// Forgets the policy a maintenance started with (it is gone).
     fn unpin(&self, uid: &str) {
         self.pins
@@ -235,23 +321,21 @@ impl Context {
             .into_iter()
             .map(|p| (p, 0))
             .collect();
-        METRICS.drain_progress.reset();
+        let m = &self.metrics;
+        m.drain_progress.reset();
         for nm in store.state() {
             let status = nm.status.clone().unwrap_or_default();
             let phase = status.phase.map_or("Pending", MaintenancePhase::as_str);
             *counts.entry(phase).or_default() += 1;
-            METRICS
-                .drain_progress
+            m.drain_progress
                 .with_label_values(&[nm.name_any().as_str(), nm.spec.node_name.as_str()])
                 .set(status.drain_progress as i64);
         }
         for (phase, n) in counts {
-            METRICS.maintenances.with_label_values(&[phase]).set(n);
+            m.maintenances.with_label_values(&[phase]).set(n);
         }
         // Kept current at every scrape, not only when /readyz is asked.
-        METRICS
-            .ready
-            .set(i64::from(self.synced() && self.watching()));
+        m.ready.set(i64::from(self.synced() && self.watching()));
     }
 
     /// Counts a failure; returns how many in a row.
@@ -324,7 +408,8 @@ fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Ac
 async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action> {
     use futures::FutureExt;
     let started = std::time::Instant::now();
-    let workers = METRICS.active_workers.with_label_values(&[CONTROLLER]);
+    let m = ctx.metrics.clone();
+    let workers = m.active_workers.with_label_values(&[CONTROLLER]);
     workers.inc();
     let name = nm.name_any();
     // A panic (a bug, or an API object nobody foresaw) fails this
@@ -347,12 +432,10 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
     };
     workers.dec();
     let secs = started.elapsed().as_secs_f64();
-    METRICS
-        .reconcile_duration
+    m.reconcile_duration
         .with_label_values(&[CONTROLLER])
         .observe(secs);
-    METRICS
-        .reconcile_time
+    m.reconcile_time
         .with_label_values(&[CONTROLLER])
         .observe(secs);
     let label = match &result {
@@ -360,13 +443,11 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
         Ok(a) if *a == Action::await_change() => "success",
         Ok(_) => "requeue_after",
     };
-    METRICS
-        .reconcile_total
+    m.reconcile_total
         .with_label_values(&[CONTROLLER, label])
         .inc();
     if result.is_err() {
-        METRICS
-            .reconcile_errors
+        m.reconcile_errors
             .with_label_values(&[CONTROLLER])
             .inc();
     }
@@ -390,7 +471,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
         .map_err(Error::kube(
             "listing NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)",
         ))?;
-    METRICS
+    ctx.metrics
         .max_concurrent_reconciles
         .with_label_values(&[CONTROLLER])
         .set(i64::from(ctx.settings.max_concurrent));

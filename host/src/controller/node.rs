@@ -209,14 +209,38 @@ pub async fn set_maintenance(
     name: &str,
     maintenance: bool,
 ) -> Result<(Option<Node>, bool)> {
+    mark(client, name, None, maintenance).await
+}
+
+/// [`set_maintenance`] starting from `node` as just read (no second read
+/// unless a concurrent change refuses the patch).
+pub async fn set_maintenance_from(
+    client: &Client,
+    node: Node,
+    maintenance: bool,
+) -> Result<(Option<Node>, bool)> {
+    let name = node.name_any();
+    mark(client, &name, Some(node), maintenance).await
+}
+
+async fn mark(
+    client: &Client,
+    name: &str,
+    mut known: Option<Node>,
+    maintenance: bool,
+) -> Result<(Option<Node>, bool)> {
     let api: Api<Node> = Api::all(client.clone());
     for _ in 0..ATTEMPTS {
-        let Some(node) = api
-            .get_opt(name)
-            .await
-            .map_err(Error::kube("reading the node"))?
-        else {
-            return Ok((None, false));
+        let node = match known.take() {
+            Some(n) => n,
+            None => match api
+                .get_opt(name)
+                .await
+                .map_err(Error::kube("reading the node"))?
+            {
+                Some(n) => n,
+                None => return Ok((None, false)),
+            },
         };
         let Some(patch) = patch_for(&node, maintenance) else {
             return Ok((Some(node), false));

@@ -22,7 +22,7 @@ use wasmtime::Engine;
 use wasmtime::component::Component;
 
 use super::engine::{Policy, hex_digest};
-use crate::error::{Error, Result};
+use super::error::{Error, Result};
 
 /// A private directory of compiled policies.
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ impl PolicyCache {
     pub fn open(dir: &Path) -> Result<Self> {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
         let refuse = |why: String| {
-            Error::Config(format!(
+            Error::Cache(format!(
                 "policy cache directory {}: {why}; compiled policies are not cached",
                 dir.display()
             ))

@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
+use super::error::Error;
 
 /// Limits on loading one policy.
 #[derive(Debug, Clone)]
@@ -62,7 +62,7 @@ const MAX_ARTIFACT_BYTES: usize = 256 << 20;
 /// Refuses a file over the size limit.
 pub(crate) fn check_size(name: &str, wasm: &[u8], limits: &CompileLimits) -> Result<(), Error> {
     if wasm.len() > limits.max_policy_bytes {
-        return Err(Error::PolicyCompileLimit {
+        return Err(Error::CompileLimit {
             policy: name.to_owned(),
             reason: format!(
                 "the file is {} bytes, more than the {} a policy may have",
@@ -82,11 +82,11 @@ pub(crate) fn in_worker(
     limits: &CompileLimits,
     worker: &[OsString],
 ) -> Result<Vec<u8>, Error> {
-    let limit = |reason: String| Error::PolicyCompileLimit {
+    let limit = |reason: String| Error::CompileLimit {
         policy: name.to_owned(),
         reason,
     };
-    let load = |reason: String| Error::PolicyLoad {
+    let load = |reason: String| Error::Load {
         policy: name.to_owned(),
         reason,
     };

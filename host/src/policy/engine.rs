@@ -25,7 +25,8 @@ use super::types::{self, DrainPlan, Failure, Level, Maintenance, Node, Pod};
 use super::validate::{self, Plan, Verdict};
 use super::view::{NodeView, PodView};
 use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, WORLD};
-use crate::error::{Error, Result};
+use super::error::{Error, Result};
+use crate::metrics::Metrics;
 
 /// Lines a policy may log through the `log` import in one call.
 pub const MAX_LOG_LINES: u32 = 64;
@@ -116,6 +117,7 @@ struct EngineInner {
     /// Runs the decisions' futures (WASI's host calls are async; a
     /// decision is bounded by a timer of this runtime). Taken on drop.
     runtime: Option<tokio::runtime::Runtime>,
+    metrics: Arc<Metrics>,
 }
 
 /// The epoch ticker's state: it advances the epoch only while a decision
@@ -190,8 +192,15 @@ impl std::fmt::Debug for PolicyEngine {
 }
 
 impl PolicyEngine {
-    /// Sets up the engine, the linker and the epoch ticker.
+    /// Sets up the engine, the linker and the epoch ticker, with metrics
+    /// of its own (see [`PolicyEngine::with_metrics`]).
     pub fn new(config: EngineConfig) -> Result<Self> {
+        Self::with_metrics(config, Arc::new(Metrics::new()))
+    }
+
+    /// [`PolicyEngine::new`], recording every decision's latency and error
+    /// category in `metrics`.
+    pub fn with_metrics(config: EngineConfig, metrics: Arc<Metrics>) -> Result<Self> {
         if config.deadline.is_zero() || config.epoch_tick.is_zero() {
             return Err(Error::Engine(
                 "the policy deadline and epoch tick must be above zero".into(),
@@ -270,6 +279,7 @@ impl PolicyEngine {
                 ticker,
                 ticker_thread,
                 runtime: Some(runtime),
+                metrics,
             }),
         })
     }
@@ -277,6 +287,12 @@ impl PolicyEngine {
     /// The limits this engine runs policies with.
     pub fn config(&self) -> &EngineConfig {
         &self.inner.config
+    }
+
+    /// Where this engine's decisions (and its policy store's reloads) are
+    /// counted.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
     }
 
     /// Compiles and links a policy. `name` is what logs, metrics and errors
@@ -306,7 +322,7 @@ impl PolicyEngine {
             None => self.compile(name, wasm)?,
         };
         check_contract(name, &self.inner.engine, &component)?;
-        let wrong_world = |e: wasmtime::Error| Error::PolicyWrongWorld {
+        let wrong_world = |e: wasmtime::Error| Error::WrongWorld {
             policy: name.to_owned(),
             reason: format!("{e:#}"),
         };
@@ -333,7 +349,7 @@ impl PolicyEngine {
     /// embedded default policy is ours and always compiled here.
     fn compile(&self, name: &str, wasm: &[u8]) -> Result<Component> {
         let limits = &self.inner.config.compile;
-        let load = |e: wasmtime::Error| Error::PolicyLoad {
+        let load = |e: wasmtime::Error| Error::Load {
             policy: name.to_owned(),
             reason: format!("{e:#}"),
         };
@@ -375,7 +391,7 @@ impl PolicyEngine {
         let mut wasm = Vec::new();
         std::fs::File::open(path)
             .and_then(|f| f.take(max + 1).read_to_end(&mut wasm))
-            .map_err(|e| Error::PolicyLoad {
+            .map_err(|e| Error::Load {
                 policy: name.clone(),
                 reason: format!("cannot read {}: {e}", path.display()),
             })?;
@@ -393,7 +409,7 @@ impl PolicyEngine {
 fn check_header(name: &str, wasm: &[u8]) -> Result<()> {
     const MAGIC: &[u8] = b"\0asm";
     if wasm.len() < 8 || &wasm[..4] != MAGIC {
-        return Err(Error::PolicyLoad {
+        return Err(Error::Load {
             policy: name.to_owned(),
             reason: format!(
                 "not a WebAssembly file ({} bytes, no \\0asm header); build the policy with \
@@ -404,7 +420,7 @@ fn check_header(name: &str, wasm: &[u8]) -> Result<()> {
     }
     // Bytes 6..8 are the layer: 0 for a core module, 1 for a component.
     if wasm[6..8] == [0, 0] {
-        return Err(Error::PolicyWrongWorld {
+        return Err(Error::WrongWorld {
             policy: name.to_owned(),
             reason: format!(
                 "this is a core WebAssembly module, not a component of {WORLD}; build the policy \
@@ -432,7 +448,7 @@ fn check_contract(name: &str, engine: &Engine, component: &Component) -> Result<
         };
         let found = rest.split_once('@').map(|(_, v)| v).unwrap_or("");
         if !same_minor(found, CONTRACT_VERSION) {
-            return Err(Error::PolicyContractVersion {
+            return Err(Error::ContractVersion {
                 policy: name.to_owned(),
                 found: if found.is_empty() {
                     "(unversioned)".to_owned()
@@ -507,6 +523,11 @@ impl Policy {
         &self.inner.digest
     }
 
+    /// Where this policy's decisions are counted (its engine's registry).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        self.inner.engine.metrics()
+    }
+
     /// Whether the compiled artifact came from the cache.
     pub fn from_cache(&self) -> bool {
         self.inner.from_cache
@@ -577,7 +598,7 @@ impl Policy {
                     .0)
             })
             .and_then(|raw| validate::plan(&self.inner.name, pods, raw));
-        observe(FUNCTION, started, &result);
+        observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
         result
     }
 
@@ -594,7 +615,7 @@ impl Policy {
                 Ok(f.call_async(&mut *store, (maintenance, failure)).await?.0)
             })
             .and_then(|raw| validate::verdict(&self.inner.name, raw));
-        observe(FUNCTION, started, &result);
+        observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
         result
     }
 
@@ -663,7 +684,7 @@ impl Policy {
         forward_output(&self.inner.name, "stdout", &stdout);
         let err_lines = forward_output(&self.inner.name, "stderr", &stderr);
 
-        let deadline = || Error::PolicyDeadline {
+        let deadline = || Error::Deadline {
             policy: self.inner.name.clone(),
             function,
             deadline: config.deadline,
@@ -675,7 +696,7 @@ impl Policy {
         result.map_err(|e| {
             let policy = self.inner.name.clone();
             if store.data().limiter.hit {
-                Error::PolicyMemoryLimit {
+                Error::MemoryLimit {
                     policy,
                     function,
                     limit_bytes: config.memory_limit_bytes,
@@ -683,7 +704,7 @@ impl Policy {
             } else if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
                 deadline()
             } else if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
-                Error::PolicyOutputLimit {
+                Error::OutputLimit {
                     policy,
                     function,
                     limit_bytes: config.output_limit_bytes,
@@ -697,7 +718,7 @@ impl Policy {
                     let panic = panic.collect::<Vec<_>>().join(" ");
                     reason = format!("{reason} ({panic})");
                 }
-                Error::PolicyTrap {
+                Error::Trap {
                     policy,
                     function,
                     reason: crate::text::clean(&reason, MAX_LOG_LINE_BYTES),
@@ -738,8 +759,12 @@ impl HostMonotonicClock for FrozenMonotonicClock {
 }
 
 /// Records a decision's latency, and its error category if it failed.
-fn observe<T>(function: &'static str, started: std::time::Instant, result: &Result<T>) {
-    let m = &crate::metrics::METRICS;
+fn observe<T>(
+    m: &Metrics,
+    function: &'static str,
+    started: std::time::Instant,
+    result: &Result<T>,
+) {
     m.policy_latency
         .with_label_values(&[function])
         .observe(started.elapsed().as_secs_f64());

@@ -49,7 +49,7 @@ use super::engine::Policy;
 use super::types::{DrainReport, Failure, PodRef};
 use super::validate::{Action, Plan, Verdict};
 use crate::crd::NodeMaintenance;
-use crate::error::{Error, Result};
+use super::error::{Error, Result};
 
 /// One scenario, as read from a file.
 #[derive(Debug, Clone)]
@@ -272,7 +272,7 @@ impl Scenario {
 /// Reads the scenarios of a file, or of every `.yaml`/`.yml` file of a
 /// directory (sorted by name).
 pub fn load(path: &Path) -> Result<Vec<Scenario>> {
-    let bad = |what: String| Error::Config(format!("{}: {what}", path.display()));
+    let bad = |what: String| Error::Scenario(format!("{}: {what}", path.display()));
     if path.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(path)
             .map_err(|e| bad(e.to_string()))?

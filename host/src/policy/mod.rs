@@ -14,7 +14,7 @@
 //!   deadline, so no state survives from one decision to the next and a
 //!   runaway call is stopped.
 //! - [`validate`]: every answer is checked before the operator sees it; a
-//!   bad answer is an [`Error::PolicyInvalidDecision`](crate::Error), never
+//!   bad answer is an [`Error::InvalidDecision`], never
 //!   an action.
 //! - [`convert`]: Kubernetes objects to the policy's records.
 //! - [`native`]: the default policy's rules written directly in Rust, as the
@@ -24,6 +24,7 @@
 mod cache;
 mod compile;
 mod engine;
+mod error;
 mod output;
 
 pub mod convert;
@@ -54,6 +55,7 @@ pub mod types {
 pub use cache::PolicyCache;
 pub use compile::{CompileLimits, worker_main as compile_worker_main};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
+pub use error::{Error, Result};
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
 pub use store::{PolicyStore, Reload};
 pub use validate::{Action, Plan, Step, Verdict};

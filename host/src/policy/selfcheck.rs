@@ -7,7 +7,7 @@ use super::types::{
     DrainReport, Failure, KeyValue, Maintenance, MaintenancePhase, Node, Owner, Pod, PodPhase,
     PodRef,
 };
-use crate::error::Result;
+use super::error::Result;
 
 fn owner(kind: &str, name: &str) -> Owner {
     Owner {

@@ -35,7 +35,7 @@ use sha2::{Digest, Sha256};
 
 use super::engine::{Policy, PolicyEngine};
 use super::selfcheck;
-use crate::error::{Error, Result};
+use super::error::{Error, Result};
 use kube::core::{Selector, SelectorExt};
 
 use super::selector;
@@ -84,7 +84,7 @@ impl Snapshot {
     /// `policies.yaml` are ignored.
     pub fn read(dir: &Path) -> Result<Self> {
         let err =
-            |what: String| Error::Config(format!("policy directory {}: {what}", dir.display()));
+            |what: String| Error::Set(format!("policy directory {}: {what}", dir.display()));
         let data = dir.join("..data");
         let root: PathBuf = if data.exists() {
             // Resolve the link once: the timestamped directory behind it is
@@ -194,7 +194,7 @@ impl PolicySet {
     ) -> Result<Self> {
         let config: ConfigFile = match snap.files.get(CONFIG_FILE) {
             Some(bytes) => serde_yaml::from_slice::<Option<ConfigFile>>(bytes)
-                .map_err(|e| Error::Config(format!("{CONFIG_FILE}: {e}")))?
+                .map_err(|e| Error::Set(format!("{CONFIG_FILE}: {e}")))?
                 .unwrap_or_default(),
             None => ConfigFile::default(),
         };
@@ -209,7 +209,7 @@ impl PolicySet {
                 continue;
             };
             if name == BUILTIN {
-                return Err(Error::Config(format!(
+                return Err(Error::Set(format!(
                     "{file}: the name {BUILTIN:?} is reserved for the embedded default policy"
                 )));
             }
@@ -224,7 +224,7 @@ impl PolicySet {
             if policies.contains_key(name) {
                 Ok(())
             } else {
-                Err(Error::Config(format!(
+                Err(Error::Set(format!(
                     "{CONFIG_FILE}: {what} names policy {name:?}, which is not in the directory \
                      (policies: {})",
                     policies.keys().cloned().collect::<Vec<_>>().join(", ")
@@ -252,9 +252,9 @@ impl PolicySet {
                 ),
             };
             let selector = selector
-                .map_err(|e| Error::Config(format!("{CONFIG_FILE}: {what}: nodeSelector: {e}")))?;
+                .map_err(|e| Error::Set(format!("{CONFIG_FILE}: {what}: nodeSelector: {e}")))?;
             if selector.selects_all() {
-                return Err(Error::Config(format!(
+                return Err(Error::Set(format!(
                     "{CONFIG_FILE}: {what}: an empty nodeSelector would match every node; use \
                      `default` instead"
                 )));
@@ -300,7 +300,7 @@ impl PolicySet {
                     name: name.to_owned(),
                     why,
                 }),
-                None => Err(Error::PolicyNotFound {
+                None => Err(Error::NotFound {
                     name: name.to_owned(),
                     available: self.names().join(", "),
                 }),

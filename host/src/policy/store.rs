@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use super::cache::PolicyCache;
 use super::engine::{Policy, PolicyEngine};
+use crate::metrics::Metrics;
 use super::set::{PolicySet, Snapshot};
-use crate::error::Result;
-use crate::metrics::METRICS;
+use super::error::Result;
 
 /// The fingerprint of a policy directory that does not exist.
 const ABSENT: &str = "absent";
@@ -49,6 +49,8 @@ pub struct PolicyStore {
     current: RwLock<Arc<PolicySet>>,
     status: Mutex<Status>,
     source: Option<Source>,
+    /// Where reloads and decisions are counted: the policies' engine's.
+    metrics: Arc<Metrics>,
 }
 
 #[derive(Debug)]
@@ -61,7 +63,12 @@ struct Source {
 impl PolicyStore {
     /// A store that never changes.
     pub fn fixed(set: PolicySet) -> Arc<Self> {
+        let metrics = set
+            .select(None, None)
+            .map(|s| s.policy.metrics().clone())
+            .unwrap_or_default();
         Arc::new(PolicyStore {
+            metrics,
             status: Mutex::new(Status {
                 last_tried: set.fingerprint().to_owned(),
                 rejected: None,
@@ -98,6 +105,7 @@ impl PolicyStore {
         };
         tracing::info!(logger = "policy", dir = %dir.display(), set = %set.summary(), "policies loaded");
         Ok(Arc::new(PolicyStore {
+            metrics: engine.metrics().clone(),
             current: RwLock::new(Arc::new(set)),
             status: Mutex::new(Status {
                 last_tried: tried,
@@ -109,6 +117,12 @@ impl PolicyStore {
                 cache,
             }),
         }))
+    }
+
+    /// Where the policies' decisions and the store's reloads are counted
+    /// (the engine's registry).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// The set in use now.
@@ -162,7 +176,7 @@ impl PolicyStore {
             // default stays, nothing was rejected.
             return Reload::Unchanged;
         } else {
-            Err(crate::Error::Config(format!(
+            Err(super::error::Error::Set(format!(
                 "policy directory {} is gone",
                 src.dir.display()
             )))
@@ -185,16 +199,16 @@ impl PolicyStore {
                 tracing::info!(logger = "policy", dir = %src.dir.display(), set = %set.summary(), "policies reloaded");
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
                 status.rejected = None;
-                METRICS.policy_reloads.with_label_values(&["success"]).inc();
-                METRICS.policy_reload_ok.set(1);
+                self.metrics.policy_reloads.with_label_values(&["success"]).inc();
+                self.metrics.policy_reload_ok.set(1);
                 Reload::Reloaded
             }
             Err(e) => {
                 let why = e.to_string();
                 tracing::error!(logger = "policy", dir = %src.dir.display(), error = %why, category = e.category(), "policy reload rejected; the last good set stays in use");
                 status.rejected = Some(why.clone());
-                METRICS.policy_reloads.with_label_values(&["failure"]).inc();
-                METRICS.policy_reload_ok.set(0);
+                self.metrics.policy_reloads.with_label_values(&["failure"]).inc();
+                self.metrics.policy_reload_ok.set(0);
                 Reload::Rejected(why)
             }
         }

@@ -4,7 +4,7 @@
 //! it may not evict or delete a mirror pod (the kubelet recreates it at once)
 //! or a DaemonSet pod (its controller puts it straight back on the node);
 //! every number must be possible. Anything else is
-//! [`Error::PolicyInvalidDecision`], and nothing in the plan is acted on.
+//! [`Error::InvalidDecision`], and nothing in the plan is acted on.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::types::{self, DrainPlan, PodAction};
 use super::view::PodView;
-use crate::error::{Error, Result};
+use super::error::{Error, Result};
 
 /// Longest attempt timeout or retry delay a policy may ask for.
 pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
@@ -112,7 +112,7 @@ struct Check<'a> {
 
 impl Check<'_> {
     fn invalid(&self, reason: String) -> Error {
-        Error::PolicyInvalidDecision {
+        Error::InvalidDecision {
             policy: self.policy.to_owned(),
             function: self.function,
             reason,

@@ -18,6 +18,8 @@ pub struct Env {
     pub cluster: SimCluster,
     pub client: Client,
     pub controller: tokio::task::JoinHandle<()>,
+    /// The controller's own registry: exact counts.
+    pub metrics: Arc<nmo::metrics::Metrics>,
 }
 
 pub fn start_controller(client: &Client, policy_file: Option<&str>) -> tokio::task::JoinHandle<()> {
@@ -82,11 +84,13 @@ impl Env {
     /// A cluster of `nodes` workers and the controller running `policies`.
     pub async fn start_store(nodes: usize, policies: Arc<PolicyStore>) -> Env {
         let (cluster, client) = start_cluster(nodes).await;
+        let metrics = policies.metrics().clone();
         let controller = start_controller_with(&client, policies);
         Env {
             cluster,
             client,
             controller,
+            metrics,
         }
     }
 

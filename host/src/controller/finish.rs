@@ -1,0 +1,255 @@
+//! How a pass ends: the drain succeeded, a step failed (the policy says
+//! what then), the policy could not decide, or the maintenance is deleted
+//! and the node restored.
+
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use serde_json::json;
+
+use super::drain::Outcome;
+use super::events::{EventType, reasons};
+use super::reconcile::{Next, Pass, has_finalizer, phase};
+use super::status::{Writer, now, pod_refs, progress};
+use super::{Context, backoff, node};
+use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, PodReference};
+use crate::error::{Error, Result};
+use crate::policy::Verdict;
+use crate::policy::types::{self, DrainReport, Failure};
+
+/// The drain is complete: Succeeded (once), then looked at again to renew
+/// the lease.
+pub(super) async fn succeeded(pass: &Pass) -> Result<Next> {
+    let old = pass
+        .writer
+        .update(|s| {
+            if s.phase != Some(MaintenancePhase::Succeeded) {
+                s.last_update = Some(now());
+            }
+            s.phase = Some(MaintenancePhase::Succeeded);
+            s.drain_progress = 100;
+            s.pending_pods = None;
+            s.pending_pods_refs = None;
+        })
+        .await?;
+    if old.phase != Some(MaintenancePhase::Succeeded) {
+        let nm = pass.writer.current().await;
+        if let Some(created) = &nm.metadata.creation_timestamp {
+            let ms = Timestamp::now()
+                .as_millisecond()
+                .saturating_sub(created.0.as_millisecond())
+                .max(0);
+            pass.ctx.metrics.drain_duration.observe(ms as f64 / 1e3);
+        }
+        let (reason, message) = reasons::SUCCEEDED;
+        pass.event(EventType::Normal, reason, message).await;
+    }
+    pass.ctx.succeeded(&pass.uid);
+    Ok(Next::After(pass.ctx.settings.renew_interval))
+}
+
+/// The drain attempt ended with pods left: recorded, then the policy's
+/// verdict.
+pub(super) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Next> {
+    let eviction_pods = pass
+        .writer
+        .current()
+        .await
+        .status
+        .map_or(0, |s| s.eviction_pods);
+    let (names, refs) = pod_refs(&outcome.pending);
+    let p = progress(eviction_pods, outcome.pending.len());
+    let message = outcome.message.clone();
+    pass.writer
+        .update(|s| {
+            s.pending_pods = names.clone();
+            s.pending_pods_refs = refs.clone();
+            s.drain_progress = p;
+            s.last_error = Some(message.clone());
+            s.last_update = Some(now());
+        })
+        .await?;
+    let to_wit = |v: &[PodReference]| {
+        v.iter()
+            .map(|r| types::PodRef {
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+            })
+            .collect()
+    };
+    let report = DrainReport {
+        pending: to_wit(&outcome.pending),
+        pdb_blocked: to_wit(&outcome.pdb_blocked),
+        blocked: to_wit(&outcome.blocked),
+        timed_out: outcome.timed_out,
+        message: outcome.message.clone(),
+    };
+    failed(pass, Failure::DrainIncomplete(report), outcome.message).await
+}
+
+/// Asks the policy what to do after a failure and does it.
+pub(super) async fn failed(pass: &Pass, failure: Failure, last_error: String) -> Result<Next> {
+    let attempt = pass.ctx.failed(&pass.uid);
+    let verdict = match on_failure(pass, failure.clone(), attempt).await {
+        Ok(v) => v,
+        Err(e) => return policy_failed(pass, e).await,
+    };
+    let (name, node_name) = (&pass.name, &pass.node_name);
+    if let Failure::DrainIncomplete(report) = &failure {
+        // The Go operator's lines, which its e2e suite looks for.
+        tracing::warn!(logger = "controller", nodeName = %node_name, error = %report.message, "Not all pods evicted");
+    }
+    tracing::warn!(logger = "controller", nodeMaintenance = %name, nodeName = %node_name, error = %last_error, verdict = %verdict, "maintenance step failed");
+    let delay = match verdict {
+        Verdict::RetryAfter(d) => {
+            tracing::info!(logger = "controller", nodeMaintenance = %name, requeueAfter = ?d, "Reconciling with fixed duration");
+            d
+        }
+        Verdict::RetryWithBackoff => backoff(attempt),
+        Verdict::Fail(message) => return give_up(pass, &failure, message).await,
+    };
+    pass.ctx.hold(&pass.uid, delay);
+    pass.writer
+        .update(|s| s.last_error = Some(last_error.clone()))
+        .await?;
+    Ok(Next::After(delay))
+}
+
+/// The policy's verdict is to fail: the node is restored and the
+/// maintenance stays Failed until deleted.
+async fn give_up(pass: &Pass, failure: &Failure, message: String) -> Result<Next> {
+    let nm = pass.writer.current().await;
+    if !matches!(failure, Failure::NodeNotFound) {
+        restore_unless_wanted(&pass.ctx, &nm, &pass.node_name).await?;
+    }
+    let old = pass
+        .writer
+        .update(|s| {
+            s.phase = Some(MaintenancePhase::Failed);
+            s.last_error = Some(message.clone());
+            s.last_update = Some(now());
+        })
+        .await?;
+    if old.phase != Some(MaintenancePhase::Failed) {
+        let (reason, msg) = reasons::FAILED;
+        pass.event(EventType::Warning, reason, msg).await;
+    }
+    Ok(Next::Change)
+}
+
+/// Asks the maintenance's policy what to do after a failure (on the
+/// blocking pool, as a plan).
+async fn on_failure(pass: &Pass, failure: Failure, attempt: u32) -> Result<Verdict> {
+    let nm = pass.writer.current().await;
+    let selected = pass.ctx.policy_for(&nm, None)?;
+    let record = crate::policy::convert::maintenance(&nm, attempt, Timestamp::now());
+    tokio::task::spawn_blocking(move || selected.policy.on_failure(&record, &failure))
+        .await
+        .map_err(|source| Error::Task {
+            what: "the policy's on-failure call",
+            source,
+        })?
+        .map_err(Error::from)
+}
+
+/// A policy could not decide: record it and wait; never act.
+pub(super) async fn policy_failed(pass: &Pass, e: Error) -> Result<Next> {
+    let message = e.to_string();
+    tracing::error!(logger = "controller", nodeMaintenance = %pass.name, category = e.category(), "{message}");
+    let old = pass
+        .writer
+        .update(|s| s.last_error = Some(message.clone()))
+        .await?;
+    if old.last_error.as_deref() != Some(message.as_str()) {
+        pass.event(EventType::Warning, reasons::POLICY_ERROR, &message)
+            .await;
+    }
+    Ok(Next::After(pass.ctx.settings.policy_error_retry))
+}
+
+/// The maintenance is being deleted: if the finalizer is ours, its node
+/// (and a node it was moved away from that the move has not restored yet)
+/// is restored, then the finalizer goes.
+pub(super) async fn deleted(ctx: &Arc<Context>, nm: &NodeMaintenance) -> Result<Next> {
+    if !has_finalizer(nm) {
+        return Ok(Next::Change);
+    }
+    let node_name = &nm.spec.node_name;
+    let mut nodes: Vec<String> = vec![node_name.clone()];
+    nodes.extend(node_owners(nm).filter(|n| n != node_name));
+    for n in &nodes {
+        restore_unless_wanted(ctx, nm, n).await?;
+    }
+    let finalizers: Vec<String> = nm
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    let writer = Writer::new(ctx.clone(), nm.clone());
+    writer
+        .patch_metadata(json!({"finalizers": finalizers}), "removing the finalizer")
+        .await?;
+    let (reason, message) = reasons::REMOVED;
+    log_err(
+        ctx.recorder
+            .record(nm, EventType::Normal, reason, message)
+            .await,
+    );
+    ctx.forget(&nm.uid().unwrap_or_default());
+    Ok(Next::Change)
+}
+
+/// The nodes a maintenance holds an owner reference to.
+pub(super) fn node_owners(nm: &NodeMaintenance) -> impl Iterator<Item = String> + '_ {
+    nm.owner_references()
+        .iter()
+        .filter(|o| o.kind == "Node")
+        .map(|o| o.name.clone())
+}
+
+/// Restores `node` unless another maintenance (not being deleted, not
+/// failed) still wants it in maintenance: with no webhook to refuse a
+/// second NodeMaintenance for a node, ending one must not end the other's.
+pub(super) async fn restore_unless_wanted(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+    node: &str,
+) -> Result<()> {
+    let others = Api::<NodeMaintenance>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing NodeMaintenances"))?;
+    if let Some(other) = others.items.iter().find(|o| {
+        o.uid() != nm.uid()
+            && o.spec.node_name == node
+            && o.metadata.deletion_timestamp.is_none()
+            && phase(o) != Some(MaintenancePhase::Failed)
+    }) {
+        tracing::info!(logger = "controller", nodeMaintenance = %nm.name_any(), nodeName = %node, other = %other.name_any(), "the node stays in maintenance for another NodeMaintenance");
+        return Ok(());
+    }
+    stop_maintenance(ctx, node).await
+}
+
+/// Undoes the maintenance on the node: taints, cordon, label, lease.
+async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
+    let (node, changed) = node::set_maintenance(&ctx.client, node_name, false).await?;
+    if let (Some(node), true) = (node, changed) {
+        let (reason, message) = reasons::UNCORDON;
+        log_err(
+            ctx.recorder
+                .record(&node, EventType::Normal, reason, message)
+                .await,
+        );
+    }
+    ctx.leases.invalidate(node_name).await
+}
+
+pub(super) fn log_err(r: Result<()>) {
+    if let Err(e) = r {
+        tracing::warn!(logger = "controller", error = %e, "could not record an event");
+    }
+}

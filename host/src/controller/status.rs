@@ -1,0 +1,230 @@
+//! The one writer of a NodeMaintenance during a reconcile: its status (the
+//! steps' changes, the drain's progress) and its metadata (finalizer, owner
+//! reference), each write guarded by the resourceVersion last seen.
+//!
+//! It keeps the object as the last write returned it, so a write costs one
+//! request (a second only after a conflict), and it tells the context each
+//! resourceVersion it wrote: the watch event our own write causes then
+//! wakes a reconcile that does nothing (see [`Context::own_write`]).
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use super::Context;
+use crate::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus, PodReference};
+use crate::error::{Error, Result};
+
+/// Writes after a conflict before giving up.
+const ATTEMPTS: usize = 8;
+
+/// What a maintenance's first status write sets, whichever step makes it
+/// (the Go operator's status initialisation).
+#[derive(Debug, Clone, Default)]
+pub struct Init {
+    /// The policy chosen (`name@sha256:…`), once known.
+    pub policy: Option<String>,
+    /// Every pod on the node, once listed.
+    pub total_pods: i32,
+    /// The pods the plan removes, once planned.
+    pub removals: Vec<PodReference>,
+}
+
+/// The time as the status records it.
+pub fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+/// `pendingPods` and `pendingPodsRefs` from a list of pods.
+pub fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodReference>>) {
+    if list.is_empty() {
+        return (None, None);
+    }
+    (
+        Some(list.iter().map(|p| p.name.clone()).collect()),
+        Some(list.to_vec()),
+    )
+}
+
+/// The drain's progress in percent: the share of the pods to evict at the
+/// start that are gone.
+pub fn progress(eviction_pods: i32, pending: usize) -> i32 {
+    if eviction_pods <= 0 {
+        return 0;
+    }
+    // In i64: status values come from the API and may be anything.
+    let total = i64::from(eviction_pods);
+    let done = (total - pending as i64).max(0);
+    (done * 100 / total).clamp(0, 100) as i32
+}
+
+/// The writer (shared with the drain's progress task).
+pub struct Writer {
+    api: Api<NodeMaintenance>,
+    ctx: Arc<Context>,
+    state: tokio::sync::Mutex<State>,
+}
+
+struct State {
+    nm: NodeMaintenance,
+    /// Set while the maintenance has no phase: applied by the first write.
+    init: Option<Init>,
+    /// A write of ours succeeded: `nm` is the server's current object.
+    fresh: bool,
+}
+
+impl Writer {
+    pub fn new(ctx: Arc<Context>, nm: NodeMaintenance) -> Arc<Self> {
+        let init = nm
+            .status
+            .as_ref()
+            .and_then(|s| s.phase)
+            .is_none()
+            .then(Init::default);
+        Arc::new(Writer {
+            api: Api::all(ctx.client.clone()),
+            ctx,
+            state: tokio::sync::Mutex::new(State {
+                nm,
+                init,
+                fresh: false,
+            }),
+        })
+    }
+
+    /// The object as last seen.
+    pub async fn current(&self) -> NodeMaintenance {
+        self.state.lock().await.nm.clone()
+    }
+
+    /// Whether the status still has to be initialised (the first pass).
+    pub async fn initialising(&self) -> bool {
+        self.state.lock().await.init.is_some()
+    }
+
+    /// Changes what the initialisation will write.
+    pub async fn plan_init(&self, f: impl FnOnce(&mut Init)) {
+        if let Some(init) = self.state.lock().await.init.as_mut() {
+            f(init);
+        }
+    }
+
+    /// Changes the status with `f` (after the initialisation, if it is
+    /// still due) and writes it; nothing is written when nothing changes.
+    /// Returns the status before the change.
+    pub async fn update(
+        &self,
+        f: impl Fn(&mut NodeMaintenanceStatus),
+    ) -> Result<NodeMaintenanceStatus> {
+        let mut state = self.state.lock().await;
+        let name = state.nm.name_any();
+        for _ in 0..ATTEMPTS {
+            let old = state.nm.status.clone().unwrap_or_default();
+            let mut new = old.clone();
+            if let Some(init) = &state.init
+                && new.phase.is_none()
+            {
+                apply_init(&mut new, init);
+            }
+            f(&mut new);
+            if new == old {
+                return Ok(old);
+            }
+            let mut nm = state.nm.clone();
+            nm.status = Some(new);
+            match self
+                .api
+                .replace_status(&name, &PostParams::default(), &nm)
+                .await
+            {
+                Ok(updated) => {
+                    self.wrote(&mut state, updated);
+                    state.init = None;
+                    return Ok(old);
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => self.reread(&mut state).await?,
+                Err(e) => return Err(Error::kube("updating the NodeMaintenance status")(e)),
+            }
+        }
+        Err(Error::Conflict("updating the NodeMaintenance status"))
+    }
+
+    /// A merge patch of metadata, guarded by the resourceVersion last
+    /// seen: a concurrent change fails it (the next pass sees the change).
+    pub async fn patch_metadata(&self, metadata: serde_json::Value, op: &'static str) -> Result<()> {
+        let mut state = self.state.lock().await;
+        let mut metadata = metadata;
+        metadata["resourceVersion"] = json!(state.nm.resource_version());
+        let updated = self
+            .api
+            .patch(
+                &state.nm.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": metadata})),
+            )
+            .await
+            .map_err(Error::kube(op))?;
+        self.wrote(&mut state, updated);
+        Ok(())
+    }
+
+    /// Reads the object from the server (not the cache) unless a write of
+    /// this pass already proved it current. `None` when it is gone.
+    pub async fn confirm(&self) -> Result<Option<NodeMaintenance>> {
+        let mut state = self.state.lock().await;
+        if state.fresh {
+            return Ok(Some(state.nm.clone()));
+        }
+        let Some(nm) = self
+            .api
+            .get_opt(&state.nm.name_any())
+            .await
+            .map_err(Error::kube("reading the NodeMaintenance"))?
+        else {
+            return Ok(None);
+        };
+        let same = nm.uid() == state.nm.uid();
+        if same {
+            state.nm = nm.clone();
+            state.fresh = true;
+        }
+        Ok(Some(nm))
+    }
+
+    fn wrote(&self, state: &mut State, updated: NodeMaintenance) {
+        self.ctx.own_write(
+            &updated.uid().unwrap_or_default(),
+            updated.resource_version().unwrap_or_default(),
+        );
+        state.nm = updated;
+        state.fresh = true;
+    }
+
+    async fn reread(&self, state: &mut State) -> Result<()> {
+        let nm = self
+            .api
+            .get(&state.nm.name_any())
+            .await
+            .map_err(Error::kube("reading the NodeMaintenance"))?;
+        if nm.uid() != state.nm.uid() {
+            return Err(Error::Conflict("updating the NodeMaintenance status"));
+        }
+        state.nm = nm;
+        Ok(())
+    }
+}
+
+fn apply_init(s: &mut NodeMaintenanceStatus, init: &Init) {
+    let (names, refs) = pod_refs(&init.removals);
+    s.phase = Some(MaintenancePhase::Running);
+    s.policy = init.policy.clone();
+    s.last_update = Some(now());
+    s.pending_pods = names;
+    s.pending_pods_refs = refs;
+    s.eviction_pods = i32::try_from(init.removals.len()).unwrap_or(i32::MAX);
+    s.total_pods = init.total_pods;
+}
