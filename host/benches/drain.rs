@@ -272,9 +272,7 @@ async fn main() {
 
 /// plan-drain calls so far and the seconds they took (the controller's registry).
 fn policy_seconds(metrics: &nmo::metrics::Metrics) -> (u64, f64) {
-    let h = metrics
-        .policy_latency
-        .with_label_values(&["plan-drain"]);
+    let h = metrics.policy_latency.with_label_values(&["plan-drain"]);
     (h.get_sample_count(), h.get_sample_sum())
 }
 

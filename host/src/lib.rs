@@ -9,13 +9,16 @@
 //!   bindings, conversion from Kubernetes objects, validation of answers).
 //! - [`server`], [`webhook`], [`metrics`]: probes, Prometheus metrics, the validating webhook.
 //! - [`telemetry`]: JSON logs in the Go operator's shape.
-//! - [`fixtures`]: realistic pods and nodes for tests and benchmarks.
-//! - [`error`]: the one error type, with metric categories.
+//! - `fixtures` (feature `test-support`): realistic pods and nodes for
+//!   tests and benchmarks.
+//! - [`error`]: the operator's error type (wrapping [`policy::Error`]), with
+//!   metric categories.
 
 pub mod client;
 pub mod controller;
 pub mod crd;
 pub mod error;
+#[cfg(feature = "test-support")]
 pub mod fixtures;
 pub mod metrics;
 pub mod policy;

@@ -269,6 +269,12 @@ impl Metrics {
         }
         reconcile_errors.with_label_values(&[CONTROLLER]);
         active_workers.with_label_values(&[CONTROLLER]).set(0);
+        // Histograms too: a dashboard's rate() has a series from the start.
+        reconcile_duration.with_label_values(&[CONTROLLER]);
+        reconcile_time.with_label_values(&[CONTROLLER]);
+        for function in ["plan-drain", "on-failure"] {
+            policy_latency.with_label_values(&[function]);
+        }
         for category in POLICY_ERROR_CATEGORIES {
             policy_errors.with_label_values(&[category]);
         }

@@ -19,7 +19,8 @@ use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::{Client, ResourceExt};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -194,47 +195,61 @@ impl Validator {
     }
 
     /// Answers one AdmissionReview body: the HTTP status and the body.
+    ///
+    /// The review is read with kube's admission types; the objects in it
+    /// are read apart, so one that is not a NodeMaintenance is refused
+    /// with a message (as controller-runtime answers) rather than taken
+    /// for a malformed review.
     pub async fn review(&self, body: &[u8]) -> (StatusCode, Value) {
-        let review: Value = match serde_json::from_slice(body) {
+        let bad = |why: String| (StatusCode::BAD_REQUEST, error_body(&why));
+        let mut raw: Value = match serde_json::from_slice(body) {
             Ok(v) => v,
-            Err(e) => {
-                return (
-                    StatusCode::BAD_REQUEST,
-                    error_body(&format!("the body is not an AdmissionReview: {e}")),
-                );
-            }
+            Err(e) => return bad(format!("the body is not an AdmissionReview: {e}")),
         };
-        let request = &review["request"];
-        let Some(uid) = request["uid"].as_str() else {
-            return (
-                StatusCode::BAD_REQUEST,
-                error_body("the AdmissionReview has no request.uid"),
-            );
+        let object = raw
+            .pointer_mut("/request/object")
+            .map(Value::take)
+            .unwrap_or(Value::Null);
+        let old_object = raw
+            .pointer_mut("/request/oldObject")
+            .map(Value::take)
+            .unwrap_or(Value::Null);
+        let review: AdmissionReview<DynamicObject> = match serde_json::from_value(raw) {
+            Ok(r) => r,
+            Err(e) => return bad(format!("the body is not an AdmissionReview: {e}")),
         };
-        let parse = |v: &Value| serde_json::from_value::<NodeMaintenance>(v.clone());
-        let verdict = match request["operation"].as_str() {
-            Some("CREATE") => match parse(&request["object"]) {
+        let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+            Ok(r) => r,
+            Err(e) => return bad(format!("the AdmissionReview has no request: {e}")),
+        };
+        let parse = |v: &Value| {
+            serde_json::from_value::<NodeMaintenance>(v.clone())
+                .map_err(|e| format!("the object is not a NodeMaintenance: {e}"))
+        };
+        let verdict = match request.operation {
+            Operation::Create => match parse(&object) {
                 Ok(nm) => self.validate_create(&nm).await,
-                Err(e) => Err(format!("the object is not a NodeMaintenance: {e}")),
+                Err(e) => Err(e),
             },
-            Some("UPDATE") => match (parse(&request["oldObject"]), parse(&request["object"])) {
-                (Ok(old), Ok(new)) => Self::validate_update(&old, &new),
-                (Err(e), _) | (_, Err(e)) => {
-                    Err(format!("the object is not a NodeMaintenance: {e}"))
-                }
-            },
+            Operation::Update => parse(&old_object)
+                .and_then(|old| Ok((old, parse(&object)?)))
+                .and_then(|(old, new)| Self::validate_update(&old, &new)),
             _ => Ok(()),
         };
-        let response = match verdict {
-            Ok(()) => json!({"uid": uid, "allowed": true}),
-            Err(message) => {
-                json!({"uid": uid, "allowed": false, "status": {"code": 403, "reason": "Forbidden", "message": message}})
-            }
-        };
-        (
-            StatusCode::OK,
-            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
-        )
+        let mut response = AdmissionResponse::from(&request);
+        if let Err(message) = verdict {
+            // controller-runtime's `admission.Denied`: 403 Forbidden.
+            response = response.deny(message);
+            response.result.code = 403;
+            response.result.reason = "Forbidden".into();
+        }
+        match serde_json::to_value(response.into_review()) {
+            Ok(v) => (StatusCode::OK, v),
+            Err(e) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                error_body(&format!("writing the answer: {e}")),
+            ),
+        }
     }
 }
 

@@ -159,11 +159,21 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
     c.apply_yaml(common::WORKLOAD).unwrap();
     c.create(common::bare("extra", "worker-2", json!({}), 30))
         .unwrap();
+    // A pod slower to stop than an attempt lasts: its maintenance takes a
+    // second attempt, which reads the maintenance fresh before acting.
+    c.create(common::bare(
+        "slow",
+        "worker-1",
+        json!({"sim.nmo.medik8s.io/shutdown-seconds": "40"}),
+        120,
+    ))
+    .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     c.record_audit(true);
 
     // Everything the operator does, on its own client: leadership, two
-    // maintenances (evict and delete), their deletion, the webhook's checks.
+    // maintenances (evict, retried after an attempt that ran out of time;
+    // and delete), their deletion, the webhook's checks.
     let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
         .await
         .unwrap();
@@ -177,7 +187,7 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
     assert!(elector.try_acquire_or_renew().await.unwrap());
     let controller = common::start_controller(&client, common::HOSTILE);
     for (name, node, reason) in [
-        ("nm-1", "worker-1", "behave"),
+        ("nm-1", "worker-1", "tune:timeout=1000"),
         ("nm-2", "worker-2", "tune:delete"),
     ] {
         c.create(

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use nmo::policy::Error;
 use nmo::fixtures::{self, PodKind};
+use nmo::policy::Error;
 use nmo::policy::types::{Failure, Maintenance, Node, Pod};
 use nmo::policy::{EngineConfig, Policy, PolicyEngine, Verdict, convert};
 

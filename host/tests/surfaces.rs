@@ -73,17 +73,22 @@ async fn metrics_move_with_a_maintenance() {
     env.cluster.apply_yaml(WORKLOAD).unwrap();
     // Every pod of the workload scheduled (3 web, an agent per node, 2
     // bare) before counting what worker-1 has.
-    wait_until("the workload scheduled", Duration::from_secs(20), || async {
-        let pods: Vec<_> = kube::Api::<k8s_openapi::api::core::v1::Pod>::all(env.client.clone())
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items;
-        pods.len() == 3 + 3 + 2
-            && pods
-                .iter()
-                .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-    })
+    wait_until(
+        "the workload scheduled",
+        Duration::from_secs(20),
+        || async {
+            let pods: Vec<_> =
+                kube::Api::<k8s_openapi::api::core::v1::Pod>::all(env.client.clone())
+                    .list(&Default::default())
+                    .await
+                    .unwrap()
+                    .items;
+            pods.len() == 3 + 3 + 2
+                && pods
+                    .iter()
+                    .all(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        },
+    )
     .await;
     let on_node = env.pods_on("worker-1").await;
     let daemons = on_node
@@ -94,6 +99,16 @@ async fn metrics_move_with_a_maintenance() {
 
     env.create_nm("nm-1", "worker-1").await;
     env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    // The pass that wrote Succeeded has ended (it counts the drain's
+    // duration last).
+    wait_until("the pass counted", Duration::from_secs(10), || async {
+        env.metrics
+            .reconcile_total
+            .with_label_values(&["nodemaintenance", "requeue_after"])
+            .get()
+            >= 1
+    })
+    .await;
     let (text, after) = scrape(addr).await;
     // Every family has HELP text and a TYPE.
     for family in [
@@ -421,9 +436,21 @@ async fn the_webhook_refuses_what_the_go_operator_refuses() {
             "400",
         ),
         ("x".repeat(4 << 20), "413"),
+        // A review with no request kind: not an AdmissionReview.
         (
-            "{\"request\": {\"uid\": \"u\", \"operation\": \"CREATE\", \"object\": {\"kind\": 5}}}"
+            "{\"request\": {\"uid\": \"u\", \"operation\": \"CREATE\", \"object\": {}}}"
                 .to_string(),
+            "400",
+        ),
+        // A well-formed review of an object that is not a NodeMaintenance:
+        // answered (and refused), as controller-runtime answers.
+        (
+            json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "u",
+                    "kind": {"group": "nodemaintenance.medik8s.io", "version": "v1beta1", "kind": "NodeMaintenance"},
+                    "resource": {"group": "nodemaintenance.medik8s.io", "version": "v1beta1", "resource": "nodemaintenances"},
+                    "operation": "CREATE", "userInfo": {}, "object": {"kind": 5}}})
+            .to_string(),
             "200",
         ),
     ] {
@@ -583,4 +610,49 @@ async fn on_openshift_a_control_plane_node_keeps_etcd_quorum() {
     let plain = nmo::webhook::Validator::new(env.client.clone()).await;
     assert_eq!(plain.validate_create(&nm("m", "master-0")).await, Ok(()));
     env.stop().await;
+}
+
+/// Maintenances deleted while the controller starts (some between its list
+/// and its watch) never keep it unready: the cache counts as synced when
+/// its initial list is in, whatever went meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletions_during_start_up_do_not_keep_the_operator_unready() {
+    let (cluster, client) = start_cluster(1).await;
+    let names: Vec<String> = (0..40).map(|i| format!("nm-{i:02}")).collect();
+    for name in &names {
+        cluster
+            .create(json!({"apiVersion": "nodemaintenance.medik8s.io/v1beta1",
+                "kind": "NodeMaintenance", "metadata": {"name": name},
+                "spec": {"nodeName": "no-such-node"}}))
+            .unwrap();
+    }
+    let ctx = nmo::controller::Context::new(client.clone(), policy_store(None), Default::default());
+    let run = tokio::spawn(nmo::controller::run(ctx.clone()));
+    for name in &names {
+        let _ = cluster.delete(
+            "nodemaintenance.medik8s.io/v1beta1",
+            "NodeMaintenance",
+            None,
+            name,
+        );
+    }
+    wait_until("ready", Duration::from_secs(15), || async {
+        ctx.synced() && ctx.watching()
+    })
+    .await;
+    let nms: kube::Api<nmo::crd::NodeMaintenance> = kube::Api::all(client.clone());
+    wait_until(
+        "every maintenance gone",
+        Duration::from_secs(15),
+        || async {
+            nms.list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        },
+    )
+    .await;
+    run.abort();
+    cluster.stop().await;
 }

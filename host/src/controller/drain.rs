@@ -401,10 +401,7 @@ async fn remove(
                     (&state.evicted, "evicted")
                 };
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                metrics
-                    .evictions
-                    .with_label_values(&[outcome])
-                    .inc();
+                metrics.evictions.with_label_values(&[outcome]).inc();
                 state.pdb_blocked.lock().await.remove(&t.uid);
                 tracing::info!(logger = "drain", pod = %format!("{}/{}", t.namespace, t.name), "pod removed from node");
                 return;
@@ -418,20 +415,14 @@ async fn remove(
                 return;
             }
             Err(kube::Error::Api(e)) if e.code == 429 => {
-                metrics
-                    .evictions
-                    .with_label_values(&["pdb-429"])
-                    .inc();
+                metrics.evictions.with_label_values(&["pdb-429"]).inc();
                 state.pdb_blocked.lock().await.insert(t.uid.clone());
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {}", t.namespace, t.name, e.message);
                 retries.pdb
             }
             Err(e) => {
-                metrics
-                    .evictions
-                    .with_label_values(&["error"])
-                    .inc();
+                metrics.evictions.with_label_values(&["error"]).inc();
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {e}", t.namespace, t.name);
                 retries.api_error

@@ -205,10 +205,7 @@ impl Elector {
     /// acting at once (the process should exit, as controller-runtime's
     /// does).
     pub async fn run<F: Future<Output = Result<()>>>(&self, work: F) -> Result<()> {
-        self.metrics
-            .leader
-            .with_label_values(&[LOCK_NAME])
-            .set(0);
+        self.metrics.leader.with_label_values(&[LOCK_NAME]).set(0);
         loop {
             let attempt =
                 tokio::time::timeout(self.timings.renew_deadline, self.try_acquire_or_renew());
@@ -224,10 +221,7 @@ impl Elector {
             tokio::time::sleep(self.timings.retry_period).await;
         }
         tracing::info!(logger = "leader", identity = %self.identity, "became leader");
-        let master = self
-            .metrics
-            .leader
-            .with_label_values(&[LOCK_NAME]);
+        let master = self.metrics.leader.with_label_values(&[LOCK_NAME]);
         master.set(1);
         let renew = async {
             let mut last_ok = Instant::now();

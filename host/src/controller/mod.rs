@@ -3,7 +3,7 @@
 //! with every drain and failure decision taken from the policy.
 
 pub mod drain;
-pub mod events;
+mod events;
 mod finish;
 pub mod leader;
 pub mod lease;
@@ -78,8 +78,8 @@ pub struct Context {
     pub client: Client,
     /// The policies, as loaded (and reloaded) from the policy directory.
     pub policies: Arc<PolicyStore>,
-    pub recorder: events::Recorder,
-    pub leases: lease::LeaseManager,
+    recorder: events::Recorder,
+    leases: lease::LeaseManager,
     pub settings: Settings,
     /// Where everything is counted: the registry the operator serves (its
     /// policy engine's).
@@ -447,9 +447,7 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
         .with_label_values(&[CONTROLLER, label])
         .inc();
     if result.is_err() {
-        m.reconcile_errors
-            .with_label_values(&[CONTROLLER])
-            .inc();
+        m.reconcile_errors.with_label_values(&[CONTROLLER]).inc();
     }
     result
 }

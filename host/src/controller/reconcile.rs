@@ -23,7 +23,7 @@ use super::events::{EventType, reasons};
 use super::finish;
 use super::status::{Writer, pod_refs, progress};
 use super::{Context, node};
-use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus};
+use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
 use crate::policy::types::{self, Failure};
 use crate::policy::{Plan, Selected};
@@ -174,9 +174,7 @@ impl Pass {
                 "dropping the old node's owner reference",
             )
             .await?;
-        self.writer
-            .update(|s| *s = NodeMaintenanceStatus::default())
-            .await?;
+        self.writer.start_over().await?;
         self.ctx.succeeded(&self.uid);
         self.ctx.unpin(&self.uid);
         tracing::warn!(logger = "controller", nodeMaintenance = %self.name, from = ?moved_from, to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
@@ -274,7 +272,11 @@ impl Pass {
     async fn take_lease(&self, node: &Node) -> Result<()> {
         self.ctx.leases.request(node).await?;
         let nm = self.writer.current().await;
-        if nm.status.as_ref().is_some_and(|s| s.error_on_lease_count != 0) {
+        if nm
+            .status
+            .as_ref()
+            .is_some_and(|s| s.error_on_lease_count != 0)
+        {
             self.writer.update(|s| s.error_on_lease_count = 0).await?;
         }
         Ok(())
@@ -356,7 +358,8 @@ impl Pass {
             .await
             .status
             .map_or(0, |s| s.eviction_pods);
-        let (tx, mut rx) = tokio::sync::watch::channel::<Option<Vec<crate::crd::PodReference>>>(None);
+        let (tx, mut rx) =
+            tokio::sync::watch::channel::<Option<Vec<crate::crd::PodReference>>>(None);
         let stop = Arc::new(tokio::sync::Notify::new());
         let progress_writer = {
             let writer = self.writer.clone();

@@ -106,6 +106,15 @@ impl Writer {
         self.state.lock().await.init.is_some()
     }
 
+    /// Clears the status: the maintenance starts over (its node changed),
+    /// and its next write initialises it again.
+    pub async fn start_over(&self) -> Result<()> {
+        self.update(|s| *s = NodeMaintenanceStatus::default())
+            .await?;
+        self.state.lock().await.init = Some(Init::default());
+        Ok(())
+    }
+
     /// Changes what the initialisation will write.
     pub async fn plan_init(&self, f: impl FnOnce(&mut Init)) {
         if let Some(init) = self.state.lock().await.init.as_mut() {
@@ -155,7 +164,11 @@ impl Writer {
 
     /// A merge patch of metadata, guarded by the resourceVersion last
     /// seen: a concurrent change fails it (the next pass sees the change).
-    pub async fn patch_metadata(&self, metadata: serde_json::Value, op: &'static str) -> Result<()> {
+    pub async fn patch_metadata(
+        &self,
+        metadata: serde_json::Value,
+        op: &'static str,
+    ) -> Result<()> {
         let mut state = self.state.lock().await;
         let mut metadata = metadata;
         metadata["resourceVersion"] = json!(state.nm.resource_version());

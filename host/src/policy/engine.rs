@@ -20,12 +20,12 @@ use super::cache::PolicyCache;
 use super::compile::{self, CompileLimits};
 
 use super::bindings::{DrainPolicy, DrainPolicyImports, DrainPolicyPre};
+use super::error::{Error, Result};
 use super::output::CappedOutput;
 use super::types::{self, DrainPlan, Failure, Level, Maintenance, Node, Pod};
 use super::validate::{self, Plan, Verdict};
 use super::view::{NodeView, PodView};
 use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, WORLD};
-use super::error::{Error, Result};
 use crate::metrics::Metrics;
 
 /// Lines a policy may log through the `log` import in one call.

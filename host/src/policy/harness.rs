@@ -46,10 +46,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::engine::Policy;
+use super::error::{Error, Result};
 use super::types::{DrainReport, Failure, PodRef};
 use super::validate::{Action, Plan, Verdict};
 use crate::crd::NodeMaintenance;
-use super::error::{Error, Result};
 
 /// One scenario, as read from a file.
 #[derive(Debug, Clone)]

@@ -17,9 +17,9 @@
 //!   bad answer is an [`Error::InvalidDecision`], never
 //!   an action.
 //! - [`convert`]: Kubernetes objects to the policy's records.
-//! - [`native`]: the default policy's rules written directly in Rust, as the
-//!   reference the embedded default policy is checked and benchmarked
-//!   against.
+//! - `native` (feature `test-support`): the default policy's rules written
+//!   directly in Rust, as the reference the embedded default policy is
+//!   checked and benchmarked against.
 
 mod cache;
 mod compile;
@@ -29,6 +29,7 @@ mod output;
 
 pub mod convert;
 pub mod harness;
+#[cfg(feature = "test-support")]
 pub mod native;
 mod selector;
 pub mod selfcheck;

@@ -3,11 +3,11 @@
 //! kind of failure, each answer validated.
 
 use super::engine::Policy;
+use super::error::Result;
 use super::types::{
     DrainReport, Failure, KeyValue, Maintenance, MaintenancePhase, Node, Owner, Pod, PodPhase,
     PodRef,
 };
-use super::error::Result;
 
 fn owner(kind: &str, name: &str) -> Owner {
     Owner {

@@ -34,8 +34,8 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::engine::{Policy, PolicyEngine};
-use super::selfcheck;
 use super::error::{Error, Result};
+use super::selfcheck;
 use kube::core::{Selector, SelectorExt};
 
 use super::selector;
@@ -83,8 +83,7 @@ impl Snapshot {
     /// `..data` link; hidden files and files other than `.wasm` and
     /// `policies.yaml` are ignored.
     pub fn read(dir: &Path) -> Result<Self> {
-        let err =
-            |what: String| Error::Set(format!("policy directory {}: {what}", dir.display()));
+        let err = |what: String| Error::Set(format!("policy directory {}: {what}", dir.display()));
         let data = dir.join("..data");
         let root: PathBuf = if data.exists() {
             // Resolve the link once: the timestamped directory behind it is

@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use super::cache::PolicyCache;
 use super::engine::{Policy, PolicyEngine};
-use crate::metrics::Metrics;
-use super::set::{PolicySet, Snapshot};
 use super::error::Result;
+use super::set::{PolicySet, Snapshot};
+use crate::metrics::Metrics;
 
 /// The fingerprint of a policy directory that does not exist.
 const ABSENT: &str = "absent";
@@ -199,7 +199,10 @@ impl PolicyStore {
                 tracing::info!(logger = "policy", dir = %src.dir.display(), set = %set.summary(), "policies reloaded");
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
                 status.rejected = None;
-                self.metrics.policy_reloads.with_label_values(&["success"]).inc();
+                self.metrics
+                    .policy_reloads
+                    .with_label_values(&["success"])
+                    .inc();
                 self.metrics.policy_reload_ok.set(1);
                 Reload::Reloaded
             }
@@ -207,7 +210,10 @@ impl PolicyStore {
                 let why = e.to_string();
                 tracing::error!(logger = "policy", dir = %src.dir.display(), error = %why, category = e.category(), "policy reload rejected; the last good set stays in use");
                 status.rejected = Some(why.clone());
-                self.metrics.policy_reloads.with_label_values(&["failure"]).inc();
+                self.metrics
+                    .policy_reloads
+                    .with_label_values(&["failure"])
+                    .inc();
                 self.metrics.policy_reload_ok.set(0);
                 Reload::Rejected(why)
             }

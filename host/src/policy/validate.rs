@@ -10,9 +10,9 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use super::error::{Error, Result};
 use super::types::{self, DrainPlan, PodAction};
 use super::view::PodView;
-use super::error::{Error, Result};
 
 /// Longest attempt timeout or retry delay a policy may ask for.
 pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;

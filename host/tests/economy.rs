@@ -1,0 +1,152 @@
+//! What one maintenance costs the API server and the policy: the requests
+//! the operator makes (counted by the simulated server's audit log, by the
+//! operator's User-Agent) and the policy calls (counted by the
+//! controller's own registry), for a 20-pod node.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube::Api;
+use kube::api::PostParams;
+use nmo::crd::NodeMaintenance;
+
+const PODS: usize = 20;
+
+/// A client of the test itself, told apart from the operator's in the audit.
+async fn test_client(env: &Env) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&env.cluster.kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.headers.push((
+        hyper::header::USER_AGENT,
+        hyper::header::HeaderValue::from_static("economy-test"),
+    ));
+    kube::Client::try_from(config).unwrap()
+}
+
+/// The rewind check's request (a one-item list of NodeMaintenances every
+/// `Settings::rewind_check`), made whatever the maintenances do.
+const REWIND_CHECK: &str = "list nodemaintenances";
+
+/// The operator's requests so far, by `verb resource[/subresource]`,
+/// without the periodic rewind check.
+fn operator_requests(env: &Env) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for r in env.cluster.audit() {
+        if r.user_agent != nmo::client::USER_AGENT {
+            continue;
+        }
+        let what = if r.subresource.is_empty() {
+            format!("{} {}", r.verb, r.resource)
+        } else {
+            format!("{} {}/{}", r.verb, r.resource, r.subresource)
+        };
+        if what != REWIND_CHECK {
+            *counts.entry(what).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// Waits until the operator has made no request for `quiet` (it is done
+/// with what the maintenance started), within `limit`.
+async fn settle(env: &Env, quiet: Duration, limit: Duration) -> BTreeMap<String, usize> {
+    let started = Instant::now();
+    let mut last = operator_requests(env);
+    let mut since = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < limit,
+            "the operator never settled: {last:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = operator_requests(env);
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= quiet {
+            return last;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_twenty_pod_maintenance_costs_one_plan_and_few_requests() {
+    let env = Env::start(2).await;
+    for i in 0..PODS {
+        env.cluster
+            .create(bare(
+                &format!("p-{i:02}"),
+                "worker-1",
+                serde_json::json!({}),
+                30,
+            ))
+            .unwrap();
+    }
+    let client = test_client(&env).await;
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    // The controller is up and idle before counting.
+    settle(&env, Duration::from_millis(500), Duration::from_secs(20)).await;
+    env.cluster.record_audit(true);
+
+    let nm = NodeMaintenance::new(
+        "economy",
+        nmo::crd::NodeMaintenanceSpec {
+            node_name: "worker-1".into(),
+            reason: None,
+        },
+    );
+    nms.create(&PostParams::default(), &nm).await.unwrap();
+    wait_succeeded(&nms, "economy", Duration::from_secs(30)).await;
+    let counts = settle(&env, Duration::from_secs(1), Duration::from_secs(30)).await;
+
+    let total: usize = counts.values().sum();
+    let plans = env
+        .metrics
+        .policy_latency
+        .with_label_values(&["plan-drain"])
+        .get_sample_count();
+    let verdicts = env
+        .metrics
+        .policy_latency
+        .with_label_values(&["on-failure"])
+        .get_sample_count();
+    println!(
+        "one {PODS}-pod maintenance: {total} API requests, {plans} plan(s), {verdicts} verdict(s)"
+    );
+    for (what, n) in &counts {
+        println!("  {n:>3}  {what}");
+    }
+    let count = |what: &str| counts.get(what).copied().unwrap_or(0);
+
+    // The policy is asked once: the plan is the status's and the drain's.
+    assert_eq!(plans, 1);
+    assert_eq!(verdicts, 0);
+    // One eviction per pod, one list and one watch of the node's pods.
+    assert_eq!(count("create pods/eviction"), PODS);
+    assert_eq!(count("list pods"), 1, "{counts:?}");
+    assert_eq!(count("watch pods"), 1, "{counts:?}");
+    // The node: read once, marked in one patch.
+    assert_eq!(count("get nodes"), 1, "{counts:?}");
+    assert_eq!(count("patch nodes"), 1, "{counts:?}");
+    // The maintenance: finalizer and owner reference in one patch; no
+    // read of our own (our writes prove the object current).
+    assert_eq!(count("patch nodemaintenances"), 1, "{counts:?}");
+    assert_eq!(count("get nodemaintenances"), 0, "{counts:?}");
+    // Status: the initialisation, the final write, and progress at most
+    // every 250 ms in between.
+    let status_writes = count("update nodemaintenances/status");
+    assert!((2..=8).contains(&status_writes), "{counts:?}");
+    // Two events: begin and succeeded.
+    assert_eq!(count("create events"), 2, "{counts:?}");
+    // Nothing else worth a line: the lease (read, its namespace, create).
+    assert!(
+        total <= PODS + 2 + 2 + 1 + 8 + 2 + 4,
+        "{total} requests: {counts:?}"
+    );
+    env.stop().await;
+}
