@@ -105,16 +105,8 @@ async fn one_twenty_pod_maintenance_costs_one_plan_and_few_requests() {
     let counts = settle(&env, Duration::from_secs(1), Duration::from_secs(30)).await;
 
     let total: usize = counts.values().sum();
-    let plans = env
-        .metrics
-        .policy_latency
-        .with_label_values(&["plan-drain"])
-        .get_sample_count();
-    let verdicts = env
-        .metrics
-        .policy_latency
-        .with_label_values(&["on-failure"])
-        .get_sample_count();
+    let plans = policy_calls(&env.metrics, "plan-drain");
+    let verdicts = policy_calls(&env.metrics, "on-failure");
     println!(
         "one {PODS}-pod maintenance: {total} API requests, {plans} plan(s), {verdicts} verdict(s)"
     );

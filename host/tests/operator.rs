@@ -452,8 +452,24 @@ async fn the_operator_killed_mid_drain_converges_without_repeating_events() {
     env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
     // Restarting again changes nothing and repeats nothing.
     env.controller.abort();
-    env.controller = start_controller(&env.client, None);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let store = policy_store(None);
+    let metrics = store.metrics().clone();
+    env.controller = start_controller_with(&env.client, store);
+    // Once the new operator has made its pass over nm-1 (a plan, as the
+    // maintenance is not failed):
+    wait_until(
+        "the new operator's pass",
+        Duration::from_secs(10),
+        || async {
+            policy_calls(&metrics, "plan-drain") >= 1
+                && metrics
+                    .reconcile_total
+                    .with_label_values(&["nodemaintenance", "requeue_after"])
+                    .get()
+                    >= 1
+        },
+    )
+    .await;
     let events = env.events_for("nm-1").await;
     for reason in ["BeginMaintenance", "SucceedMaintenance"] {
         assert_eq!(

@@ -617,6 +617,7 @@ async fn a_restarted_operator_keeps_the_recorded_policy() {
     let _ = (&mut env.controller).await;
     std::fs::write(dir.join("policies.yaml"), "default: builtin\n").unwrap();
     let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
+    let metrics = store.metrics().clone();
     env.controller = start_controller_with(&env.client, store);
 
     // A new maintenance follows the new rules...
@@ -630,8 +631,15 @@ async fn a_restarted_operator_keeps_the_recorded_policy() {
             .starts_with("builtin@sha256:"),
         "nm-2 chose by the new rules"
     );
-    // ...the running one keeps its policy: still blocked on the bare pod.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // ...the running one keeps its policy: once the new operator has
+    // planned nm-1's drain again (nm-2's plan, then at least one of
+    // nm-1's), it is still blocked on the bare pod.
+    wait_until(
+        "nm-1 planned by the new operator",
+        Duration::from_secs(20),
+        || async { policy_calls(&metrics, "plan-drain") >= 2 },
+    )
+    .await;
     let s = env.nms().get("nm-1").await.unwrap().status.unwrap();
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
     assert_eq!(s.policy.as_deref(), Some(recorded.as_str()));

@@ -11,8 +11,8 @@ use serde_json::json;
 
 use super::drain::Outcome;
 use super::events::{EventType, reasons};
-use super::reconcile::{Next, Pass, has_finalizer, phase};
-use super::status::{Writer, now, pod_refs, progress};
+use super::reconcile::{Next, Pass, decide, has_finalizer, phase};
+use super::status::{Writer, now, set_pending};
 use super::{Context, backoff, node};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, PodReference};
 use crate::error::{Error, Result};
@@ -53,20 +53,10 @@ pub(super) async fn succeeded(pass: &Pass) -> Result<Next> {
 /// The drain attempt ended with pods left: recorded, then the policy's
 /// verdict.
 pub(super) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Next> {
-    let eviction_pods = pass
-        .writer
-        .current()
-        .await
-        .status
-        .map_or(0, |s| s.eviction_pods);
-    let (names, refs) = pod_refs(&outcome.pending);
-    let p = progress(eviction_pods, outcome.pending.len());
     let message = outcome.message.clone();
     pass.writer
         .update(|s| {
-            s.pending_pods = names.clone();
-            s.pending_pods_refs = refs.clone();
-            s.drain_progress = p;
+            set_pending(s, &outcome.pending);
             s.last_error = Some(message.clone());
             s.last_update = Some(now());
         })
@@ -145,13 +135,10 @@ async fn on_failure(pass: &Pass, failure: Failure, attempt: u32) -> Result<Verdi
     let nm = pass.writer.current().await;
     let selected = pass.ctx.policy_for(&nm, None)?;
     let record = crate::policy::convert::maintenance(&nm, attempt, Timestamp::now());
-    tokio::task::spawn_blocking(move || selected.policy.on_failure(&record, &failure))
-        .await
-        .map_err(|source| Error::Task {
-            what: "the policy's on-failure call",
-            source,
-        })?
-        .map_err(Error::from)
+    decide("the policy's on-failure call", move || {
+        selected.policy.on_failure(&record, &failure)
+    })
+    .await
 }
 
 /// A policy could not decide: record it and wait; never act.

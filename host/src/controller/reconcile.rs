@@ -21,7 +21,7 @@ use serde_json::json;
 use super::drain::{self, Drainer, NodePods};
 use super::events::{EventType, reasons};
 use super::finish;
-use super::status::{Writer, pod_refs, progress};
+use super::status::{Writer, set_pending};
 use super::{Context, node};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
@@ -302,20 +302,15 @@ impl Pass {
         finish::failed(self, failure, e.to_string()).await
     }
 
-    /// Asks the policy for a drain plan, on the blocking pool: a decision
-    /// is CPU work of up to the policy deadline, and WASI's synchronous
-    /// streams must not run on an async worker.
+    /// Asks the policy for a drain plan (see [`decide`]).
     async fn plan(&self, selected: &Selected, node: &Node, pods: &[Pod]) -> Result<Plan> {
         let record = self.record().await;
         let policy = selected.policy.clone();
         let (node, pods) = (node.clone(), pods.to_vec());
-        tokio::task::spawn_blocking(move || policy.plan_drain_k8s(&record, &node, &pods))
-            .await
-            .map_err(|source| Error::Task {
-                what: "the policy's plan-drain call",
-                source,
-            })?
-            .map_err(Error::from)
+        decide("the policy's plan-drain call", move || {
+            policy.plan_drain_k8s(&record, &node, &pods)
+        })
+        .await
     }
 
     /// The maintenance as the policy sees it.
@@ -352,12 +347,6 @@ impl Pass {
     /// Carries the plan out, writing progress as pods go (at most every
     /// [`PROGRESS_INTERVAL`]).
     async fn drain(&self, plan: &Plan, pods: NodePods) -> Result<drain::Outcome> {
-        let eviction_pods = self
-            .writer
-            .current()
-            .await
-            .status
-            .map_or(0, |s| s.eviction_pods);
         let (tx, mut rx) =
             tokio::sync::watch::channel::<Option<Vec<crate::crd::PodReference>>>(None);
         let stop = Arc::new(tokio::sync::Notify::new());
@@ -369,15 +358,7 @@ impl Pass {
                     let Some(pending) = rx.borrow_and_update().clone() else {
                         continue;
                     };
-                    let (names, refs) = pod_refs(&pending);
-                    let p = progress(eviction_pods, pending.len());
-                    let written = writer
-                        .update(|s| {
-                            s.pending_pods = names.clone();
-                            s.pending_pods_refs = refs.clone();
-                            s.drain_progress = p;
-                        })
-                        .await;
+                    let written = writer.update(|s| set_pending(s, &pending)).await;
                     if let Err(e) = written {
                         tracing::debug!(logger = "controller", error = %e, "could not write the drain's progress");
                     }
@@ -418,6 +399,19 @@ impl Pass {
         let nm = self.writer.current().await;
         finish::log_err(self.ctx.recorder.record(&nm, type_, reason, message).await);
     }
+}
+
+/// Runs a policy decision on the blocking pool: a decision is CPU work of
+/// up to the policy deadline, and WASI's synchronous streams must not run
+/// on an async worker.
+pub(super) async fn decide<T: Send + 'static>(
+    what: &'static str,
+    decision: impl FnOnce() -> crate::policy::Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(decision)
+        .await
+        .map_err(|source| Error::Task { what, source })?
+        .map_err(Error::from)
 }
 
 /// Whether `s` can be a node's name (a DNS subdomain).

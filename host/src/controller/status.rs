@@ -50,9 +50,18 @@ pub fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodRe
     )
 }
 
+/// Sets `pendingPods`, `pendingPodsRefs` and `drainProgress` from the pods
+/// still pending (progress is the share of `evictionPods` gone).
+pub fn set_pending(s: &mut NodeMaintenanceStatus, pending: &[PodReference]) {
+    let (names, refs) = pod_refs(pending);
+    s.pending_pods = names;
+    s.pending_pods_refs = refs;
+    s.drain_progress = progress(s.eviction_pods, pending.len());
+}
+
 /// The drain's progress in percent: the share of the pods to evict at the
 /// start that are gone.
-pub fn progress(eviction_pods: i32, pending: usize) -> i32 {
+fn progress(eviction_pods: i32, pending: usize) -> i32 {
     if eviction_pods <= 0 {
         return 0;
     }

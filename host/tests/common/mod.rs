@@ -409,3 +409,12 @@ pub async fn create_nm_retrying(nms: &Api<NodeMaintenance>, name: &str, node: &s
         }
     }
 }
+
+/// The policy calls a controller made so far, of `function` (`plan-drain`,
+/// `on-failure`), from its own registry.
+pub fn policy_calls(metrics: &nmo::metrics::Metrics, function: &str) -> u64 {
+    metrics
+        .policy_latency
+        .with_label_values(&[function])
+        .get_sample_count()
+}
