@@ -274,9 +274,11 @@ async fn a_pdb_blocks_the_drain_until_it_allows() {
     env.create_nm("nm-pdb", &node).await;
     let s = env
         .wait_status("nm-pdb", "blocked by the PDB", |s| {
+            // Shown while the attempt runs (the API server's 429 text),
+            // not only when it ends.
             s.last_error
                 .as_deref()
-                .is_some_and(|e| e.contains("PodDisruptionBudget"))
+                .is_some_and(|e| e.contains("violate the pod's disruption budget"))
         })
         .await;
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
@@ -434,7 +436,7 @@ async fn the_operator_killed_mid_drain_converges_without_repeating_events() {
     env.wait_status("nm-1", "blocked by the PDB", |s| {
         s.last_error
             .as_deref()
-            .is_some_and(|e| e.contains("PodDisruptionBudget"))
+            .is_some_and(|e| e.contains("violate the pod's disruption budget"))
     })
     .await;
     env.controller.abort();

@@ -75,6 +75,16 @@ impl Outcome {
     }
 }
 
+/// How a drain attempt is going.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    /// Pods the plan removes that are still on the node.
+    pub pending: Vec<PodReference>,
+    /// What the drain waits for: the last eviction refused (a
+    /// PodDisruptionBudget's 429, an API error), if any.
+    pub waiting: Option<String>,
+}
+
 /// A pod the plan acts on.
 #[derive(Clone)]
 struct Target {
@@ -159,13 +169,14 @@ pub struct Drainer<'a> {
 
 /// Runs one drain attempt of `plan` over the `listed` pods (the list the
 /// plan was made from). `on_progress` is called with the pods still
-/// pending whenever that set shrinks; `cancelled` is asked at least every
+/// pending whenever that set shrinks, and with what the drain waits for
+/// (the last refused eviction) whenever that changes; `cancelled` is asked at least every
 /// 500 ms and ends the attempt early when it says so.
 pub async fn execute(
     drainer: Drainer<'_>,
     listed: NodePods,
     plan: &Plan,
-    on_progress: impl Fn(Vec<PodReference>) + Send + Sync,
+    on_progress: impl Fn(Progress) + Send + Sync,
     cancelled: impl Fn() -> bool + Send + Sync,
 ) -> Outcome {
     let Drainer {
@@ -222,7 +233,7 @@ pub async fn execute(
 
     let mut timed_out = false;
     let mut stopped = false;
-    let mut last_reported = usize::MAX;
+    let mut last_reported: Option<(usize, String)> = None;
     let mut waves: Vec<u32> = targets.iter().map(|(o, _)| *o).collect();
     waves.dedup();
     'waves: for wave in waves {
@@ -249,9 +260,14 @@ pub async fn execute(
             let notified = state.changed.notified();
             let present = state.present.lock().await.clone();
             let pending = report(&present);
-            if pending.len() != last_reported {
-                last_reported = pending.len();
-                on_progress(pending);
+            let waiting = state.last_error.lock().await.clone();
+            let now = Some((pending.len(), waiting.clone()));
+            if now != last_reported {
+                last_reported = now;
+                on_progress(Progress {
+                    pending,
+                    waiting: (!waiting.is_empty()).then_some(waiting),
+                });
             }
             if wave_targets.iter().all(|t| !present.contains(&t.uid)) {
                 break;
@@ -403,6 +419,12 @@ async fn remove(
                 counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 metrics.evictions.with_label_values(&[outcome]).inc();
                 state.pdb_blocked.lock().await.remove(&t.uid);
+                // What the drain waited for, if it was this pod, is over.
+                let mut waiting = state.last_error.lock().await;
+                if waiting.starts_with(&format!("evicting pod {}/{}:", t.namespace, t.name)) {
+                    waiting.clear();
+                }
+                drop(waiting);
                 tracing::info!(logger = "drain", pod = %format!("{}/{}", t.namespace, t.name), "pod removed from node");
                 return;
             }
@@ -419,12 +441,14 @@ async fn remove(
                 state.pdb_blocked.lock().await.insert(t.uid.clone());
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {}", t.namespace, t.name, e.message);
+                state.changed.notify_waiters();
                 retries.pdb
             }
             Err(e) => {
                 metrics.evictions.with_label_values(&["error"]).inc();
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {e}", t.namespace, t.name);
+                state.changed.notify_waiters();
                 retries.api_error
             }
         };

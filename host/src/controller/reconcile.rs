@@ -347,18 +347,26 @@ impl Pass {
     /// Carries the plan out, writing progress as pods go (at most every
     /// [`PROGRESS_INTERVAL`]).
     async fn drain(&self, plan: &Plan, pods: NodePods) -> Result<drain::Outcome> {
-        let (tx, mut rx) =
-            tokio::sync::watch::channel::<Option<Vec<crate::crd::PodReference>>>(None);
+        let (tx, mut rx) = tokio::sync::watch::channel::<Option<drain::Progress>>(None);
         let stop = Arc::new(tokio::sync::Notify::new());
         let progress_writer = {
             let writer = self.writer.clone();
             let stop = stop.clone();
             tokio::spawn(async move {
                 while rx.changed().await.is_ok() {
-                    let Some(pending) = rx.borrow_and_update().clone() else {
+                    let Some(progress) = rx.borrow_and_update().clone() else {
                         continue;
                     };
-                    let written = writer.update(|s| set_pending(s, &pending)).await;
+                    let written = writer
+                        .update(|s| {
+                            set_pending(s, &progress.pending);
+                            // What the drain waits for shows at once, not
+                            // only when the attempt ends.
+                            if progress.waiting.is_some() {
+                                s.last_error = progress.waiting.clone();
+                            }
+                        })
+                        .await;
                     if let Err(e) = written {
                         tracing::debug!(logger = "controller", error = %e, "could not write the drain's progress");
                     }
@@ -378,8 +386,8 @@ impl Pass {
             },
             pods,
             plan,
-            move |pending| {
-                let _ = tx.send(Some(pending));
+            move |progress| {
+                let _ = tx.send(Some(progress));
             },
             || ctx.no_longer_wants(&self.name, &self.uid, &self.node_name),
         )
