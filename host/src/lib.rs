@@ -7,6 +7,7 @@
 //! - [`controller`]: the reconcile loop, drain executor, lease, node marks, events.
 //! - [`policy`]: the WebAssembly policy engine (wasmtime sandbox, WIT
 //!   bindings, conversion from Kubernetes objects, validation of answers).
+//! - [`plan`]: `nmo plan`, what a maintenance would do, changing nothing.
 //! - [`server`], [`webhook`], [`metrics`]: probes, Prometheus metrics, the validating webhook.
 //! - [`telemetry`]: JSON logs in the Go operator's shape.
 //! - `fixtures` (feature `test-support`): realistic pods and nodes for
@@ -21,6 +22,7 @@ pub mod error;
 #[cfg(feature = "test-support")]
 pub mod fixtures;
 pub mod metrics;
+pub mod plan;
 pub mod policy;
 pub mod secure_metrics;
 pub mod server;

@@ -5,9 +5,16 @@ mod cmd;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = cmd::Cli::parse();
-    nmo::telemetry::init(cli.zap_level);
-    match cmd::run(cli) {
+    let result = if cmd::invoked_as_plugin() {
+        // `kubectl nm …`: a command a person reads; only errors are logged.
+        nmo::telemetry::init(nmo::telemetry::ZapLevel::Error);
+        cmd::run_plugin(cmd::Plugin::parse())
+    } else {
+        let cli = cmd::Cli::parse();
+        nmo::telemetry::init(cli.log_level());
+        cmd::run(cli)
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -2,6 +2,9 @@
 
 #[cfg(feature = "demo")]
 mod demo;
+mod kubectl;
+
+pub use kubectl::{Plugin, invoked_as_plugin, run_plugin};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,9 +19,10 @@ use nmo::telemetry::ZapLevel;
 #[derive(Debug, Parser)]
 #[command(name = "nmo", version, about)]
 pub struct Cli {
-    /// Log level, as the Go operator's flag: debug, info or error.
-    #[arg(long, global = true, default_value = "info")]
-    pub zap_level: ZapLevel,
+    /// Log level, as the Go operator's flag: debug, info or error (default:
+    /// info for the operator, error for the other commands).
+    #[arg(long, global = true)]
+    pub zap_level: Option<ZapLevel>,
 
     /// Maintenances reconciled at once; one blocked drain never delays
     /// another node's.
@@ -129,9 +133,24 @@ pub enum Command {
         #[arg(long)]
         keep_running: bool,
     },
+    /// What a maintenance of NODE would do: the policy and why, every
+    /// pod's action, wave, grace period and reason, the budgets that would
+    /// refuse an eviction now. Changes nothing. Also `kubectl nm plan`.
+    Plan(kubectl::PlanArgs),
     /// Work with drain policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
+}
+
+impl Cli {
+    /// The log level: the flag's, else info for the operator (its logs
+    /// are its output) and error for commands a person reads.
+    pub fn log_level(&self) -> ZapLevel {
+        self.zap_level.unwrap_or(match self.command {
+            None => ZapLevel::Info,
+            Some(_) => ZapLevel::Error,
+        })
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -191,6 +210,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             tokio::runtime::Runtime::new()?.block_on(demo::run(opts))?;
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Plan(args)) => kubectl::run_plan(&args),
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
         Some(Command::Policy(PolicyCommand::Test { policy, scenarios })) => {
             Ok(policy_test(&policy, &scenarios))

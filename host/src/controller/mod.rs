@@ -26,7 +26,7 @@ use kube::{Api, Client, ResourceExt};
 use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
 use crate::metrics::{CONTROLLER, Metrics};
-use crate::policy::{POLICY_ANNOTATION, PolicyStore, Selected};
+use crate::policy::{PolicyStore, Selected};
 
 pub use reconcile::{Next, reconcile};
 
@@ -157,33 +157,10 @@ impl Context {
         if let Some(s) = pins.get(&uid) {
             return Ok(s.clone());
         }
-        let set = self.policies.current();
-        // Chosen before this process started (a restart, a new leader):
-        // the same policy, by name, if the set still has it.
-        let recorded = nm.status.as_ref().and_then(|s| s.policy.as_deref());
-        let resumed = recorded.and_then(|r| {
-            let (name, digest) = r.rsplit_once("@sha256:").unwrap_or((r, ""));
-            match set.select(Some(name), None) {
-                Ok(mut s) => {
-                    s.why = format!("recorded in status ({r})");
-                    if !s.policy.digest().starts_with(digest) {
-                        tracing::warn!(logger = "controller", nodeMaintenance = %nm.name_any(), policy = %name, "the policy changed since the maintenance began; its current version decides");
-                    }
-                    Some(s)
-                }
-                Err(_) => {
-                    tracing::warn!(logger = "controller", nodeMaintenance = %nm.name_any(), policy = %name, "the policy the maintenance began with is no longer loaded; choosing again");
-                    None
-                }
-            }
-        });
-        let selected = match resumed {
-            Some(s) => s,
-            None => {
-                let annotation = nm.annotations().get(POLICY_ANNOTATION).map(String::as_str);
-                set.select(annotation, node.map(|n| n.labels()))?
-            }
-        };
+        let selected = self
+            .policies
+            .current()
+            .select_for(nm, node.map(|n| n.labels()))?;
         tracing::info!(
             logger = "controller",
             nodeMaintenance = %nm.name_any(),

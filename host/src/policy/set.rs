@@ -107,6 +107,19 @@ impl Snapshot {
             let bytes = read_capped(&path).map_err(|e| err(format!("cannot read {name}: {e}")))?;
             files.insert(name, bytes);
         }
+        Ok(Self::from_files(files))
+    }
+
+    /// A snapshot of these files (a ConfigMap's keys, say): the `.wasm`
+    /// files and `policies.yaml`; other names are left out, as in a
+    /// directory.
+    pub fn from_files(files: BTreeMap<String, Vec<u8>>) -> Self {
+        let files: BTreeMap<String, Vec<u8>> = files
+            .into_iter()
+            .filter(|(name, _)| {
+                !name.starts_with('.') && (name.ends_with(".wasm") || name == CONFIG_FILE)
+            })
+            .collect();
         let mut h = Sha256::new();
         for (name, bytes) in &files {
             h.update((name.len() as u64).to_le_bytes());
@@ -115,7 +128,7 @@ impl Snapshot {
             h.update(bytes);
         }
         let fingerprint = super::engine::hex(&h.finalize());
-        Ok(Snapshot { files, fingerprint })
+        Snapshot { files, fingerprint }
     }
 }
 
@@ -314,6 +327,36 @@ impl PolicySet {
             return pick(&rule.policy, format!("rule nodeSelector {}", rule.shown));
         }
         pick(&self.default, "default".to_owned())
+    }
+
+    /// Picks the policy for a maintenance as the operator does at its first
+    /// decision: the one recorded in its status (it began under an earlier
+    /// process: a restart, a new leader), by name, if the set still has
+    /// it; else by [`PolicySet::select`].
+    pub fn select_for(
+        &self,
+        nm: &crate::crd::NodeMaintenance,
+        node_labels: Option<&BTreeMap<String, String>>,
+    ) -> Result<Selected> {
+        use kube::ResourceExt;
+        let recorded = nm.status.as_ref().and_then(|s| s.policy.as_deref());
+        if let Some(r) = recorded {
+            let (name, digest) = r.rsplit_once("@sha256:").unwrap_or((r, ""));
+            match self.select(Some(name), None) {
+                Ok(mut s) => {
+                    s.why = format!("recorded in status ({r})");
+                    if !s.policy.digest().starts_with(digest) {
+                        tracing::warn!(logger = "policy", nodeMaintenance = %nm.name_any(), policy = %name, "the policy changed since the maintenance began; its current version decides");
+                    }
+                    return Ok(s);
+                }
+                Err(_) => {
+                    tracing::warn!(logger = "policy", nodeMaintenance = %nm.name_any(), policy = %name, "the policy the maintenance began with is no longer loaded; choosing again");
+                }
+            }
+        }
+        let annotation = nm.annotations().get(POLICY_ANNOTATION).map(String::as_str);
+        self.select(annotation, node_labels)
     }
 
     /// The names of the policies, sorted.

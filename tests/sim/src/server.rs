@@ -302,6 +302,7 @@ async fn handle(
                         resource: target.rt.plural.clone(),
                         subresource: target.subresource.clone().unwrap_or_default(),
                         namespace: target.namespace.clone().unwrap_or_default(),
+                        name: target.name.clone().unwrap_or_default(),
                         user_agent: ua,
                     });
             }

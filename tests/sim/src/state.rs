@@ -146,6 +146,9 @@ pub struct AuditRecord {
     pub resource: String,
     pub subresource: String,
     pub namespace: String,
+    /// The object's name ("" for a list, a watch or a create without one
+    /// in the path).
+    pub name: String,
     pub user_agent: String,
 }
 

@@ -1,0 +1,497 @@
+//! `nmo plan`: what a maintenance of a node would do, before it is
+//! started (or what a running one's policy decides now), without changing
+//! anything in the cluster.
+//!
+//! The plan is the policy's own answer to the records the operator would
+//! build (the same conversion, the same validation), completed with what
+//! the cluster says now: the PodDisruptionBudget covering each eviction
+//! and whether it would refuse it at this moment.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use kube::core::SelectorExt;
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+
+use crate::controller::drain::HOST_MAX_CONCURRENT;
+use crate::crd::{NodeMaintenance, NodeMaintenanceSpec};
+use crate::error::{Error, Result};
+use crate::policy::set::Snapshot;
+use crate::policy::{self, Action, PolicyEngine, PolicySet, Selected};
+
+/// Where the policies come from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A policy directory, read as the operator reads its `--policy-dir`.
+    Dir(PathBuf),
+    /// The operator's policies ConfigMap in the cluster (what a running
+    /// operator has mounted); the embedded default when it does not exist.
+    ConfigMap { namespace: String, name: String },
+    /// One policy file for everything, as the operator's `--policy`.
+    File(PathBuf),
+}
+
+/// The namespace and name of the policies ConfigMap `deploy/` installs.
+pub const DEFAULT_CONFIGMAP: (&str, &str) = (
+    "node-maintenance-operator-system",
+    "node-maintenance-operator-policies",
+);
+
+/// What to plan.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The node (ignored with `maintenance`: the maintenance's node).
+    pub node: Option<String>,
+    /// A NodeMaintenance to plan for, as it is now.
+    pub maintenance: Option<String>,
+    /// A policy of the set to use, by name, instead of the one the
+    /// operator would choose.
+    pub policy: Option<String>,
+    pub source: Source,
+}
+
+/// The plan, as `-o json` and `-o yaml` print it. Field names are stable.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub node: String,
+    /// The maintenance planned for, when one was named.
+    pub maintenance: Option<MaintenanceInfo>,
+    pub policy: PolicyInfo,
+    /// How long one drain attempt may take, in seconds.
+    pub attempt_timeout_seconds: f64,
+    /// Removals in flight at once: the policy's limit, capped by the host.
+    pub max_concurrent_removals: u32,
+    /// The policy's own limit, if it sets one.
+    pub policy_concurrency_limit: Option<u32>,
+    /// Whether a maintenance may start now. This operator's contract has
+    /// no admission decision: every maintenance starts at once.
+    pub admission: String,
+    /// Every pod on the node, in the order the drain handles them (by
+    /// wave, then as listed).
+    pub pods: Vec<PodPlan>,
+    pub summary: Summary,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceInfo {
+    pub name: String,
+    pub phase: Option<String>,
+    pub pending_pods: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyInfo {
+    /// The name in the set (`builtin` for the embedded default).
+    pub name: String,
+    /// SHA-256 of the policy file, hex.
+    pub digest: String,
+    /// Why this one: `annotation …`, `rule nodeSelector …`, `default`,
+    /// `recorded in status (…)`, or `--policy`.
+    pub chosen_by: String,
+    /// Where the set came from.
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPlan {
+    pub namespace: String,
+    pub name: String,
+    /// The drain handles waves in order: a wave starts when the one
+    /// before it is gone.
+    pub wave: u32,
+    /// `evict`, `delete`, `skip` or `block`.
+    pub action: String,
+    /// For evict and delete: the grace period the pod gets (the policy's,
+    /// else the pod's own; `null`: the API's default of 30 s).
+    pub grace_period_seconds: Option<i64>,
+    /// For skip and block: the policy's reason.
+    pub reason: Option<String>,
+    /// For an eviction: the PodDisruptionBudgets covering the pod.
+    pub pdbs: Vec<PdbInfo>,
+    /// An eviction the API server would refuse at this moment (a budget
+    /// allowing no disruption, or more than one budget).
+    pub refused_now: bool,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PdbInfo {
+    pub name: String,
+    pub disruptions_allowed: i32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    pub evict: usize,
+    pub delete: usize,
+    pub skip: usize,
+    pub block: usize,
+    pub refused_now: usize,
+    pub waves: usize,
+}
+
+/// Makes the plan: reads the node, its pods, their budgets and the
+/// policies; asks the policy; changes nothing.
+pub async fn plan(client: &Client, engine: &PolicyEngine, request: &Request) -> Result<Report> {
+    let maintenance = match &request.maintenance {
+        Some(name) => Some(
+            Api::<NodeMaintenance>::all(client.clone())
+                .get(name)
+                .await
+                .map_err(Error::kube("reading the NodeMaintenance"))?,
+        ),
+        None => None,
+    };
+    let node_name = match (&maintenance, &request.node) {
+        (Some(nm), _) => nm.spec.node_name.clone(),
+        (None, Some(node)) => node.clone(),
+        (None, None) => return Err(Error::Config("name a node or a maintenance".into())),
+    };
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .map_err(Error::kube("reading the node"))?;
+    let pods = Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node_name}")))
+        .await
+        .map_err(Error::kube("listing the node's pods"))?
+        .items;
+    let (set, source) = load_set(client, engine, &request.source).await?;
+    // A maintenance not created yet is planned as the one `kubectl nm
+    // start` would create.
+    let nm = maintenance.clone().unwrap_or_else(|| {
+        NodeMaintenance::new(
+            &node_name,
+            NodeMaintenanceSpec {
+                node_name: node_name.clone(),
+                reason: None,
+            },
+        )
+    });
+    let selected = match &request.policy {
+        Some(name) => {
+            let mut s = set.select(Some(name), None)?;
+            s.why = "--policy".into();
+            s
+        }
+        None => set.select_for(&nm, Some(node.labels()))?,
+    };
+    let plan = decide(&selected, &nm, &node, &pods).await?;
+    let budgets = budgets(client, &pods).await?;
+    Ok(report(
+        &node_name,
+        maintenance.as_ref(),
+        &selected,
+        source,
+        &plan,
+        &pods,
+        &budgets,
+    ))
+}
+
+/// Loads the policy set, saying where from.
+async fn load_set(
+    client: &Client,
+    engine: &PolicyEngine,
+    source: &Source,
+) -> Result<(PolicySet, String)> {
+    match source {
+        Source::Dir(dir) => {
+            let snap = Snapshot::read(dir)?;
+            let set = PolicySet::load(engine, &snap, None)?;
+            Ok((set, format!("policy directory {}", dir.display())))
+        }
+        Source::File(path) => {
+            let policy = engine.load_file(path)?;
+            Ok((
+                PolicySet::single(policy),
+                format!("policy file {}", path.display()),
+            ))
+        }
+        Source::ConfigMap { namespace, name } => {
+            let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+                .get_opt(name)
+                .await
+                .map_err(Error::kube("reading the policies ConfigMap"))?;
+            let Some(cm) = cm else {
+                let set = PolicySet::builtin(engine, None)?;
+                return Ok((
+                    set,
+                    format!("embedded default (no ConfigMap {namespace}/{name})"),
+                ));
+            };
+            let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+            for (k, v) in cm.binary_data.unwrap_or_default() {
+                files.insert(k, v.0);
+            }
+            for (k, v) in cm.data.unwrap_or_default() {
+                files.insert(k, v.into_bytes());
+            }
+            let set = PolicySet::load(engine, &Snapshot::from_files(files), None)?;
+            Ok((set, format!("ConfigMap {namespace}/{name}")))
+        }
+    }
+}
+
+/// The policy's plan, on the blocking pool (a decision blocks its thread).
+async fn decide(
+    selected: &Selected,
+    nm: &NodeMaintenance,
+    node: &Node,
+    pods: &[Pod],
+) -> Result<policy::Plan> {
+    let record = policy::convert::maintenance(nm, 1, Timestamp::now());
+    let (p, node, pods) = (selected.policy.clone(), node.clone(), pods.to_vec());
+    tokio::task::spawn_blocking(move || p.plan_drain_k8s(&record, &node, &pods))
+        .await
+        .map_err(|source| Error::Task {
+            what: "the policy's plan-drain call",
+            source,
+        })?
+        .map_err(Error::from)
+}
+
+/// The PodDisruptionBudgets of the namespaces the pods are in.
+async fn budgets(
+    client: &Client,
+    pods: &[Pod],
+) -> Result<BTreeMap<String, Vec<PodDisruptionBudget>>> {
+    let mut by_namespace = BTreeMap::new();
+    for ns in pods.iter().filter_map(|p| p.namespace()) {
+        if by_namespace.contains_key(&ns) {
+            continue;
+        }
+        let list = Api::<PodDisruptionBudget>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .map_err(Error::kube("listing PodDisruptionBudgets"))?;
+        by_namespace.insert(ns, list.items);
+    }
+    Ok(by_namespace)
+}
+
+/// The budgets whose selector picks `pod` (a budget without a selector
+/// picks none; an empty one picks every pod of its namespace, as in
+/// policy/v1).
+fn covering(pod: &Pod, budgets: &[PodDisruptionBudget]) -> Vec<PdbInfo> {
+    let labels = pod.labels();
+    budgets
+        .iter()
+        .filter(|b| {
+            b.spec
+                .as_ref()
+                .and_then(|s| s.selector.clone())
+                .and_then(|sel| kube::core::Selector::try_from(sel).ok())
+                .is_some_and(|sel| sel.matches(labels))
+        })
+        .map(|b| PdbInfo {
+            name: b.name_any(),
+            disruptions_allowed: b.status.as_ref().map_or(0, |s| s.disruptions_allowed),
+        })
+        .collect()
+}
+
+fn report(
+    node: &str,
+    maintenance: Option<&NodeMaintenance>,
+    selected: &Selected,
+    source: String,
+    plan: &policy::Plan,
+    pods: &[Pod],
+    budgets: &BTreeMap<String, Vec<PodDisruptionBudget>>,
+) -> Report {
+    let mut summary = Summary::default();
+    let mut waves = std::collections::BTreeSet::new();
+    let pod_plans: Vec<PodPlan> = plan
+        .steps
+        .iter()
+        .map(|step| {
+            let pod = &pods[step.pod];
+            waves.insert(step.order);
+            let own_grace = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds);
+            let (action, grace, reason) = match &step.action {
+                Action::Evict {
+                    grace_period_seconds,
+                } => ("evict", grace_period_seconds.or(own_grace), None),
+                Action::Delete {
+                    grace_period_seconds,
+                } => ("delete", grace_period_seconds.or(own_grace), None),
+                Action::Skip { reason } => ("skip", None, Some(reason.clone())),
+                Action::Block { reason } => ("block", None, Some(reason.clone())),
+            };
+            let pdbs = if action == "evict" {
+                covering(
+                    pod,
+                    budgets
+                        .get(&step.namespace)
+                        .map(Vec::as_slice)
+                        .unwrap_or_default(),
+                )
+            } else {
+                Vec::new()
+            };
+            let refused_now = pdbs.len() > 1 || pdbs.iter().any(|p| p.disruptions_allowed <= 0);
+            match action {
+                "evict" => summary.evict += 1,
+                "delete" => summary.delete += 1,
+                "skip" => summary.skip += 1,
+                _ => summary.block += 1,
+            }
+            summary.refused_now += usize::from(refused_now);
+            PodPlan {
+                namespace: step.namespace.clone(),
+                name: step.name.clone(),
+                wave: step.order,
+                action: action.to_owned(),
+                grace_period_seconds: grace,
+                reason,
+                pdbs,
+                refused_now,
+            }
+        })
+        .collect();
+    summary.waves = waves.len();
+    let limit = plan.max_concurrent_evictions.map(|n| n.get());
+    Report {
+        node: node.to_owned(),
+        maintenance: maintenance.map(|nm| {
+            let status = nm.status.clone().unwrap_or_default();
+            MaintenanceInfo {
+                name: nm.name_any(),
+                phase: status.phase.map(|p| p.as_str().to_owned()),
+                pending_pods: status.pending_pods.unwrap_or_default(),
+            }
+        }),
+        policy: PolicyInfo {
+            name: selected.name.clone(),
+            digest: selected.policy.digest().to_owned(),
+            chosen_by: selected.why.clone(),
+            source,
+        },
+        attempt_timeout_seconds: plan.attempt_timeout.as_secs_f64(),
+        max_concurrent_removals: limit.map_or(HOST_MAX_CONCURRENT as u32, |n| {
+            n.min(HOST_MAX_CONCURRENT as u32)
+        }),
+        policy_concurrency_limit: limit,
+        admission: "admitted: every maintenance starts at once".into(),
+        pods: pod_plans,
+        summary,
+    }
+}
+
+impl Report {
+    /// The table `nmo plan` prints by default.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let _ = writeln!(out, "Node:        {}", self.node);
+        if let Some(m) = &self.maintenance {
+            let _ = writeln!(
+                out,
+                "Maintenance: {} ({}, {} pod(s) pending)",
+                m.name,
+                m.phase.as_deref().unwrap_or("not started"),
+                m.pending_pods.len()
+            );
+        }
+        let _ = writeln!(
+            out,
+            "Policy:      {} (sha256 {}), chosen by {}; from {}",
+            self.policy.name,
+            &self.policy.digest[..self.policy.digest.len().min(12)],
+            self.policy.chosen_by,
+            self.policy.source
+        );
+        let _ = writeln!(
+            out,
+            "Attempt:     {} per attempt, {} removal(s) at once{}",
+            crate::text::duration(std::time::Duration::from_secs_f64(
+                self.attempt_timeout_seconds
+            )),
+            self.max_concurrent_removals,
+            if self.policy_concurrency_limit.is_some() {
+                " (the policy's limit)"
+            } else {
+                " (no policy limit)"
+            }
+        );
+        let _ = writeln!(out, "Admission:   {}", self.admission);
+        let s = &self.summary;
+        let _ = writeln!(
+            out,
+            "Summary:     {} evict, {} delete, {} skip, {} block, in {} wave(s); {} eviction(s) a budget would refuse now\n",
+            s.evict, s.delete, s.skip, s.block, s.waves, s.refused_now
+        );
+        let rows: Vec<[String; 7]> = self
+            .pods
+            .iter()
+            .map(|p| {
+                let pdb = p
+                    .pdbs
+                    .iter()
+                    .map(|b| format!("{} (allows {})", b.name, b.disruptions_allowed))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let mut note = p.reason.clone().unwrap_or_default();
+                if p.refused_now {
+                    note = if p.pdbs.len() > 1 {
+                        "refused now: more than one budget covers it".into()
+                    } else {
+                        "refused now: its budget allows no disruption".into()
+                    };
+                }
+                [
+                    p.wave.to_string(),
+                    p.namespace.clone(),
+                    p.name.clone(),
+                    p.action.clone(),
+                    p.grace_period_seconds
+                        .map_or_else(|| "-".into(), |g| format!("{g}s")),
+                    if pdb.is_empty() { "-".into() } else { pdb },
+                    crate::text::clean(&note, 200),
+                ]
+            })
+            .collect();
+        let header = [
+            "WAVE",
+            "NAMESPACE",
+            "POD",
+            "ACTION",
+            "GRACE",
+            "PDB",
+            "REASON / NOTE",
+        ]
+        .map(String::from);
+        let widths: Vec<usize> = (0..7)
+            .map(|i| {
+                rows.iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([header[i].len()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        for row in std::iter::once(&header).chain(rows.iter()) {
+            let line: Vec<String> = row
+                .iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect();
+            let _ = writeln!(out, "{}", line.join("  ").trim_end());
+        }
+        out
+    }
+}

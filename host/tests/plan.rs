@@ -1,0 +1,428 @@
+//! `nmo plan` tells the truth: for the default policy and every example
+//! policy, the plan names the pods, actions and wave order the operator
+//! then carries out (seen in the simulated API server's audit log, by the
+//! operator's User-Agent); a pod the plan flags as refused by a budget is
+//! the one that holds the drain up; and `kubectl nm` works as a kubectl
+//! plugin.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use kube::Api;
+use nmo::crd::MaintenancePhase;
+use nmo::plan::{Report, Request, Source};
+use nmo::policy::PolicyEngine;
+
+/// Beside the shared workload on worker-1 (web behind a PDB, a DaemonSet
+/// pod, a bare pod, a pod with emptyDir): a StatefulSet's two members, and
+/// pods that opt out of the drain.
+const MORE: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec: {nodeSelector: {kubernetes.io/hostname: worker-1}, containers: [{name: db, image: db}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: cache, namespace: default, annotations: {nmo.medik8s.io/drain: skip}}
+spec: {nodeName: worker-1, containers: [{name: c, image: cache}]}
+"#;
+
+/// The policy directory `deploy/policies` (the shipped ConfigMap's files).
+fn shipped_policies() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/policies")
+}
+
+fn policy_file(stem: &str) -> PathBuf {
+    std::path::Path::new(env!("NMO_POLICY_WASM_DIR")).join(format!("nmo_policy_{stem}.wasm"))
+}
+
+async fn plan_with(env: &Env, policy: &PathBuf) -> Report {
+    let engine = PolicyEngine::new(Default::default()).unwrap();
+    nmo::plan::plan(
+        &env.client,
+        &engine,
+        &Request {
+            node: Some("worker-1".into()),
+            maintenance: None,
+            policy: None,
+            source: Source::File(policy.clone()),
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The operator's pod removals so far, in order: (verb, pod name).
+fn removals(env: &Env) -> Vec<(String, String)> {
+    env.cluster
+        .audit()
+        .into_iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT && r.resource == "pods")
+        .filter(|r| {
+            (r.verb == "create" && r.subresource == "eviction")
+                || (r.verb == "delete" && r.subresource.is_empty())
+        })
+        .map(|r| {
+            let verb = if r.verb == "create" {
+                "evict"
+            } else {
+                "delete"
+            };
+            (verb.to_owned(), r.name)
+        })
+        .collect()
+}
+
+async fn workload_ready(env: &Env) {
+    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    env.cluster.apply_yaml(MORE).unwrap();
+    wait_until(
+        "the workload on worker-1",
+        Duration::from_secs(20),
+        || async {
+            let pods = env.pods_on("worker-1").await;
+            let has = |prefix: &str| {
+                pods.iter()
+                    .any(|p| p.metadata.name.as_deref().unwrap_or("").starts_with(prefix))
+            };
+            has("db-0") && has("db-1") && has("agent-") && has("bare") && has("cache")
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_is_what_the_operator_then_does_for_every_shipped_policy() {
+    for stem in [
+        "default",
+        "never_force",
+        "stateful_last",
+        "opt_out",
+        "give_up",
+    ] {
+        let policy = policy_file(stem);
+        let env = Env::start_with(3, Some(&format!("nmo_policy_{stem}.wasm"))).await;
+        workload_ready(&env).await;
+        let report = plan_with(&env, &policy).await;
+        assert_eq!(
+            report.pods.len(),
+            env.pods_on("worker-1").await.len(),
+            "{stem}"
+        );
+        let planned: BTreeMap<String, (String, u32)> = report
+            .pods
+            .iter()
+            .map(|p| (p.name.clone(), (p.action.clone(), p.wave)))
+            .collect();
+
+        env.cluster.record_audit(true);
+        env.create_nm("nm-1", "worker-1").await;
+        let removed: BTreeSet<String> = planned
+            .iter()
+            .filter(|(_, (a, _))| a == "evict" || a == "delete")
+            .map(|(n, _)| n.clone())
+            .collect();
+        // Every pod the plan removes leaves the node (the PDB lets the web
+        // pod go once its replacement runs elsewhere).
+        wait_until(
+            &format!("{stem}: the planned removals done"),
+            Duration::from_secs(30),
+            || async {
+                let left: BTreeSet<String> = env
+                    .pods_on("worker-1")
+                    .await
+                    .into_iter()
+                    .filter_map(|p| p.metadata.name)
+                    .collect();
+                removed.iter().all(|n| !left.contains(n))
+            },
+        )
+        .await;
+        let done = removals(&env);
+        // The same pods, with the same action each...
+        let acted: BTreeSet<(String, String)> =
+            done.iter().map(|(v, n)| (n.clone(), v.clone())).collect();
+        let expected: BTreeSet<(String, String)> = planned
+            .iter()
+            .filter(|(n, _)| removed.contains(*n))
+            .map(|(n, (a, _))| (n.clone(), a.clone()))
+            .collect();
+        assert_eq!(acted, expected, "{stem}: {done:?}\n{}", report.table());
+        // ...nothing the plan skips or blocks is touched...
+        for (name, (action, _)) in &planned {
+            if action == "skip" || action == "block" {
+                assert!(
+                    env.pods_on("worker-1")
+                        .await
+                        .iter()
+                        .any(|p| p.metadata.name.as_deref() == Some(name)),
+                    "{stem}: {name} ({action}) must stay"
+                );
+            }
+        }
+        // ...and the waves in order: every request for a wave comes before
+        // any for a later one.
+        let wave_of = |name: &str| planned[name].1;
+        for (i, (_, a)) in done.iter().enumerate() {
+            for (_, b) in &done[i + 1..] {
+                assert!(
+                    wave_of(a) <= wave_of(b),
+                    "{stem}: {a} (wave {}) acted on after {b} (wave {})",
+                    wave_of(a),
+                    wave_of(b)
+                );
+            }
+        }
+        if report.summary.block == 0 {
+            env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+        } else {
+            let s = env.nms().get("nm-1").await.unwrap().status.unwrap();
+            assert_ne!(s.phase, Some(MaintenancePhase::Succeeded), "{stem}");
+        }
+        env.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_the_plan_flags_as_refused_is_the_one_that_holds_the_drain() {
+    // The operator and the plan read the same policy directory (the one
+    // deploy/ ships), as a plan reads the operator's ConfigMap.
+    let policies = shipped_policies();
+    let store = nmo::policy::PolicyStore::from_dir(
+        PolicyEngine::new(Default::default()).unwrap(),
+        &policies,
+        None,
+    )
+    .unwrap();
+    let env = Env::start_store(3, store).await;
+    // Three web replicas, a budget that wants all three.
+    env.cluster
+        .apply_yaml(&WORKLOAD.replace("minAvailable: 2", "minAvailable: 3"))
+        .unwrap();
+    let node = web_node(&env, 3).await;
+    let engine = PolicyEngine::new(Default::default()).unwrap();
+    let request = Request {
+        node: Some(node.clone()),
+        maintenance: None,
+        policy: None,
+        source: Source::Dir(policies.clone()),
+    };
+    // The budget's status is kept by the simulated controller: wait until
+    // it has counted the three replicas.
+    let started = std::time::Instant::now();
+    let report = loop {
+        let report = nmo::plan::plan(&env.client, &engine, &request)
+            .await
+            .unwrap();
+        if report.summary.refused_now > 0 {
+            break report;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the budget never counted: {}",
+            report.table()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(report.policy.name, "default", "{report:?}");
+    assert!(
+        report.policy.source.contains("policy directory"),
+        "{report:?}"
+    );
+    // Every web pod on the node, and only they, would be refused now.
+    let mut refused: Vec<String> = report
+        .pods
+        .iter()
+        .filter(|p| p.refused_now)
+        .map(|p| p.name.clone())
+        .collect();
+    refused.sort();
+    let mut webs: Vec<String> = env
+        .pods_on(&node)
+        .await
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .filter(|n| n.starts_with("web-"))
+        .collect();
+    webs.sort();
+    assert!(!webs.is_empty());
+    assert_eq!(refused, webs, "{}", report.table());
+    assert!(
+        report
+            .table()
+            .contains("refused now: its budget allows no disruption")
+    );
+    for web in &webs {
+        let pdb = &report.pods.iter().find(|p| &p.name == web).unwrap().pdbs;
+        assert_eq!(pdb.len(), 1);
+        assert_eq!(
+            (pdb[0].name.as_str(), pdb[0].disruptions_allowed),
+            ("web", 0)
+        );
+    }
+
+    // The drain is held up by exactly those pods.
+    env.create_nm("nm-1", &node).await;
+    let s = env
+        .wait_status("nm-1", "held up by the budget", |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("web-") && e.contains("disruption budget"))
+                && s.pending_pods
+                    .as_ref()
+                    .is_some_and(|p| p.len() == webs.len())
+        })
+        .await;
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    let mut pending = s.pending_pods.unwrap_or_default();
+    pending.sort();
+    assert_eq!(pending, webs);
+
+    // The same plan for the running maintenance: its recorded policy, the
+    // pods still pending.
+    let running = nmo::plan::plan(
+        &env.client,
+        &engine,
+        &Request {
+            node: None,
+            maintenance: Some("nm-1".into()),
+            policy: None,
+            source: Source::Dir(policies.clone()),
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        running.policy.chosen_by.starts_with("recorded in status"),
+        "{running:?}"
+    );
+    let m = running.maintenance.as_ref().unwrap();
+    assert_eq!(m.phase.as_deref(), Some("Running"));
+    let mut pending = m.pending_pods.clone();
+    pending.sort();
+    assert_eq!(pending, webs);
+    assert!(
+        running
+            .pods
+            .iter()
+            .filter(|p| p.name.starts_with("web-"))
+            .all(|p| p.refused_now)
+    );
+    env.stop().await;
+}
+
+/// Runs the binary as the kubectl plugin, through the real kubectl.
+async fn kubectl_nm(
+    bin_dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+) -> (bool, String) {
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = tokio::process::Command::new("kubectl")
+        .arg("nm")
+        .args(args)
+        .env("PATH", path)
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .await
+        .expect("kubectl runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_nm_plans_starts_shows_and_stops_a_maintenance() {
+    let env = Env::start(2).await;
+    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nmo"), tmp.path().join("kubectl-nm")).unwrap();
+    let kubeconfig = tmp.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, env.cluster.kubeconfig()).unwrap();
+    let bin = tmp.path();
+
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["plan", "worker-1", "-o", "json"]).await;
+    assert!(ok, "{out}");
+    let plan: serde_json::Value = serde_json::from_str(&out).expect("-o json is JSON");
+    assert_eq!(plan["node"], "worker-1");
+    assert_eq!(plan["policy"]["name"], "builtin");
+    assert!(
+        plan["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "bare" && p["action"] == "evict")
+    );
+    let (ok, out) = kubectl_nm(
+        bin,
+        &kubeconfig,
+        &[
+            "plan",
+            "worker-1",
+            "--policy",
+            &policy_file("never_force").display().to_string(),
+        ],
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert!(out.contains("bare") && out.contains("block"), "{out}");
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["plan", "no-such-node"]).await;
+    assert!(!ok && out.contains("not found"), "{out}");
+
+    let (ok, out) = kubectl_nm(
+        bin,
+        &kubeconfig,
+        &["start", "worker-1", "--reason", "kernel update"],
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("nodemaintenance.nodemaintenance.medik8s.io/worker-1 created"),
+        "{out}"
+    );
+    env.wait_phase("worker-1", MaintenancePhase::Succeeded)
+        .await;
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["status"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("worker-1") && out.contains("Succeeded") && out.contains("100%"),
+        "{out}"
+    );
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["status", "-o", "json"]).await;
+    assert!(ok, "{out}");
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status[0]["phase"], "Succeeded");
+    assert_eq!(status[0]["drainProgress"], 100);
+
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["stop", "worker-1"]).await;
+    assert!(ok, "{out}");
+    env.wait_gone("worker-1").await;
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["stop", "worker-1"]).await;
+    assert!(!ok && out.contains("has no NodeMaintenance"), "{out}");
+    let nms: Api<nmo::crd::NodeMaintenance> = Api::all(env.client.clone());
+    assert!(
+        nms.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    env.stop().await;
+}
