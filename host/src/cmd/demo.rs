@@ -331,8 +331,11 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     if opts.keep_running {
         let path = std::env::temp_dir().join("nmo-demo.kubeconfig");
         cluster.write_kubeconfig(&path)?;
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "nmo".into());
         println!(
-            "== cluster left running: kubectl --kubeconfig {} get nm,nodes,pods -A   (Ctrl-C to stop)",
+            "== cluster left running (Ctrl-C to stop). Try:\n   export KUBECONFIG={}\n   kubectl get nm,nodes,pods -A\n   ln -sf {exe} /usr/local/bin/kubectl-nm   # the kubectl plugin, once\n   kubectl nm plan worker-2   # what a maintenance of worker-2 would do\n   kubectl nm status",
             path.display()
         );
         tokio::signal::ctrl_c().await?;
