@@ -46,7 +46,7 @@ fn policy_file(stem: &str) -> PathBuf {
     std::path::Path::new(env!("NMO_POLICY_WASM_DIR")).join(format!("nmo_policy_{stem}.wasm"))
 }
 
-async fn plan_with(env: &Env, policy: &PathBuf) -> Report {
+async fn plan_with(env: &Env, policy: &std::path::Path) -> Report {
     let engine = PolicyEngine::new(Default::default()).unwrap();
     nmo::plan::plan(
         &env.client,
@@ -55,7 +55,7 @@ async fn plan_with(env: &Env, policy: &PathBuf) -> Report {
             node: Some("worker-1".into()),
             maintenance: None,
             policy: None,
-            source: Source::File(policy.clone()),
+            source: Source::File(policy.to_path_buf()),
         },
     )
     .await
