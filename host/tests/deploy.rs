@@ -37,25 +37,122 @@ const THIRD_PARTY: &[(&str, &str, &str)] = &[
     ("monitoring.coreos.com", "PrometheusRule", "prometheusrules"),
 ];
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_rendered_manifests_apply_and_the_args_are_accepted() {
-    let docs = render("default");
-    let kinds: BTreeSet<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+/// The overlays a user applies.
+const OVERLAYS: [&str; 4] = [
+    "default",
+    "with-prometheus",
+    "no-cert-manager",
+    "metrics-secure",
+];
+
+#[test]
+fn the_overlays_hold_what_they_promise() {
+    let kinds = |overlay: &str| -> BTreeSet<String> {
+        render(overlay)
+            .iter()
+            .filter_map(|d| d["kind"].as_str().map(str::to_owned))
+            .collect()
+    };
+    let default = kinds("default");
     for k in [
         "CustomResourceDefinition",
         "Deployment",
         "ClusterRole",
         "ValidatingWebhookConfiguration",
-        "ServiceMonitor",
-        "PrometheusRule",
         "Certificate",
     ] {
-        assert!(kinds.contains(k), "{k} missing from deploy/default");
+        assert!(default.contains(k), "{k} missing from deploy/default");
     }
-    render("no-cert-manager");
+    // The Prometheus Operator's objects are an optional component.
+    assert!(!default.contains("ServiceMonitor"));
+    for overlay in ["with-prometheus", "metrics-secure"] {
+        let docs = render(overlay);
+        for (kind, name) in [
+            (
+                "ServiceMonitor",
+                "node-maintenance-operator-controller-manager-metrics-monitor",
+            ),
+            ("PrometheusRule", "node-maintenance-operator-alerts"),
+        ] {
+            assert!(
+                docs.iter().any(|d| d["kind"] == kind
+                    && d["metadata"]["name"] == name
+                    && d["metadata"]["namespace"] == "node-maintenance-operator-system"),
+                "{overlay}: {kind} {name}"
+            );
+        }
+    }
+    // No name carries the prefix twice.
+    for overlay in OVERLAYS {
+        for d in render(overlay) {
+            let name = d["metadata"]["name"].as_str().unwrap_or_default();
+            assert!(
+                !name.contains("node-maintenance-operator-node-maintenance-operator"),
+                "{overlay}: {name}"
+            );
+        }
+    }
+    // Without cert-manager, no webhook is registered (one that cannot
+    // answer would refuse every NodeMaintenance).
+    let bare = kinds("no-cert-manager");
+    assert!(!bare.contains("ValidatingWebhookConfiguration"));
+    assert!(!bare.contains("Certificate"));
+}
 
-    let c = SimCluster::start(SimOptions::default()).await.unwrap();
-    for (group, kind, plural) in THIRD_PARTY {
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn kubectl(kc: &std::path::Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).await.unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().await.unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// Applies `overlay` to a simulated cluster that has only the CRDs it
+/// needs, runs the operator with its Deployment's args and env (ports on
+/// loopback, the policies ConfigMap's files as the policy directory, the
+/// webhook wired as cert-manager's CA injector would), and takes one
+/// maintenance through it.
+async fn one_maintenance_through(overlay: &str) {
+    let mut docs = render(overlay);
+    let kinds: BTreeSet<String> = docs
+        .iter()
+        .filter_map(|d| d["kind"].as_str().map(str::to_owned))
+        .collect();
+    let c = SimCluster::start(SimOptions {
+        time_scale: 20.0,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    for (group, kind, plural) in THIRD_PARTY.iter().filter(|t| kinds.contains(t.1)) {
         c.create(json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": format!("{plural}.{group}")},
             "spec": {"group": group, "scope": "Namespaced",
@@ -64,65 +161,207 @@ async fn the_rendered_manifests_apply_and_the_args_are_accepted() {
                                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}))
             .unwrap();
     }
+    for n in ["worker-1", "worker-2"] {
+        c.add_node(n).unwrap();
+    }
+    c.create(common::bare("app", "worker-1", json!({}), 30))
+        .unwrap();
+    // The webhook's certificate and caBundle, as cert-manager would issue
+    // and inject them; the Service's port is where this test serves it.
+    // Without cert-manager there is no certificate: none is made here.
+    let (certs, ca) = common::webhook_cert();
+    let with_cert_manager = kinds.contains("Certificate");
+    if !with_cert_manager {
+        std::fs::remove_file(certs.path().join("tls.crt")).unwrap();
+        std::fs::remove_file(certs.path().join("tls.key")).unwrap();
+    }
+    let webhook_port = free_port();
+    let registered = kinds.contains("ValidatingWebhookConfiguration");
+    for d in docs
+        .iter_mut()
+        .filter(|d| with_cert_manager && d["kind"] == "ValidatingWebhookConfiguration")
+    {
+        for hook in d["webhooks"].as_array_mut().unwrap() {
+            hook["clientConfig"]["caBundle"] = json!(ca);
+            hook["clientConfig"]["service"]["port"] = json!(webhook_port);
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kc");
     c.write_kubeconfig(&kc).unwrap();
-    let rendered = dir.path().join("all.yaml");
-    std::fs::write(
-        &rendered,
-        docs.iter()
-            .map(|d| serde_yaml::to_string(d).unwrap())
-            .collect::<Vec<_>>()
-            .join("---\n"),
-    )
-    .unwrap();
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        // Server-side: the policies ConfigMap is too big for client-side
-        // apply's last-applied annotation (256 KiB), on a real API server
-        // as on the simulated one.
-        .args(["apply", "--server-side", "-f"])
-        .arg(&rendered)
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "apply: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let rendered = docs
+        .iter()
+        .map(|d| serde_yaml::to_string(d).unwrap())
+        .collect::<Vec<_>>()
+        .join("---\n");
+    // Server-side: the policies ConfigMap is too big for client-side
+    // apply's last-applied annotation (256 KiB), on a real API server as
+    // on the simulated one.
+    let (ok, out) = kubectl(&kc, &["apply", "--server-side", "-f", "-"], Some(&rendered)).await;
+    assert!(ok, "{overlay}: apply: {out}");
+
+    let ns = "node-maintenance-operator-system";
     let deployment = c
         .get(
             "apps/v1",
             "Deployment",
-            Some("node-maintenance-operator-system"),
+            Some(ns),
             "node-maintenance-operator-controller-manager",
         )
         .unwrap();
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // The policies ConfigMap, as the kubelet mounts it.
+    let cm = c
+        .get(
+            "v1",
+            "ConfigMap",
+            Some(ns),
+            "node-maintenance-operator-policies",
+        )
+        .unwrap();
+    let policy_dir = dir.path().join("policies");
+    std::fs::create_dir(&policy_dir).unwrap();
+    for (name, value) in cm["binaryData"].as_object().into_iter().flatten() {
+        let bytes = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            value
+                .as_str()
+                .unwrap()
+                .split_whitespace()
+                .collect::<String>(),
+        )
+        .unwrap();
+        std::fs::write(policy_dir.join(name), bytes).unwrap();
+    }
+    for (name, value) in cm["data"].as_object().into_iter().flatten() {
+        std::fs::write(policy_dir.join(name), value.as_str().unwrap()).unwrap();
+    }
+    let probe_port = free_port();
     let args: Vec<String> = container["args"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| a.as_str().unwrap().to_owned())
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            let flag = a.split('=').next().unwrap_or(a);
+            match flag {
+                "--policy-dir" => format!("--policy-dir={}", policy_dir.display()),
+                "--policy-cache-dir" => "--policy-cache-dir=".into(),
+                "--metrics-bind-address" => "--metrics-bind-address=0".into(),
+                "--health-probe-bind-address" => {
+                    format!("--health-probe-bind-address=127.0.0.1:{probe_port}")
+                }
+                "--webhook-bind-address" => {
+                    format!("--webhook-bind-address=127.0.0.1:{webhook_port}")
+                }
+                "--webhook-cert-dir" => format!("--webhook-cert-dir={}", certs.path().display()),
+                _ => a.to_owned(),
+            }
+        })
         .collect();
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"));
+    operator
         .args(&args)
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(
-        help.status.success(),
-        "nmo refuses the Deployment's args {args:?}: {}",
-        String::from_utf8_lossy(&help.stderr)
-    );
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", &kc)
+        .env("HOSTNAME", "nmo-deploy-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true);
+    // The Deployment's env: literal values as given, the downward API's
+    // namespace as the kubelet fills it.
+    for e in container["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap();
+        if let Some(v) = e["value"].as_str() {
+            operator.env(name, v);
+        } else if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace" {
+            operator.env(name, ns);
+        }
+    }
+    let mut operator = operator.spawn().unwrap();
+    common::wait_until(
+        &format!("{overlay}: ready"),
+        Duration::from_secs(60),
+        || async {
+            tokio::net::TcpStream::connect(("127.0.0.1", probe_port))
+                .await
+                .is_ok()
+                && reqwest_like_ready(probe_port).await
+        },
+    )
+    .await;
+
+    let nm = |name: &str| {
+        format!(
+            "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata: {{name: {name}}}\nspec: {{nodeName: worker-1, reason: deploy test}}\n"
+        )
+    };
+    let (ok, out) = kubectl(&kc, &["create", "-f", "-"], Some(&nm("nm-1"))).await;
+    assert!(ok, "{overlay}: {out}");
+    if registered {
+        // The webhook answers (as the operator's): a second maintenance
+        // for the node is refused.
+        let (ok, out) = kubectl(&kc, &["create", "-f", "-"], Some(&nm("nm-2"))).await;
+        assert!(
+            !ok && out.contains("denied the request"),
+            "{overlay}: {out}"
+        );
+    }
+    let started = Instant::now();
+    while c
+        .get(
+            "nodemaintenance.medik8s.io/v1beta1",
+            "NodeMaintenance",
+            None,
+            "nm-1",
+        )
+        .unwrap()["status"]["phase"]
+        != "Succeeded"
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{overlay}: nm-1 did not succeed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (ok, out) = kubectl(
+        &kc,
+        &["delete", "nm", "nm-1", "--wait=true", "--timeout=60s"],
+        None,
+    )
+    .await;
+    assert!(ok, "{overlay}: {out}");
+    let node = c.get("v1", "Node", None, "worker-1").unwrap();
+    assert_ne!(node["spec"]["unschedulable"], true, "{overlay}: restored");
+    operator.kill().await.unwrap();
     c.stop().await;
+}
+
+/// `GET /readyz` answers 200.
+async fn reqwest_like_ready(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out.starts_with("HTTP/1.1 200")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_overlay_works_as_applied() {
+    for overlay in OVERLAYS {
+        one_maintenance_through(overlay).await;
+    }
 }
 
 /// Whether `rules` allow `verb` on `group`/`resource`.

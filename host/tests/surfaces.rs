@@ -246,20 +246,6 @@ async fn phase_gauges_and_readiness_follow_the_controller() {
     env.stop().await;
 }
 
-/// A webhook certificate for 127.0.0.1 in a temp dir; returns the dir and
-/// the caBundle.
-fn webhook_cert() -> (tempfile::TempDir, String) {
-    let cert =
-        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("tls.crt"), cert.cert.pem()).unwrap();
-    std::fs::write(dir.path().join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
-    (
-        dir,
-        base64::engine::general_purpose::STANDARD.encode(cert.cert.pem()),
-    )
-}
-
 async fn kubectl(
     env: &Env,
     dir: &std::path::Path,

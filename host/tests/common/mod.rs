@@ -418,3 +418,17 @@ pub fn policy_calls(metrics: &nmo::metrics::Metrics, function: &str) -> u64 {
         .with_label_values(&[function])
         .get_sample_count()
 }
+
+/// A webhook certificate for 127.0.0.1 in a temp dir; returns the dir and
+/// the caBundle.
+pub fn webhook_cert() -> (tempfile::TempDir, String) {
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("tls.crt"), cert.cert.pem()).unwrap();
+    std::fs::write(dir.path().join("tls.key"), cert.signing_key.serialize_pem()).unwrap();
+    (
+        dir,
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, cert.cert.pem()),
+    )
+}
