@@ -7,7 +7,6 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
 use common::*;
 use kube::ResourceExt;
 use nmo::crd::MaintenancePhase;
