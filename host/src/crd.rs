@@ -58,7 +58,7 @@ impl MaintenancePhase {
 
 /// A pod reference in `pendingPodsRefs`.
 #[derive(
-    Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+    Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
 )]
 pub struct PodReference {
     pub namespace: String,

@@ -34,6 +34,8 @@ pub enum Source {
     ConfigMap { namespace: String, name: String },
     /// One policy file for everything, as the operator's `--policy`.
     File(PathBuf),
+    /// The embedded default policy.
+    Embedded,
 }
 
 /// The namespace and name of the policies ConfigMap `deploy/` installs.
@@ -211,6 +213,7 @@ async fn load_set(
             let set = PolicySet::load(engine, &snap, None)?;
             Ok((set, format!("policy directory {}", dir.display())))
         }
+        Source::Embedded => Ok((PolicySet::builtin(engine, None)?, "embedded default".into())),
         Source::File(path) => {
             let policy = engine.load_file(path)?;
             Ok((

@@ -157,3 +157,81 @@ fn the_policy_guide_builds_and_its_scenarios_pass() {
     assert_eq!(code, Some(0), "{}: {out}", commands[1]);
     assert!(out.contains("3 scenarios: 3 passed, 0 failed"), "{out}");
 }
+
+/// `nmo demo` with a policy that blocks on a pod: it says what the drain
+/// waits for (the blocked pods and the policy's reason), restores the
+/// node, and exits 1 instead of pretending.
+#[test]
+fn a_demo_whose_drain_cannot_finish_says_so_and_fails() {
+    let policy =
+        std::path::Path::new(env!("NMO_POLICY_WASM_DIR")).join("nmo_policy_never_force.wasm");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["demo", "--nodes", "3", "--pods", "12", "--policy"])
+        .arg(&policy)
+        .output()
+        .expect("nmo runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for expected in [
+        "the drain now waits only for pods the policy blocks on",
+        "shop/debug-shell has no controller",
+        "the maintenance did not succeed: it is Running",
+        "node worker-1 restored: unschedulable=false",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    // The plan came first, with the block and its reason.
+    let plan = stdout
+        .find("the policy's plan for worker-1")
+        .expect("the plan");
+    let created = stdout.find("kubectl apply: NodeMaintenance").unwrap();
+    assert!(plan < created);
+}
+
+/// SIGTERM (as Ctrl-C) in the middle of the drain ends the demo promptly,
+/// with the maintenance ended and the node restored, exit code 130.
+#[test]
+fn a_demo_interrupted_mid_drain_restores_the_node_and_exits_130() {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["demo", "--nodes", "3", "--pods", "100"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    // The drain has started: the first progress line.
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let started = line.trim_start().starts_with("drain ");
+        seen.push(line);
+        if started {
+            break;
+        }
+    }
+    assert!(
+        seen.iter().any(|l| l.trim_start().starts_with("drain ")),
+        "{seen:?}"
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    let text = rest.join("\n");
+    assert_eq!(status.code(), Some(130), "{text}");
+    assert!(
+        text.contains("== interrupted: ending the maintenance"),
+        "{text}"
+    );
+    assert!(
+        text.contains("== node worker-1 restored: unschedulable=false"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("SucceedMaintenance"),
+        "interrupted before the end: {text}"
+    );
+}

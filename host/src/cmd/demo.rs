@@ -27,6 +27,62 @@ pub struct DemoOptions {
     pub keep_running: bool,
 }
 
+/// The maintenance the demo creates.
+const NM: &str = "worker-1-maintenance";
+/// How long the demo waits for the maintenance to end.
+const DRAIN_LIMIT: Duration = Duration::from_secs(90);
+/// How long an interrupted demo waits for the node to be restored.
+const RESTORE_LIMIT: Duration = Duration::from_millis(1500);
+
+/// How the demo ended, as its exit code says: 0 the maintenance
+/// succeeded and the node was restored; 1 it did not (failed, or still
+/// running at the limit); 130 interrupted (Ctrl-C or SIGTERM).
+pub enum Outcome {
+    Succeeded,
+    NotSucceeded,
+    Interrupted,
+}
+
+impl Outcome {
+    pub fn exit_code(&self) -> std::process::ExitCode {
+        std::process::ExitCode::from(match self {
+            Outcome::Succeeded => 0,
+            Outcome::NotSucceeded => 1,
+            Outcome::Interrupted => 130,
+        })
+    }
+}
+
+/// Resolves at Ctrl-C or SIGTERM (from then on, every later call at once).
+#[derive(Clone)]
+struct Interrupt(tokio::sync::watch::Receiver<bool>);
+
+impl Interrupt {
+    fn listen() -> Self {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let term = async {
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = term => {}
+            }
+            let _ = tx.send(true);
+        });
+        Interrupt(rx)
+    }
+
+    async fn wait(&mut self) {
+        let _ = self.0.wait_for(|stop| *stop).await;
+    }
+}
+
 fn workload(pods: usize) -> String {
     let web = pods.saturating_sub(8).max(2);
     format!(
@@ -83,22 +139,27 @@ spec:
   template:
     metadata: {{labels: {{app: node-exporter}}}}
     spec: {{containers: [{{name: exporter, image: "node-exporter:1.8"}}]}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: debug-shell, namespace: shop}}
-spec: {{nodeName: worker-1, containers: [{{name: sh, image: busybox}}]}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: cache-warmer, namespace: shop}}
-spec:
-  nodeName: worker-1
-  containers: [{{name: warm, image: "warmer:1"}}]
-  volumes: [{{name: scratch, emptyDir: {{}}}}]
+
 "#
     )
 }
+
+/// Pods put on worker-1 by hand, after the controllers' pods are placed
+/// (so that those spread over every node, worker-1 included).
+const BARE_PODS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: debug-shell, namespace: shop}
+spec: {nodeName: worker-1, containers: [{name: sh, image: busybox}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: cache-warmer, namespace: shop}
+spec:
+  nodeName: worker-1
+  containers: [{name: warm, image: "warmer:1"}]
+  volumes: [{name: scratch, emptyDir: {}}]
+"#;
 
 fn row(label: &str, value: impl std::fmt::Display) {
     println!("{label:<24}{value}");
@@ -191,8 +252,9 @@ async fn events_for(client: &Client, name: &str) -> Vec<Event> {
     items
 }
 
-pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
+pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     let began = Instant::now();
+    let mut interrupt = Interrupt::listen();
     let engine = PolicyEngine::new(EngineConfig::default())?;
     let policy = match &opts.policy {
         Some(path) => engine.load_file(path)?,
@@ -203,7 +265,39 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
         policy.name(),
         &policy.digest()[..12]
     );
+    let cluster = start_cluster(&opts).await?;
+    let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig()).await?;
+    let ctx = Context::new(
+        client.clone(),
+        nmo::policy::PolicyStore::single(policy),
+        Settings {
+            instance: "nmo-demo".into(),
+            // The demo ends its maintenance after Ctrl-C: the operator
+            // must still be running then.
+            stop_on_signal: false,
+            ..Settings::default()
+        },
+    );
+    let operator = tokio::spawn(controller::run(ctx));
+    // Biased: with --keep-running, Ctrl-C is how the demo ends, and the
+    // maintenance's own outcome stands.
+    let outcome = tokio::select! {
+        biased;
+        r = maintain(&cluster, &client, &opts, &engine, interrupt.clone()) => r?,
+        () = interrupt.wait() => Outcome::Interrupted,
+    };
+    // After a signal, the node gets a short while to be restored.
+    let hurry = *interrupt.0.borrow();
+    let outcome = finish(&client, outcome, hurry).await?;
+    println!("== demo finished in {:.1} s", began.elapsed().as_secs_f64());
+    operator.abort();
+    cluster.stop().await;
+    Ok(outcome)
+}
 
+/// The simulated cluster with its workload placed: controllers' pods
+/// spread over every node, then the pods put on worker-1 by hand.
+async fn start_cluster(opts: &DemoOptions) -> anyhow::Result<SimCluster> {
     let cluster = SimCluster::start(SimOptions {
         time_scale: 10.0,
         ..SimOptions::default()
@@ -213,34 +307,11 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     cluster.create(
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
     )?;
-    for i in 1..=opts.nodes.max(2) {
+    for i in 1..=opts.nodes {
         cluster.add_node(&format!("worker-{i}"))?;
     }
-    let node1 = cluster.get("v1", "Node", None, "worker-1")?;
-    cluster.create(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
-        "name": "kube-proxy-worker-1", "namespace": "kube-system",
-        "annotations": {"kubernetes.io/config.mirror": "demo", "kubernetes.io/config.source": "file"},
-        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": node1["metadata"]["uid"], "controller": true}]},
-        "spec": {"nodeName": "worker-1", "containers": [{"name": "kube-proxy", "image": "kube-proxy:v1.32"}]}}))?;
     cluster.apply_yaml(&workload(opts.pods))?;
-    println!(
-        "== simulated cluster at {} with {} nodes; workload: Deployments web and api (with PDBs), StatefulSet db, DaemonSet node-exporter, a bare pod, an emptyDir pod, a static pod",
-        cluster.url(),
-        opts.nodes.max(2)
-    );
-
     let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig()).await?;
-    let ctx = Context::new(
-        client.clone(),
-        nmo::policy::PolicyStore::single(policy),
-        Settings {
-            instance: "nmo-demo".into(),
-            ..Settings::default()
-        },
-    );
-    let operator = tokio::spawn(controller::run(ctx));
-
-    // Let the workload come up.
     let pods_api = Api::<Pod>::all(client.clone());
     let started = Instant::now();
     loop {
@@ -250,19 +321,42 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .count();
-        if running == pods.items.len() && running >= opts.pods.min(20)
+        if running == pods.items.len() && running >= opts.pods.min(20) - 3
             || started.elapsed() > Duration::from_secs(20)
         {
-            println!("== {running} pods running");
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    print_pods(&client, "worker-1").await?;
+    cluster.apply_yaml(BARE_PODS)?;
+    let node1 = cluster.get("v1", "Node", None, "worker-1")?;
+    cluster.create(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+        "name": "kube-proxy-worker-1", "namespace": "kube-system",
+        "annotations": {"kubernetes.io/config.mirror": "demo", "kubernetes.io/config.source": "file"},
+        "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": node1["metadata"]["uid"], "controller": true}]},
+        "spec": {"nodeName": "worker-1", "containers": [{"name": "kube-proxy", "image": "kube-proxy:v1.32"}]}}))?;
+    println!(
+        "== simulated cluster at {} with {} nodes; workload: Deployments web and api (with PDBs), StatefulSet db, DaemonSet node-exporter, a bare pod, an emptyDir pod, a static pod",
+        cluster.url(),
+        opts.nodes
+    );
+    Ok(cluster)
+}
 
+/// The plan, the maintenance and its live progress; with
+/// `--keep-running`, the cluster left up until interrupted.
+async fn maintain(
+    cluster: &SimCluster,
+    client: &Client,
+    opts: &DemoOptions,
+    engine: &PolicyEngine,
+    mut interrupt: Interrupt,
+) -> anyhow::Result<Outcome> {
+    print_pods(client, "worker-1").await?;
+    let plan = show_plan(client, opts, engine).await?;
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     let nm = NodeMaintenance::new(
-        "worker-1-maintenance",
+        NM,
         NodeMaintenanceSpec {
             node_name: "worker-1".into(),
             reason: Some("kernel upgrade".into()),
@@ -271,63 +365,23 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
     nms.create(&PostParams::default(), &nm)
         .await
         .context("creating the NodeMaintenance")?;
-    println!(
-        "== kubectl apply: NodeMaintenance worker-1-maintenance (node worker-1, reason \"kernel upgrade\")"
-    );
-
-    let bar = ProgressBar::new(100);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} drain [{bar:40}] {pos:>3}% {msg}")?
-            .progress_chars("=> "),
-    );
-    let mut seen_events = HashSet::new();
-    let mut last_pending = usize::MAX;
-    let done = loop {
-        let current = nms.get("worker-1-maintenance").await?;
-        let s = current.status.clone().unwrap_or_default();
-        bar.set_position(s.drain_progress.clamp(0, 100) as u64);
-        let pending = s.pending_pods.clone().unwrap_or_default();
-        if pending.len() != last_pending {
-            last_pending = pending.len();
-            bar.set_message(format!("{} pod(s) pending", pending.len()));
-            if bar.is_hidden() && s.phase.is_some() {
-                println!(
-                    "  drain {:>3}%: {} pod(s) pending",
-                    s.drain_progress,
-                    pending.len()
-                );
-            }
-        }
-        for e in events_for(&client, "worker-1-maintenance").await {
-            if seen_events.insert(e.name_any()) {
-                let line = format!(
-                    "  event {} {}: {}",
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    e.message.unwrap_or_default()
-                );
-                if bar.is_hidden() {
-                    println!("{line}");
-                } else {
-                    bar.println(line);
-                }
-            }
-        }
-        match s.phase {
-            Some(MaintenancePhase::Succeeded) | Some(MaintenancePhase::Failed) => break current,
-            _ => {}
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            break current;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    bar.finish_with_message("done");
-    describe(&done, &events_for(&client, "worker-1-maintenance").await);
+    println!("== kubectl apply: NodeMaintenance {NM} (node worker-1, reason \"kernel upgrade\")");
+    let done = follow(client, &nms, &plan).await?;
+    describe(&done, &events_for(client, NM).await);
     let node = Api::<Node>::all(client.clone()).get("worker-1").await?;
     println!("== node worker-1 in maintenance: {}", node_line(&node));
-    print_pods(&client, "worker-1").await?;
-
+    print_pods(client, "worker-1").await?;
+    let succeeded = done.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Succeeded);
+    if !succeeded {
+        let s = done.status.clone().unwrap_or_default();
+        println!(
+            "== the maintenance did not succeed: it is {}{}",
+            s.phase.map_or("Pending", |p| p.as_str()),
+            s.last_error
+                .map(|e| format!(" (last error: {e})"))
+                .unwrap_or_default()
+        );
+    }
     if opts.keep_running {
         let path = std::env::temp_dir().join("nmo-demo.kubeconfig");
         cluster.write_kubeconfig(&path)?;
@@ -338,34 +392,182 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<()> {
             "== cluster left running (Ctrl-C to stop). Try:\n   export KUBECONFIG={}\n   kubectl get nm,nodes,pods -A\n   ln -sf {exe} /usr/local/bin/kubectl-nm   # the kubectl plugin, once\n   kubectl nm plan worker-2   # what a maintenance of worker-2 would do\n   kubectl nm status",
             path.display()
         );
-        tokio::signal::ctrl_c().await?;
+        interrupt.wait().await;
     }
+    Ok(if succeeded {
+        Outcome::Succeeded
+    } else {
+        Outcome::NotSucceeded
+    })
+}
 
-    nms.delete("worker-1-maintenance", &DeleteParams::default())
-        .await?;
-    println!("== kubectl delete nm worker-1-maintenance");
-    let started = Instant::now();
-    while nms.get_opt("worker-1-maintenance").await?.is_some()
-        && started.elapsed() < Duration::from_secs(30)
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
+/// What the policy decides for each pod of worker-1, before the drain.
+async fn show_plan(
+    client: &Client,
+    opts: &DemoOptions,
+    engine: &PolicyEngine,
+) -> anyhow::Result<nmo::plan::Report> {
+    let source = match &opts.policy {
+        Some(path) => nmo::plan::Source::File(path.clone()),
+        None => nmo::plan::Source::Embedded,
+    };
+    let report = nmo::plan::plan(
+        client,
+        engine,
+        &nmo::plan::Request {
+            node: Some("worker-1".into()),
+            maintenance: None,
+            policy: None,
+            source,
+        },
+    )
+    .await?;
+    println!("== the policy's plan for worker-1 (nmo plan worker-1):");
+    for line in report.table().lines() {
+        println!("   {line}");
     }
-    let node = Api::<Node>::all(client.clone()).get("worker-1").await?;
-    println!("== node worker-1 restored: {}", node_line(&node));
-    for e in events_for(&client, "worker-1").await {
+    Ok(report)
+}
+
+/// Shows the drain live until the maintenance ends, only pods the policy
+/// blocks on are left (nothing moves them but a person), or
+/// [`DRAIN_LIMIT`]: progress, what it waits for, events. Returns it as it
+/// ended.
+async fn follow(
+    client: &Client,
+    nms: &Api<NodeMaintenance>,
+    plan: &nmo::plan::Report,
+) -> anyhow::Result<NodeMaintenance> {
+    let blocks: std::collections::HashMap<&str, &str> = plan
+        .pods
+        .iter()
+        .filter(|p| p.action == "block")
+        .map(|p| (p.name.as_str(), p.reason.as_deref().unwrap_or("")))
+        .collect();
+    let bar = ProgressBar::new(100);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} drain [{bar:40}] {pos:>3}% {msg}")?
+            .progress_chars("=> "),
+    );
+    let mut seen_events = HashSet::new();
+    let mut last_line = String::new();
+    let started = Instant::now();
+    let done = loop {
+        let current = nms.get(NM).await?;
+        let s = current.status.clone().unwrap_or_default();
+        bar.set_position(s.drain_progress.clamp(0, 100) as u64);
+        let pending = s.pending_pods.clone().unwrap_or_default();
+        let line = match (&s.phase, &s.last_error) {
+            (Some(MaintenancePhase::Running), Some(e)) if !pending.is_empty() => format!(
+                "{} pod(s) pending; waiting for: {}",
+                pending.len(),
+                nmo::text::clean(e, 160)
+            ),
+            _ => format!("{} pod(s) pending", pending.len()),
+        };
+        if line != last_line {
+            bar.set_message(line.clone());
+            if bar.is_hidden() && s.phase.is_some() {
+                println!("  drain {:>3}%: {line}", s.drain_progress);
+            }
+            last_line = line;
+        }
+        for e in events_for(client, NM).await {
+            if seen_events.insert(e.name_any()) {
+                let line = format!(
+                    "  event {} {}: {}",
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default()
+                );
+                say(&bar, line);
+            }
+        }
+        let only_blocked =
+            !pending.is_empty() && pending.iter().all(|p| blocks.contains_key(p.as_str()));
+        if only_blocked {
+            say(
+                &bar,
+                format!(
+                    "  the drain now waits only for pods the policy blocks on; nothing moves them but a person:\n{}",
+                    pending
+                        .iter()
+                        .map(|p| format!("    {p}: {}", blocks[p.as_str()]))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                ),
+            );
+            break current;
+        }
+        if matches!(
+            s.phase,
+            Some(MaintenancePhase::Succeeded | MaintenancePhase::Failed)
+        ) || started.elapsed() > DRAIN_LIMIT
+        {
+            break current;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    bar.finish_and_clear();
+    Ok(done)
+}
+
+/// Prints a line above the progress bar (or alone, without a terminal).
+fn say(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        println!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+/// Ends the maintenance and says truthfully whether worker-1 is restored;
+/// after a signal it waits at most [`RESTORE_LIMIT`] for it.
+async fn finish(client: &Client, outcome: Outcome, hurry: bool) -> anyhow::Result<Outcome> {
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    let interrupted = matches!(outcome, Outcome::Interrupted);
+    if interrupted {
+        println!("\n== interrupted: ending the maintenance");
+    }
+    if nms.get_opt(NM).await?.is_some() {
+        nms.delete(NM, &DeleteParams::default()).await?;
+        println!("== kubectl delete nm {NM}");
+    }
+    let limit = if hurry {
+        RESTORE_LIMIT
+    } else {
+        Duration::from_secs(30)
+    };
+    let started = Instant::now();
+    let nodes = Api::<Node>::all(client.clone());
+    let restored = loop {
+        let node = nodes.get("worker-1").await?;
+        let gone = nms.get_opt(NM).await?.is_none();
+        if gone && nmo::controller::node::restored(&node) {
+            break Some(node);
+        }
+        if started.elapsed() > limit {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let node = nodes.get("worker-1").await?;
+    match restored {
+        Some(_) => println!("== node worker-1 restored: {}", node_line(&node)),
+        None => println!(
+            "== node worker-1 NOT restored yet (the simulated cluster stops now): {}",
+            node_line(&node)
+        ),
+    }
+    for e in events_for(client, "worker-1").await {
         println!(
             "  event on node worker-1: {} {}",
             e.reason.unwrap_or_default(),
             e.message.unwrap_or_default()
         );
     }
-    println!("== demo finished in {:.1} s", began.elapsed().as_secs_f64());
-    operator.abort();
-    cluster.stop().await;
-    let phase = done.status.and_then(|s| s.phase);
-    anyhow::ensure!(
-        phase == Some(MaintenancePhase::Succeeded),
-        "the maintenance ended in {phase:?}"
-    );
-    Ok(())
+    Ok(match (outcome, restored.is_some()) {
+        (Outcome::Succeeded, false) => Outcome::NotSucceeded,
+        (o, _) => o,
+    })
 }

@@ -122,12 +122,13 @@ pub enum Command {
         /// A policy file (.wasm) to use instead of the embedded default.
         #[arg(long)]
         policy: Option<PathBuf>,
-        /// Worker nodes in the simulated cluster.
-        #[arg(long, default_value_t = 4)]
-        nodes: usize,
-        /// Pods in the workload (roughly; at least 10).
-        #[arg(long, default_value_t = 30)]
-        pods: usize,
+        /// Worker nodes in the simulated cluster (2 to 50: worker-1 is
+        /// drained onto the others).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=50))]
+        nodes: u16,
+        /// Pods in the workload, roughly (10 to 2000).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(10..=2000))]
+        pods: u16,
         /// Leave the cluster up after the maintenance, with a kubeconfig for
         /// kubectl, until Ctrl-C.
         #[arg(long)]
@@ -203,12 +204,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => {
             let opts = demo::DemoOptions {
                 policy,
-                nodes,
-                pods,
+                nodes: usize::from(nodes),
+                pods: usize::from(pods),
                 keep_running,
             };
-            tokio::runtime::Runtime::new()?.block_on(demo::run(opts))?;
-            Ok(ExitCode::SUCCESS)
+            let outcome = tokio::runtime::Runtime::new()?.block_on(demo::run(opts))?;
+            Ok(outcome.exit_code())
         }
         Some(Command::Plan(args)) => kubectl::run_plan(&args),
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),

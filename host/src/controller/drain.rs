@@ -78,7 +78,8 @@ impl Outcome {
 /// How a drain attempt is going.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Progress {
-    /// Pods the plan removes that are still on the node.
+    /// Pods the drain waits for that are still on the node: those the
+    /// plan removes, and those it blocks on.
     pub pending: Vec<PodReference>,
     /// What the drain waits for: the last eviction refused (a
     /// PodDisruptionBudget's 429, an API error), if any.
@@ -223,8 +224,15 @@ pub async fn execute(
         .filter(|(_, t)| t.action.removes())
         .map(|(_, t)| t)
         .collect();
+    // What the drain waits for: the pods it removes, and those it blocks
+    // on (someone else has to move them), while they are on the node.
+    let waited: Vec<&Target> = targets
+        .iter()
+        .filter(|(_, t)| t.action.removes() || matches!(t.action, Action::Block { .. }))
+        .map(|(_, t)| t)
+        .collect();
     let report = |present: &HashSet<String>| -> Vec<PodReference> {
-        removals
+        waited
             .iter()
             .filter(|t| present.contains(&t.uid))
             .map(|t| t.reference())

@@ -54,9 +54,15 @@ pub(super) async fn succeeded(pass: &Pass) -> Result<Next> {
 /// verdict.
 pub(super) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Next> {
     let message = outcome.message.clone();
+    let waited: Vec<PodReference> = outcome
+        .pending
+        .iter()
+        .chain(&outcome.blocked)
+        .cloned()
+        .collect();
     pass.writer
         .update(|s| {
-            set_pending(s, &outcome.pending);
+            set_pending(s, &waited);
             s.last_error = Some(message.clone());
             s.last_update = Some(now());
         })

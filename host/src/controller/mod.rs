@@ -55,6 +55,10 @@ pub struct Settings {
     pub policy_error_retry: Duration,
     /// When a reconcile that failed (an API error) is tried again.
     pub error_retry: Duration,
+    /// Stop at SIGTERM or Ctrl-C (the operator). Off where the caller
+    /// decides when to stop (the demo, which still has to end its
+    /// maintenance after Ctrl-C).
+    pub stop_on_signal: bool,
 }
 
 impl Default for Settings {
@@ -69,6 +73,7 @@ impl Default for Settings {
             renew_interval: reconcile::RENEW_INTERVAL,
             policy_error_retry: reconcile::POLICY_ERROR_RETRY,
             error_retry: Duration::from_secs(5),
+            stop_on_signal: true,
         }
     }
 }
@@ -528,8 +533,13 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         .touched_objects()
     };
     let controller = Controller::for_stream(stream, reader)
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent))
-        .shutdown_on_signal()
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent));
+    let controller = if ctx.settings.stop_on_signal {
+        controller.shutdown_on_signal()
+    } else {
+        controller
+    };
+    let controller = controller
         .run(instrumented, error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {

@@ -260,6 +260,12 @@ async fn mark(
     Err(Error::Conflict("patching the node"))
 }
 
+/// Whether the node is as it was before any maintenance: restoring it
+/// would change nothing.
+pub fn restored(node: &Node) -> bool {
+    patch_for(node, false).is_none()
+}
+
 /// Whether the node carries every mark of maintenance.
 pub fn in_maintenance(node: &Node) -> bool {
     patch_for(node, true).is_none()

@@ -327,8 +327,13 @@ impl Pass {
         if !self.writer.initialising().await {
             return Ok(());
         }
+        // Blocked pods count: the drain waits for them too.
         let removals = plan
-            .removals()
+            .steps
+            .iter()
+            .filter(|s| {
+                s.action.removes() || matches!(s.action, crate::policy::Action::Block { .. })
+            })
             .map(|s| crate::crd::PodReference {
                 namespace: s.namespace.clone(),
                 name: s.name.clone(),

@@ -30,7 +30,8 @@ pub struct Init {
     pub policy: Option<String>,
     /// Every pod on the node, once listed.
     pub total_pods: i32,
-    /// The pods the plan removes, once planned.
+    /// The pods the drain waits for (those the plan removes and those it
+    /// blocks on), once planned.
     pub removals: Vec<PodReference>,
 }
 
@@ -51,12 +52,24 @@ pub fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodRe
 }
 
 /// Sets `pendingPods`, `pendingPodsRefs` and `drainProgress` from the pods
-/// still pending (progress is the share of `evictionPods` gone).
+/// the drain still waits for (those it removes and those it blocks on).
+///
+/// Progress is the share of `evictionPods` gone, and never goes back
+/// within a maintenance unless pods came back: a pending pod that was not
+/// pending before (a new pod on the node, one that returned) lets it fall.
 pub fn set_pending(s: &mut NodeMaintenanceStatus, pending: &[PodReference]) {
+    let before: std::collections::HashSet<&PodReference> =
+        s.pending_pods_refs.iter().flatten().collect();
+    let came_back = pending.iter().any(|p| !before.contains(p));
+    let now = progress(s.eviction_pods, pending.len());
     let (names, refs) = pod_refs(pending);
     s.pending_pods = names;
     s.pending_pods_refs = refs;
-    s.drain_progress = progress(s.eviction_pods, pending.len());
+    s.drain_progress = if came_back {
+        now
+    } else {
+        now.max(s.drain_progress)
+    };
 }
 
 /// The drain's progress in percent: the share of the pods to evict at the
@@ -249,4 +262,52 @@ fn apply_init(s: &mut NodeMaintenanceStatus, init: &Init) {
     s.pending_pods_refs = refs;
     s.eviction_pods = i32::try_from(init.removals.len()).unwrap_or(i32::MAX);
     s.total_pods = init.total_pods;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pods(names: &[&str]) -> Vec<PodReference> {
+        names
+            .iter()
+            .map(|n| PodReference {
+                namespace: "default".into(),
+                name: (*n).into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn progress_never_goes_back_unless_pods_came_back() {
+        let mut s = NodeMaintenanceStatus {
+            eviction_pods: 4,
+            ..Default::default()
+        };
+        set_pending(&mut s, &pods(&["a", "b", "c", "d"]));
+        assert_eq!(s.drain_progress, 0);
+        set_pending(&mut s, &pods(&["b", "c"]));
+        assert_eq!(s.drain_progress, 50);
+        // A new attempt reports the same pods again, and one it had not
+        // counted as gone: still the same set, progress stays.
+        set_pending(&mut s, &pods(&["b", "c"]));
+        assert_eq!(s.drain_progress, 50);
+        set_pending(&mut s, &pods(&["c"]));
+        assert_eq!(s.drain_progress, 75);
+        assert_eq!(s.pending_pods.as_deref(), Some(&["c".to_owned()][..]));
+        // A pod that came back (or a new one): progress may fall.
+        set_pending(&mut s, &pods(&["c", "e"]));
+        assert_eq!(s.drain_progress, 50);
+        set_pending(&mut s, &[]);
+        assert_eq!(s.drain_progress, 100);
+        assert_eq!(s.pending_pods, None);
+    }
+
+    #[test]
+    fn progress_is_zero_without_pods_to_evict_and_bounded_with_odd_counts() {
+        assert_eq!(progress(0, 0), 0);
+        assert_eq!(progress(-3, 1), 0);
+        assert_eq!(progress(2, 5), 0);
+        assert_eq!(progress(i32::MAX, 0), 100);
+    }
 }
