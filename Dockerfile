@@ -1,6 +1,10 @@
+# syntax=docker/dockerfile:1
 # Multi-stage build: the operator (with its embedded default policy) and the
 # policies, into a minimal non-root runtime image.
 #   docker build -t nmo:latest .
+# The crate registry and the build directory are BuildKit cache mounts: a
+# rebuild after a source change recompiles the workspace, not its
+# dependencies.
 FROM rust:1.95-bookworm AS build
 RUN rustup target add wasm32-wasip2
 WORKDIR /src
@@ -8,7 +12,9 @@ COPY . .
 # The build script compiles every policy crate to wasm32-wasip2 first.
 # Without the `demo` feature: the image does not link the simulated cluster.
 # Stripped, without debug line tables: a smaller image.
-RUN CARGO_PROFILE_RELEASE_STRIP=true CARGO_PROFILE_RELEASE_DEBUG=false \
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    CARGO_PROFILE_RELEASE_STRIP=true CARGO_PROFILE_RELEASE_DEBUG=false \
     cargo build --release --locked -p nmo --no-default-features \
  && mkdir -p /out/policies \
  && cp target/release/nmo /out/nmo \

@@ -1,8 +1,15 @@
 //! The Kubernetes client the operator uses.
 
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use hyper::{Request, Response};
+use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
 
 use crate::error::{Error, Result};
+use crate::metrics::Metrics;
 
 /// How long a watch lasts before the server ends it (and it is renewed):
 /// below [`READ_TIMEOUT`], so an idle watch is never taken for a stalled
@@ -22,7 +29,16 @@ pub const USER_AGENT: &str = concat!("nmo/", env!("CARGO_PKG_VERSION"));
 /// overload to hide); every request bounded in time (connect 10 s, send
 /// 30 s, answer [`READ_TIMEOUT`]), watches renewed every
 /// [`WATCH_TIMEOUT_SECS`]; [`USER_AGENT`] unless the config names one.
-pub fn operator_client(mut config: Config) -> Result<Client> {
+pub fn operator_client(config: Config) -> Result<Client> {
+    operator_client_counted(config, None)
+}
+
+/// [`operator_client`], counting every request in `metrics`
+/// (`rest_client_requests_total{code, method, host}`, as client-go's).
+pub fn operator_client_counted(
+    mut config: Config,
+    metrics: Option<Arc<Metrics>>,
+) -> Result<Client> {
     config.default_retry = false;
     if !config
         .headers
@@ -40,7 +56,77 @@ pub fn operator_client(mut config: Config) -> Result<Client> {
     config.write_timeout = Some(std::time::Duration::from_secs(30));
     config.read_timeout = Some(READ_TIMEOUT);
     config.reset_reader_on_write = true;
-    Client::try_from(config).map_err(|e| Error::Config(format!("building the client: {e}")))
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let builder = ClientBuilder::try_from(config)
+        .map_err(|e| Error::Config(format!("building the client: {e}")))?;
+    Ok(match metrics {
+        Some(metrics) => builder.with_layer(&CountRequests { metrics, host }).build(),
+        None => builder.build(),
+    })
+}
+
+/// A layer counting the requests of the client it wraps.
+#[derive(Clone)]
+struct CountRequests {
+    metrics: Arc<Metrics>,
+    host: String,
+}
+
+impl<S> tower::Layer<S> for CountRequests {
+    type Service = Counted<S>;
+
+    fn layer(&self, inner: S) -> Counted<S> {
+        Counted {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Counted<S> {
+    inner: S,
+    layer: CountRequests,
+}
+
+impl<S, B> tower::Service<Request<Body>> for Counted<S>
+where
+    S: tower::Service<Request<Body>, Response = Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<
+        Box<dyn std::future::Future<Output = std::result::Result<S::Response, S::Error>> + Send>,
+    >;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let method = req.method().as_str().to_owned();
+        let CountRequests { metrics, host } = self.layer.clone();
+        let answer = self.inner.call(req);
+        Box::pin(async move {
+            let result = answer.await;
+            // client-go's values: the HTTP status, or "<error>" when there
+            // was no answer.
+            let code = match &result {
+                Ok(response) => response.status().as_u16().to_string(),
+                Err(_) => "<error>".to_owned(),
+            };
+            metrics
+                .rest_client_requests
+                .with_label_values(&[code.as_str(), method.as_str(), host.as_str()])
+                .inc();
+            result
+        })
+    }
 }
 
 /// [`operator_client`] from a kubeconfig's YAML (the simulated cluster's,

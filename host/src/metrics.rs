@@ -47,6 +47,7 @@ pub struct Metrics {
     pub lease_errors: IntCounterVec,
     pub build_info: IntGaugeVec,
     pub ready: IntGauge,
+    pub rest_client_requests: IntCounterVec,
 }
 
 fn buckets(start: f64, factor: f64, n: usize) -> Vec<f64> {
@@ -223,6 +224,14 @@ impl Metrics {
             &["version"],
         )
         .expect("metric");
+        let rest_client_requests = IntCounterVec::new(
+            Opts::new(
+                "rest_client_requests_total",
+                "Number of HTTP requests to the API server, partitioned by status code, method, and host.",
+            ),
+            &["code", "method", "host"],
+        )
+        .expect("metric");
         let ready = IntGauge::new(
             "nmo_ready",
             "1 when the operator is ready (caches synced, policy loaded).",
@@ -249,8 +258,18 @@ impl Metrics {
             Box::new(lease_errors.clone()),
             Box::new(build_info.clone()),
             Box::new(ready.clone()),
+            Box::new(rest_client_requests.clone()),
         ] {
             registry.register(c).expect("unique metric names");
+        }
+        // process_cpu_seconds_total, process_resident_memory_bytes,
+        // process_open_fds, process_start_time_seconds…, as client_golang's.
+        #[cfg(target_os = "linux")]
+        {
+            let process = prometheus::process_collector::ProcessCollector::for_self();
+            registry
+                .register(Box::new(process))
+                .expect("unique metric names");
         }
         build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
@@ -308,6 +327,7 @@ impl Metrics {
             lease_errors,
             build_info,
             ready,
+            rest_client_requests,
         }
     }
 

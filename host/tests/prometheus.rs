@@ -221,7 +221,16 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
             ))
             .unwrap();
     }
-    let ctx = nmo::controller::Context::new(client.clone(), policy_store(None), Default::default());
+    // The operator's client counts its requests in the same registry, as
+    // the binary's does.
+    let store = policy_store(None);
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let counted =
+        nmo::client::operator_client_counted(config, Some(store.metrics().clone())).unwrap();
+    let ctx = nmo::controller::Context::new(counted, store, Default::default());
     let env = Env {
         cluster,
         client,
@@ -290,6 +299,26 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
                     && answer["data"]["result"]
                         .as_array()
                         .is_some_and(|r| !r.is_empty())
+            },
+        )
+        .await;
+    }
+    // client-go's and the process's families, as dashboards for
+    // controller-runtime operators expect them.
+    for expr in [
+        r#"sum(rest_client_requests_total{job="nmo", code="201", method="POST"})"#,
+        r#"sum(rest_client_requests_total{job="nmo", code="200", method="GET"})"#,
+        r#"process_resident_memory_bytes{job="nmo"}"#,
+        r#"process_cpu_seconds_total{job="nmo"}"#,
+    ] {
+        wait_until(
+            &format!("a value for {expr}"),
+            Duration::from_secs(30),
+            || async {
+                query(prom_port, expr).await["data"]["result"][0]["value"][1]
+                    .as_str()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .is_some_and(|v| v > 0.0)
             },
         )
         .await;

@@ -282,7 +282,10 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let client = nmo::client::operator_client(kube::Config::infer().await?)?;
+        let client = nmo::client::operator_client_counted(
+            kube::Config::infer().await?,
+            Some(policies.metrics().clone()),
+        )?;
         let settings = nmo::controller::Settings {
             max_concurrent,
             lease_namespace: if cli.lease_namespace.is_empty() {
