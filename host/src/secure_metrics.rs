@@ -79,7 +79,7 @@ async fn authorize(client: &Client, req: &Request<Incoming>) -> std::result::Res
     if decided.status.is_some_and(|s| s.allowed) {
         Ok(())
     } else {
-        tracing::info!(logger = "metrics", user = %user.username.unwrap_or_default(), "metrics request refused");
+        tracing::warn!(logger = "metrics", user = %user.username.unwrap_or_default(), "metrics request refused: the user may not get /metrics");
         Err((StatusCode::FORBIDDEN, "Forbidden\n"))
     }
 }

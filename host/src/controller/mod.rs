@@ -470,6 +470,30 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
     }
 }
 
+/// A watch error in words: what failed, and the API server's own message
+/// (not the client library's wrapping of it), with a hint when the
+/// resource is not served at all.
+fn watch_error(e: &watcher::Error) -> String {
+    let api = |what: &str, e: &kube::Error| match e {
+        kube::Error::Api(s) if s.code == 404 => format!(
+            "{what}: the API server does not serve NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)"
+        ),
+        kube::Error::Api(s) => format!("{what}: {} ({})", s.message, s.code),
+        other => format!("{what}: {other}"),
+    };
+    match e {
+        watcher::Error::InitialListFailed(e) => api("listing NodeMaintenances", e),
+        watcher::Error::WatchStartFailed(e) => api("watching NodeMaintenances", e),
+        watcher::Error::WatchFailed(e) => api("the NodeMaintenance watch broke", e),
+        watcher::Error::WatchError(s) => {
+            format!("the API server ended the watch: {} ({})", s.message, s.code)
+        }
+        watcher::Error::NoResourceVersion => {
+            "the API server's list has no resourceVersion: it cannot be watched".into()
+        }
+    }
+}
+
 /// Why one run of the controller ended.
 enum Ended {
     Stopped,
@@ -526,7 +550,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                 *ctx.watch_failed_at.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(std::time::Instant::now());
                 if ctx.watch_ok.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(logger = "controller", error = %e, "the NodeMaintenance watch failed; retrying");
+                    tracing::warn!(logger = "controller", error = %watch_error(e), "the NodeMaintenance watch failed; retrying");
                 }
             }
         })
