@@ -249,6 +249,8 @@ impl Sim {
         if !rt.group.is_empty() && !is_new_events(rt) {
             meta.insert("generation".into(), json!(1));
         }
+        crate::defaults::apply(rt, &mut obj);
+        crate::defaults::on_create(rt, &mut obj);
         self.defaults_on_create(rt, &mut obj);
         validate_object(rt, &obj, &name)?;
         obj["apiVersion"] = json!(if is_new_events(rt) {
@@ -275,38 +277,10 @@ impl Sim {
         }
         match (rt.group.as_str(), rt.plural.as_str()) {
             ("", "pods") => {
-                let spec = &mut obj["spec"];
-                if spec["terminationGracePeriodSeconds"].is_null() {
-                    spec["terminationGracePeriodSeconds"] = json!(30);
-                }
-                if spec["restartPolicy"].is_null() {
-                    spec["restartPolicy"] = json!("Always");
-                }
-                if spec["schedulerName"].is_null() {
-                    spec["schedulerName"] = json!("default-scheduler");
-                }
-                if spec["priority"].is_null() {
-                    spec["priority"] = json!(0);
-                }
-                if spec["dnsPolicy"].is_null() {
-                    spec["dnsPolicy"] = json!("ClusterFirst");
-                }
                 obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
             }
             ("", "namespaces") => {
                 obj["status"] = json!({"phase": "Active"});
-            }
-            ("apps", "deployments" | "replicasets" | "statefulsets")
-                if obj["spec"]["replicas"].is_null() =>
-            {
-                obj["spec"]["replicas"] = json!(1);
-            }
-            ("batch", "jobs") => {
-                for (k, d) in [("parallelism", 1), ("completions", 1), ("backoffLimit", 6)] {
-                    if obj["spec"][k].is_null() {
-                        obj["spec"][k] = json!(d);
-                    }
-                }
             }
             _ => {}
         }
@@ -465,7 +439,8 @@ impl Sim {
         {
             return Err(ApiError::stale(rt, name));
         }
-        let new = merge_update(rt, &old, body, subresource);
+        let mut new = merge_update(rt, &old, body, subresource);
+        crate::defaults::apply(rt, &mut new);
         validate_object(rt, &new, name)?;
         self.commit(&mut store, rt, &key, &old, new, dry_run)
     }
@@ -588,7 +563,8 @@ impl Sim {
             drop(store);
             return self.patch(rt, ns, name, kind, patch, subresource, dry_run);
         }
-        let new = merge_update(rt, &current, target, subresource);
+        let mut new = merge_update(rt, &current, target, subresource);
+        crate::defaults::apply(rt, &mut new);
         validate_object(rt, &new, name)?;
         self.commit(&mut store, rt, &key, &current, new, dry_run)
     }

@@ -25,6 +25,7 @@ pub mod admission;
 pub mod api;
 pub mod auth;
 pub mod cluster;
+pub mod defaults;
 pub mod error;
 pub mod patch;
 pub mod resources;

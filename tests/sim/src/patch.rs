@@ -1,5 +1,5 @@
-//! The patch types the API server accepts: JSON patch (RFC 6902, `test`
-//! included), JSON merge patch (RFC 7386), and strategic merge patch as
+//! The patch types the API server accepts: JSON patch (RFC 6902 with the
+//! real server's library's semantics, see [`json_patch`]), JSON merge patch (RFC 7386), and strategic merge patch as
 //! kubectl sends it (merge keys for the lists kubectl patches, `$patch`
 //! directives, `$setElementOrder`, `$retainKeys`,
 //! `$deleteFromPrimitiveList`).
@@ -30,11 +30,221 @@ impl PatchType {
     }
 }
 
-/// Applies a JSON patch document.
+/// Applies a JSON patch document as the real API server does, with the
+/// semantics of the library it uses (evanphx/json-patch v4), which differ
+/// from RFC 6902 where a client may notice:
+/// - `test` with `"value": null` passes when the key is missing (or null),
+///   as long as its parent exists (`test operation does not apply: is
+///   missing path`);
+/// - `add` needs the parent to exist (`add operation does not apply: doc
+///   is missing path`); `-` appends to an array;
+/// - `remove` and `replace` of a missing key fail (`Unable to remove
+///   nonexistent key`, `replace operation does not apply: doc is missing
+///   key`).
+///
+/// The patch applies whole or not at all.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
-    let p: json_patch::Patch =
-        serde_json::from_value(patch.clone()).map_err(|e| format!("invalid JSON patch: {e}"))?;
-    json_patch::patch(target, &p).map_err(|e| e.to_string())
+    let ops = patch
+        .as_array()
+        .ok_or_else(|| "invalid JSON patch: not an array of operations".to_owned())?;
+    let mut doc = target.clone();
+    for op in ops {
+        apply_op(&mut doc, op)?;
+    }
+    *target = doc;
+    Ok(())
+}
+
+const MISSING: &str = "missing value";
+const TEST_FAILED: &str = "test failed";
+
+/// A JSON pointer's tokens (`~1` is `/`, `~0` is `~`).
+fn tokens(path: &str) -> Result<Vec<String>, String> {
+    if path.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rest = path
+        .strip_prefix('/')
+        .ok_or_else(|| format!("invalid JSON pointer {path:?}"))?;
+    Ok(rest
+        .split('/')
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect())
+}
+
+/// The container holding the pointer's last token, and that token.
+fn parent_mut<'a>(
+    doc: &'a mut Value,
+    path: &str,
+) -> Result<Option<(&'a mut Value, String)>, String> {
+    let mut toks = tokens(path)?;
+    let Some(last) = toks.pop() else {
+        return Ok(None);
+    };
+    let mut cur = doc;
+    for t in &toks {
+        cur = match cur {
+            Value::Object(m) => match m.get_mut(t) {
+                Some(v) => v,
+                None => return Ok(None),
+            },
+            Value::Array(a) => match t.parse::<usize>().ok().and_then(|i| a.get_mut(i)) {
+                Some(v) => v,
+                None => return Ok(None),
+            },
+            _ => return Ok(None),
+        };
+    }
+    if !(cur.is_object() || cur.is_array()) {
+        return Ok(None);
+    }
+    Ok(Some((cur, last)))
+}
+
+fn get<'a>(container: &'a Value, key: &str) -> Option<&'a Value> {
+    match container {
+        Value::Object(m) => m.get(key),
+        Value::Array(a) => key.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => None,
+    }
+}
+
+fn field<'a>(op: &'a Value, name: &str) -> Result<&'a str, String> {
+    op[name]
+        .as_str()
+        .ok_or_else(|| format!("invalid JSON patch: operation has no {name:?}"))
+}
+
+fn remove_at(doc: &mut Value, path: &str, what: &str) -> Result<Value, String> {
+    let Some((con, key)) = parent_mut(doc, path)? else {
+        return Err(format!(
+            "{what} operation does not apply: doc is missing path: \"{path}\": {MISSING}"
+        ));
+    };
+    match con {
+        Value::Object(m) => m.remove(&key).ok_or_else(|| {
+            format!("error in {what} for path: '{path}': Unable to remove nonexistent key: {key}: {MISSING}")
+        }),
+        Value::Array(a) => match key.parse::<usize>() {
+            Ok(i) if i < a.len() => Ok(a.remove(i)),
+            _ => Err(format!("error in {what} for path: '{path}': Unable to access invalid index: {key}: invalid index referenced")),
+        },
+        _ => unreachable!("parent_mut returns containers"),
+    }
+}
+
+fn add_at(doc: &mut Value, path: &str, value: Value, what: &str) -> Result<(), String> {
+    if path.is_empty() {
+        *doc = value;
+        return Ok(());
+    }
+    let Some((con, key)) = parent_mut(doc, path)? else {
+        return Err(format!(
+            "{what} operation does not apply: doc is missing path: \"{path}\": {MISSING}"
+        ));
+    };
+    match con {
+        Value::Object(m) => {
+            m.insert(key, value);
+            Ok(())
+        }
+        Value::Array(a) => {
+            let i = if key == "-" {
+                a.len()
+            } else {
+                match key.parse::<usize>() {
+                    Ok(i) if i <= a.len() => i,
+                    _ => {
+                        return Err(format!(
+                            "error in {what} for path: '{path}': Unable to access invalid index: {key}: invalid index referenced"
+                        ));
+                    }
+                }
+            };
+            a.insert(i, value);
+            Ok(())
+        }
+        _ => unreachable!("parent_mut returns containers"),
+    }
+}
+
+fn apply_op(doc: &mut Value, op: &Value) -> Result<(), String> {
+    let kind = field(op, "op")?;
+    let path = field(op, "path")?;
+    match kind {
+        "add" => add_at(
+            doc,
+            path,
+            op.get("value").cloned().unwrap_or(Value::Null),
+            "add",
+        ),
+        "remove" => remove_at(doc, path, "remove").map(|_| ()),
+        "replace" => {
+            let value = op.get("value").cloned().unwrap_or(Value::Null);
+            if path.is_empty() {
+                *doc = value;
+                return Ok(());
+            }
+            let Some((con, key)) = parent_mut(doc, path)? else {
+                return Err(format!(
+                    "replace operation does not apply: doc is missing path: {path}: {MISSING}"
+                ));
+            };
+            if get(con, &key).is_none() {
+                return Err(format!(
+                    "replace operation does not apply: doc is missing key: {path}: {MISSING}"
+                ));
+            }
+            match con {
+                Value::Object(m) => {
+                    m.insert(key, value);
+                }
+                Value::Array(a) => {
+                    let i: usize = key.parse().unwrap_or(usize::MAX);
+                    a[i] = value;
+                }
+                _ => unreachable!("parent_mut returns containers"),
+            }
+            Ok(())
+        }
+        "move" => {
+            let from = field(op, "from")?;
+            let value = remove_at(doc, from, "move")?;
+            add_at(doc, path, value, "move")
+        }
+        "copy" => {
+            let from = field(op, "from")?;
+            let value = match parent_mut(doc, from)? {
+                Some((con, key)) => get(con, &key).cloned(),
+                None if from.is_empty() => Some(doc.clone()),
+                None => None,
+            }
+            .ok_or_else(|| {
+                format!(
+                    "copy operation does not apply: doc is missing from path: {from}: {MISSING}"
+                )
+            })?;
+            add_at(doc, path, value, "copy")
+        }
+        "test" => {
+            let want = op.get("value").cloned().unwrap_or(Value::Null);
+            let failed = || format!("testing value {path} failed: {TEST_FAILED}");
+            if path.is_empty() {
+                return if *doc == want { Ok(()) } else { Err(failed()) };
+            }
+            let Some((con, key)) = parent_mut(doc, path)? else {
+                return Err(format!(
+                    "test operation does not apply: is missing path: {path}: {MISSING}"
+                ));
+            };
+            match get(con, &key) {
+                None | Some(Value::Null) if want.is_null() => Ok(()),
+                Some(v) if !want.is_null() && *v == want => Ok(()),
+                _ => Err(failed()),
+            }
+        }
+        other => Err(format!("Unexpected kind: {other}")),
+    }
 }
 
 /// Applies a JSON merge patch.
@@ -185,6 +395,98 @@ mod tests {
             json!([{"name": "b", "image": "b:2"}])
         );
         assert_eq!(pod["spec"]["finalizers"], json!(["y"]));
+    }
+
+    /// Each case with the real API server's answer (evanphx/json-patch v4,
+    /// which kube-apiserver applies JSON patches with).
+    #[test]
+    fn json_patch_edge_cases_answer_as_the_real_server() {
+        let node =
+            json!({"metadata": {"name": "n", "labels": {"a": "1"}}, "spec": {"podCIDR": "x"}});
+        let cases: &[(&str, Value, Result<Value, &str>)] = &[
+            // test on a missing key with value null: passes (the guard a
+            // controller puts before its first taint).
+            (
+                "test null on a missing key",
+                json!([{"op": "test", "path": "/spec/taints", "value": null},
+                    {"op": "add", "path": "/spec/taints", "value": [{"key": "k", "effect": "NoSchedule"}]}]),
+                Ok(
+                    json!({"metadata": {"name": "n", "labels": {"a": "1"}}, "spec": {"podCIDR": "x", "taints": [{"key": "k", "effect": "NoSchedule"}]}}),
+                ),
+            ),
+            // ...but not when the key has a value.
+            (
+                "test null on a present key",
+                json!([{"op": "test", "path": "/spec/podCIDR", "value": null}]),
+                Err("testing value /spec/podCIDR failed: test failed"),
+            ),
+            // ...and not when its parent is missing.
+            (
+                "test under a missing parent",
+                json!([{"op": "test", "path": "/status/phase", "value": null}]),
+                Err("test operation does not apply: is missing path: /status/phase: missing value"),
+            ),
+            (
+                "test a wrong value",
+                json!([{"op": "test", "path": "/metadata/labels/a", "value": "2"}]),
+                Err("testing value /metadata/labels/a failed: test failed"),
+            ),
+            // add into a missing map: refused (no parents are made).
+            (
+                "add to a missing map",
+                json!([{"op": "add", "path": "/metadata/annotations/x", "value": "y"}]),
+                Err(
+                    "add operation does not apply: doc is missing path: \"/metadata/annotations/x\": missing value",
+                ),
+            ),
+            (
+                "remove a missing key",
+                json!([{"op": "remove", "path": "/metadata/labels/zzz"}]),
+                Err(
+                    "error in remove for path: '/metadata/labels/zzz': Unable to remove nonexistent key: zzz: missing value",
+                ),
+            ),
+            (
+                "replace a missing key",
+                json!([{"op": "replace", "path": "/spec/unschedulable", "value": true}]),
+                Err(
+                    "replace operation does not apply: doc is missing key: /spec/unschedulable: missing value",
+                ),
+            ),
+            // "-" appends to an array.
+            (
+                "add at - appends",
+                json!([{"op": "add", "path": "/spec/taints", "value": []},
+                    {"op": "add", "path": "/spec/taints/-", "value": 1},
+                    {"op": "add", "path": "/spec/taints/-", "value": 2},
+                    {"op": "add", "path": "/spec/taints/0", "value": 0}]),
+                Ok(
+                    json!({"metadata": {"name": "n", "labels": {"a": "1"}}, "spec": {"podCIDR": "x", "taints": [0, 1, 2]}}),
+                ),
+            ),
+            // A key with "/" in it, as labels have.
+            (
+                "an escaped key",
+                json!([{"op": "add", "path": "/metadata/labels/kubernetes.io~1os", "value": "linux"}]),
+                Ok(
+                    json!({"metadata": {"name": "n", "labels": {"a": "1", "kubernetes.io/os": "linux"}}, "spec": {"podCIDR": "x"}}),
+                ),
+            ),
+        ];
+        for (what, patch, want) in cases {
+            let mut doc = node.clone();
+            let got = json_patch(&mut doc, patch);
+            match want {
+                Ok(v) => {
+                    assert_eq!(got, Ok(()), "{what}");
+                    assert_eq!(&doc, v, "{what}");
+                }
+                Err(e) => {
+                    assert_eq!(got, Err((*e).to_owned()), "{what}");
+                    assert_eq!(doc, node, "{what}: a failed patch changes nothing");
+                }
+            }
+        }
     }
 
     #[test]
