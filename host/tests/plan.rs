@@ -358,8 +358,19 @@ async fn kubectl_nm_plans_starts_shows_and_stops_a_maintenance() {
     std::fs::write(&kubeconfig, env.cluster.kubeconfig()).unwrap();
     let bin = tmp.path();
 
+    // The plan changes nothing: it only reads.
+    env.cluster.record_audit(true);
     let (ok, out) = kubectl_nm(bin, &kubeconfig, &["plan", "worker-1", "-o", "json"]).await;
     assert!(ok, "{out}");
+    env.cluster.record_audit(false);
+    let writes: Vec<String> = env
+        .cluster
+        .audit()
+        .into_iter()
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .map(|r| format!("{} {}", r.verb, r.resource))
+        .collect();
+    assert!(writes.is_empty(), "the plan wrote: {writes:?}");
     let plan: serde_json::Value = serde_json::from_str(&out).expect("-o json is JSON");
     assert_eq!(plan["node"], "worker-1");
     assert_eq!(plan["policy"]["name"], "builtin");
@@ -399,6 +410,31 @@ async fn kubectl_nm_plans_starts_shows_and_stops_a_maintenance() {
     );
     env.wait_phase("worker-1", MaintenancePhase::Succeeded)
         .await;
+    // kubectl's flags: --kubeconfig (here with KUBECONFIG pointing nowhere)
+    // and --context.
+    let context = env
+        .cluster
+        .kubeconfig()
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("current-context:")
+                .map(|c| c.trim().trim_matches('"').to_owned())
+        })
+        .expect("a current context");
+    let (ok, out) = kubectl_nm(
+        bin,
+        std::path::Path::new("/nonexistent"),
+        &[
+            "status",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--context",
+            &context,
+        ],
+    )
+    .await;
+    assert!(ok && out.contains("worker-1"), "{out}");
     let (ok, out) = kubectl_nm(bin, &kubeconfig, &["status"]).await;
     assert!(ok, "{out}");
     assert!(
