@@ -29,6 +29,11 @@ pub mod annotations {
     pub const RUN_SECONDS: &str = "sim.nmo.medik8s.io/run-seconds";
     /// Seconds (simulated) a pod takes to become Ready once on a node.
     pub const STARTUP_SECONDS: &str = "sim.nmo.medik8s.io/startup-seconds";
+    /// On a Node, `"true"`: no kubelet runs there. The node stays NotReady
+    /// (Ready Unknown, as the node controller marks a node whose kubelet
+    /// never posted status), nothing is scheduled onto it, and pods bound
+    /// to it by name never start (nor finish terminating).
+    pub const NO_KUBELET: &str = "sim.nmo.medik8s.io/no-kubelet";
 }
 
 /// Runs the controllers until `stop` changes.
@@ -56,6 +61,7 @@ pub struct ControllerState {
 /// One pass of every controller.
 pub fn reconcile_all(sim: &Sim, state: &mut ControllerState) {
     let paused = sim.faults().kubelet_paused;
+    node_lifecycle(sim);
     if !paused {
         kubelet(sim, state);
     }
@@ -125,6 +131,13 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
                 .collect(),
         )
     };
+    let without_kubelet: HashSet<String> = sim
+        .store()
+        .list("nodes", None)
+        .iter()
+        .filter(|n| has_no_kubelet(n))
+        .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
     let pods_rt = pods_type(sim);
     let terminating = sim
         .terminating
@@ -152,6 +165,10 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
                     ..Default::default()
                 },
             );
+            continue;
+        }
+        if without_kubelet.contains(node) {
+            // Nothing runs there: the pod neither starts nor stops.
             continue;
         }
         if let Some(t) = terminating.get(uid) {
@@ -262,6 +279,101 @@ pub fn tolerates(tolerations: &Value, taint: &Value) -> bool {
     })
 }
 
+/// Whether a node runs no kubelet ([`annotations::NO_KUBELET`]).
+fn has_no_kubelet(node: &Value) -> bool {
+    node["metadata"]["annotations"][annotations::NO_KUBELET].as_str() == Some("true")
+}
+
+/// What the node's kubelet (or, without one, the node controller) says of
+/// the node: a node created through the API joins the cluster (Ready, with
+/// nodeInfo, capacity and allocatable) unless it has no kubelet, when it
+/// stays NotReady.
+fn node_lifecycle(sim: &Sim) {
+    let nodes = sim.store().list("nodes", None);
+    for node in nodes {
+        let name = node["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let ready = node["status"]["conditions"]
+            .as_array()
+            .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+            .map(|c| c["status"].as_str().unwrap_or_default().to_owned());
+        let mut new = (*node).clone();
+        if has_no_kubelet(&node) {
+            if ready.as_deref() == Some("Unknown") {
+                continue;
+            }
+            new["status"]["conditions"] = json!([{"type": "Ready", "status": "Unknown",
+                "reason": "NodeStatusNeverUpdated", "message": "Kubelet never posted node status.",
+                "lastTransitionTime": now_rfc3339()}]);
+        } else {
+            if ready.is_some() {
+                continue;
+            }
+            let joined = crate::node(&name);
+            for field in ["capacity", "allocatable", "nodeInfo", "addresses"] {
+                if new["status"][field].is_null() {
+                    new["status"][field] = joined["status"][field].clone();
+                }
+            }
+            new["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
+                "reason": "KubeletReady", "message": "kubelet is posting ready status",
+                "lastTransitionTime": now_rfc3339()}]);
+        }
+        sim.store().put("nodes", new);
+    }
+}
+
+/// Whether `node` satisfies a pod's required node affinity
+/// (`nodeSelectorTerms`: any term; within one, every expression).
+fn affinity_allows(node: &Value, affinity: &Value) -> bool {
+    let terms = &affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
+    let Some(terms) = terms.as_array() else {
+        return true;
+    };
+    let labels = &node["metadata"]["labels"];
+    let name = node["metadata"]["name"].clone();
+    let matches = |e: &Value, value: &Value| -> bool {
+        let values: Vec<&str> = e["values"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let v = value.as_str();
+        let number = |s: Option<&str>| s.and_then(|s| s.parse::<i64>().ok());
+        match e["operator"].as_str().unwrap_or_default() {
+            "In" => v.is_some_and(|v| values.contains(&v)),
+            "NotIn" => v.is_none_or(|v| !values.contains(&v)),
+            "Exists" => v.is_some(),
+            "DoesNotExist" => v.is_none(),
+            "Gt" => {
+                matches!((number(v), number(values.first().copied())), (Some(a), Some(b)) if a > b)
+            }
+            "Lt" => {
+                matches!((number(v), number(values.first().copied())), (Some(a), Some(b)) if a < b)
+            }
+            _ => false,
+        }
+    };
+    terms.iter().any(|term| {
+        let exprs = term["matchExpressions"].as_array().into_iter().flatten();
+        let fields = term["matchFields"].as_array().into_iter().flatten();
+        let empty = term["matchExpressions"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+            && term["matchFields"].as_array().is_none_or(Vec::is_empty);
+        !empty
+            && exprs
+                .clone()
+                .all(|e| matches(e, &labels[e["key"].as_str().unwrap_or_default()]))
+            && fields
+                .clone()
+                .all(|e| e["key"] == "metadata.name" && matches(e, &name))
+    })
+}
+
 fn schedulable_for(node: &Value, tolerations: &Value, node_selector: &Value) -> bool {
     let unsched_taint = json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"});
     if node["spec"]["unschedulable"].as_bool() == Some(true)
@@ -269,9 +381,10 @@ fn schedulable_for(node: &Value, tolerations: &Value, node_selector: &Value) -> 
     {
         return false;
     }
-    let ready = node["status"]["conditions"].as_array().is_none_or(|cs| {
-        !cs.iter()
-            .any(|c| c["type"] == "Ready" && c["status"] != "True")
+    // Only a node whose kubelet says Ready takes pods.
+    let ready = node["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
     });
     if !ready {
         return false;
@@ -323,9 +436,11 @@ fn scheduler(sim: &Sim) {
             *c += 1;
         }
     }
+    let mut failed_scheduling: Vec<(Arc<Value>, String)> = Vec::new();
     for pod in pending {
         let candidates = nodes.iter().filter(|n| {
             schedulable_for(n, &pod["spec"]["tolerations"], &pod["spec"]["nodeSelector"])
+                && affinity_allows(n, &pod["spec"]["affinity"])
         });
         let best = candidates.min_by_key(|n| {
             let name = n["metadata"]["name"].as_str().unwrap_or_default();
@@ -355,19 +470,66 @@ fn scheduler(sim: &Sim) {
                 *load.entry(name).or_default() += 1;
             }
             None => {
+                let unmatched = nodes
+                    .iter()
+                    .filter(|n| {
+                        !affinity_allows(n, &pod["spec"]["affinity"])
+                            || !schedulable_for(
+                                &json!({"metadata": n["metadata"], "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+                                &json!([{"operator": "Exists"}]),
+                                &pod["spec"]["nodeSelector"],
+                            )
+                    })
+                    .count();
+                let mut reasons = Vec::new();
+                if unmatched > 0 {
+                    reasons.push(format!(
+                        "{unmatched} node(s) didn't match Pod's node affinity/selector"
+                    ));
+                }
+                if nodes.len() > unmatched {
+                    reasons.push(format!(
+                        "{} node(s) were unschedulable, not ready or had untolerated taints",
+                        nodes.len() - unmatched
+                    ));
+                }
                 let msg = format!(
-                    "0/{} nodes are available: {} node(s) were unschedulable or had untolerated taints.",
+                    "0/{} nodes are available: {}.",
                     nodes.len(),
-                    nodes.len()
+                    reasons.join(", ")
                 );
                 if cur["status"]["conditions"][0]["message"].as_str() == Some(msg.as_str()) {
                     continue;
                 }
                 new["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg, "lastTransitionTime": now_rfc3339()}]);
+                failed_scheduling.push((pod.clone(), msg));
             }
         }
         store.put("pods", new);
     }
+    for (pod, message) in failed_scheduling {
+        scheduling_event(sim, &pod, &message);
+    }
+}
+
+/// The scheduler's Warning event for a pod that fits nowhere.
+fn scheduling_event(sim: &Sim, pod: &Value, message: &str) {
+    let Some(rt) = sim.find_type("", "v1", "events") else {
+        return;
+    };
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or("default");
+    let now = now_rfc3339();
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": format!("{}.", pod["metadata"]["name"].as_str().unwrap_or("pod")), "namespace": ns},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns,
+            "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]},
+        "reason": "FailedScheduling", "type": "Warning", "message": message,
+        "source": {"component": "default-scheduler"},
+        "reportingComponent": "default-scheduler",
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    });
+    let _ = sim.create(&rt, Some(ns), event, false);
 }
 
 /// Pods by the uid of their controller.

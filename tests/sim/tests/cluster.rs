@@ -228,3 +228,109 @@ async fn server_side_apply_creates_and_updates() {
     assert_eq!(cm["data"], json!({"a": "2", "b": "3"}));
     c.stop().await;
 }
+
+/// A Node created through the API joins as a kubelet would register it
+/// (Ready, nodeInfo, capacity); one marked as having no kubelet stays
+/// NotReady and runs nothing: `kubectl apply` of a bare Node, as a user
+/// would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_made_through_the_api_join_unless_they_have_no_kubelet() {
+    let c = cluster(0).await;
+    c.create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "joined", "labels": {"kubernetes.io/hostname": "joined"}}}))
+        .unwrap();
+    c.create(
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "dark",
+        "annotations": {"sim.nmo.medik8s.io/no-kubelet": "true"}}}),
+    )
+    .unwrap();
+    let joined = eventually("the node Ready", || {
+        let n = c.get("v1", "Node", None, "joined").ok()?;
+        (n["status"]["conditions"][0]["status"] == "True").then_some(n)
+    })
+    .await;
+    // Defaulted, and registered as a kubelet does.
+    assert_eq!(joined["spec"], json!({}));
+    assert_eq!(joined["status"]["nodeInfo"]["kubeletVersion"], "v1.32.0");
+    assert!(joined["status"]["allocatable"]["pods"].is_string());
+    let dark = eventually("the dark node NotReady", || {
+        let n = c.get("v1", "Node", None, "dark").ok()?;
+        (n["status"]["conditions"][0]["status"] == "Unknown").then_some(n)
+    })
+    .await;
+    assert_eq!(
+        dark["status"]["conditions"][0]["reason"],
+        "NodeStatusNeverUpdated"
+    );
+    let out = kubectl(&c, &["get", "nodes"]).await;
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("joined") && l.contains(" Ready")),
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("dark") && l.contains("NotReady")),
+        "{out}"
+    );
+
+    // The scheduler places pods on the joined node only; a pod bound to the
+    // dark node by name never starts.
+    c.apply_yaml("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\nspec:\n  replicas: 4\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: web, image: nginx}]}\n").unwrap();
+    c.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pinned", "namespace": "default"},
+        "spec": {"nodeName": "dark", "containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap();
+    eventually("four web pods running", || {
+        let pods = pods_of(&c, "web-");
+        (pods.len() == 4 && pods.iter().all(ready)).then_some(())
+    })
+    .await;
+    assert!(
+        pods_of(&c, "web-")
+            .iter()
+            .all(|p| p["spec"]["nodeName"] == "joined")
+    );
+    let pinned = c.get("v1", "Pod", Some("default"), "pinned").unwrap();
+    assert_eq!(pinned["status"]["phase"], "Pending");
+    c.stop().await;
+}
+
+/// Required node affinity is honoured; a pod that fits nowhere stays
+/// Pending with a FailedScheduling event, as the real scheduler leaves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_node_affinity_is_honoured_and_a_pod_that_fits_nowhere_waits() {
+    let c = cluster(3).await;
+    let affinity = |values: Value| {
+        json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": values}]}]}}})
+    };
+    c.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "picky", "namespace": "default"},
+        "spec": {"affinity": affinity(json!(["worker-3"])), "containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap();
+    c.create(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "homeless", "namespace": "default"},
+        "spec": {"affinity": affinity(json!(["worker-9"])), "containers": [{"name": "c", "image": "busybox"}]}}))
+        .unwrap();
+    eventually("picky on worker-3", || {
+        let p = c.get("v1", "Pod", Some("default"), "picky").ok()?;
+        (p["spec"]["nodeName"] == "worker-3").then_some(())
+    })
+    .await;
+    let event = eventually("a FailedScheduling event", || {
+        c.list("v1", "Event").ok()?.into_iter().find(|e| {
+            e["reason"] == "FailedScheduling" && e["involvedObject"]["name"] == "homeless"
+        })
+    })
+    .await;
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(
+        event["message"],
+        "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    );
+    let homeless = c.get("v1", "Pod", Some("default"), "homeless").unwrap();
+    assert_eq!(homeless["status"]["phase"], "Pending");
+    assert!(homeless["spec"]["nodeName"].is_null());
+    assert_eq!(
+        homeless["status"]["conditions"][0]["reason"],
+        "Unschedulable"
+    );
+    c.stop().await;
+}
