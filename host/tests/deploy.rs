@@ -99,6 +99,27 @@ fn the_overlays_hold_what_they_promise() {
     assert!(!bare.contains("Certificate"));
 }
 
+/// Waits (60 s at most) for the NodeMaintenance `name` to succeed.
+async fn succeeded(c: &SimCluster, name: &str) {
+    let started = Instant::now();
+    while c
+        .get(
+            "nodemaintenance.medik8s.io/v1beta1",
+            "NodeMaintenance",
+            None,
+            name,
+        )
+        .unwrap()["status"]["phase"]
+        != "Succeeded"
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{name} did not succeed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// A free port on 127.0.0.1.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -109,30 +130,7 @@ fn free_port() -> u16 {
 }
 
 async fn kubectl(kc: &std::path::Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kc)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).await.unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().await.unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    common::kubectl_in(kc, args, stdin).await
 }
 
 /// Applies `overlay` to a simulated cluster that has only the CRDs it
@@ -310,23 +308,7 @@ async fn one_maintenance_through(overlay: &str) {
             "{overlay}: {out}"
         );
     }
-    let started = Instant::now();
-    while c
-        .get(
-            "nodemaintenance.medik8s.io/v1beta1",
-            "NodeMaintenance",
-            None,
-            "nm-1",
-        )
-        .unwrap()["status"]["phase"]
-        != "Succeeded"
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "{overlay}: nm-1 did not succeed"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    succeeded(&c, "nm-1").await;
     let (ok, out) = kubectl(
         &kc,
         &["delete", "nm", "nm-1", "--wait=true", "--timeout=60s"],
@@ -436,23 +418,7 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
         .unwrap();
     }
     for name in ["nm-1", "nm-2"] {
-        let started = Instant::now();
-        while c
-            .get(
-                "nodemaintenance.medik8s.io/v1beta1",
-                "NodeMaintenance",
-                None,
-                name,
-            )
-            .unwrap()["status"]["phase"]
-            != "Succeeded"
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "{name} did not succeed"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        succeeded(&c, name).await;
         c.delete(
             "nodemaintenance.medik8s.io/v1beta1",
             "NodeMaintenance",

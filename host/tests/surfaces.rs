@@ -251,34 +251,9 @@ async fn kubectl(
     args: &[&str],
     stdin: Option<&str>,
 ) -> (bool, String) {
-    use tokio::io::AsyncWriteExt;
     let kc = dir.join("kc");
     env.cluster.write_kubeconfig(&kc).unwrap();
-    let mut child = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).await.unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().await.unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    kubectl_in(&kc, args, stdin).await
 }
 
 fn nm_yaml(name: &str, node: &str) -> String {

@@ -432,3 +432,40 @@ pub fn webhook_cert() -> (tempfile::TempDir, String) {
         base64::Engine::encode(&base64::engine::general_purpose::STANDARD, cert.cert.pem()),
     )
 }
+
+/// Runs the real kubectl against the kubeconfig `kc` (its cache beside
+/// it), with `stdin` as input; returns whether it succeeded and what it
+/// printed.
+pub async fn kubectl_in(
+    kc: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String) {
+    use tokio::io::AsyncWriteExt;
+    let cache = kc.with_file_name("kubectl-cache");
+    let mut child = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(text) = stdin {
+        input.write_all(text.as_bytes()).await.unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().await.unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
