@@ -309,7 +309,10 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
         r#"sum(rest_client_requests_total{job="nmo", code="201", method="POST"})"#,
         r#"sum(rest_client_requests_total{job="nmo", code="200", method="GET"})"#,
         r#"process_resident_memory_bytes{job="nmo"}"#,
-        r#"process_cpu_seconds_total{job="nmo"}"#,
+        // Whole seconds (the collector's counter is an integer): present,
+        // and counting from the process's start.
+        r#"process_start_time_seconds{job="nmo"}"#,
+        r#"process_cpu_seconds_total{job="nmo"} + 1"#,
     ] {
         wait_until(
             &format!("a value for {expr}"),
