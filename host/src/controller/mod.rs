@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::metrics::{CONTROLLER, Metrics};
 use crate::policy::{PolicyStore, Selected};
 
+pub(crate) use reconcile::decide;
 pub use reconcile::{Next, reconcile};
 
 /// What the controller needs to know.
@@ -324,7 +325,7 @@ impl Context {
     fn failed(&self, uid: &str) -> u32 {
         let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
         let n = f.entry(uid.to_owned()).or_insert(0);
-        *n += 1;
+        *n = n.saturating_add(1);
         *n
     }
 

@@ -316,7 +316,7 @@ impl Pass {
     /// The maintenance as the policy sees it.
     pub async fn record(&self) -> types::Maintenance {
         let nm = self.writer.current().await;
-        let attempt = self.ctx.failures(&self.uid) + 1;
+        let attempt = self.ctx.failures(&self.uid).saturating_add(1);
         crate::policy::convert::maintenance(&nm, attempt, k8s_openapi::jiff::Timestamp::now())
     }
 
@@ -417,7 +417,7 @@ impl Pass {
 /// Runs a policy decision on the blocking pool: a decision is CPU work of
 /// up to the policy deadline, and WASI's synchronous streams must not run
 /// on an async worker.
-pub(super) async fn decide<T: Send + 'static>(
+pub(crate) async fn decide<T: Send + 'static>(
     what: &'static str,
     decision: impl FnOnce() -> crate::policy::Result<T> + Send + 'static,
 ) -> Result<T> {

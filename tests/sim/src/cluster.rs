@@ -300,6 +300,11 @@ fn node_lifecycle(sim: &Sim) {
             .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
             .map(|c| c["status"].as_str().unwrap_or_default().to_owned());
         let mut new = (*node).clone();
+        if !new["status"].is_object() {
+            // The kubelet owns the node's status: whatever a client wrote
+            // there that is not an object, it writes over.
+            new["status"] = json!({});
+        }
         if has_no_kubelet(&node) {
             if ready.as_deref() == Some("Unknown") {
                 continue;

@@ -7,11 +7,38 @@ use serde_json::{Value, json};
 
 use crate::resources::ResourceType;
 
-/// Sets `obj[key]` to `value` when it is missing or null.
+/// Sets `obj[key]` to `value` when it is missing or null (nothing when
+/// `obj` is not an object).
 fn or(obj: &mut Value, key: &str, value: Value) {
-    if obj.is_object() && obj[key].is_null() {
-        obj[key] = value;
+    if let Some(m) = obj.as_object_mut()
+        && m.get(key).is_none_or(Value::is_null)
+    {
+        m.insert(key.to_owned(), value);
     }
+}
+
+/// The object at `path` below `v`, made (`{}`) where it is missing or
+/// null; `None` when something on the way is not an object (a client sent
+/// `"spec": "x"`: left for validation to refuse, never indexed into).
+fn object_at<'a>(v: &'a mut Value, path: &[&str]) -> Option<&'a mut Value> {
+    let mut cur = v;
+    for key in path {
+        or(cur, key, json!({}));
+        cur = cur.as_object_mut()?.get_mut(*key)?;
+        if !cur.is_object() {
+            return None;
+        }
+    }
+    Some(cur)
+}
+
+/// The array at `key` of `v`, if there is one (nothing is inserted).
+fn array_at<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
+    v.as_object_mut()
+        .and_then(|m| m.get_mut(key))
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
 }
 
 /// A container's defaults (`SetDefaults_Container`).
@@ -35,9 +62,6 @@ fn container(c: &mut Value) {
 
 /// A pod spec's defaults (`SetDefaults_PodSpec`), for pods and templates.
 fn pod_spec(spec: &mut Value) {
-    if !spec.is_object() {
-        *spec = json!({});
-    }
     or(spec, "restartPolicy", json!("Always"));
     or(spec, "terminationGracePeriodSeconds", json!(30));
     or(spec, "dnsPolicy", json!("ClusterFirst"));
@@ -45,7 +69,7 @@ fn pod_spec(spec: &mut Value) {
     or(spec, "schedulerName", json!("default-scheduler"));
     or(spec, "enableServiceLinks", json!(true));
     for list in ["containers", "initContainers"] {
-        for c in spec[list].as_array_mut().into_iter().flatten() {
+        for c in array_at(spec, list) {
             container(c);
         }
     }
@@ -77,88 +101,80 @@ fn pod_admission(spec: &mut Value) {
 
 /// Defaults applied whenever the server decodes an object.
 pub fn apply(rt: &ResourceType, obj: &mut Value) {
-    match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "nodes") => or(obj, "spec", json!({})),
-        ("", "pods") => pod_spec(&mut obj["spec"]),
-        ("", "namespaces") => {
-            or(obj, "spec", json!({}));
-            or(&mut obj["spec"], "finalizers", json!(["kubernetes"]));
-        }
-        ("", "services") => {
-            or(obj, "spec", json!({}));
-            let spec = &mut obj["spec"];
-            or(spec, "type", json!("ClusterIP"));
-            or(spec, "sessionAffinity", json!("None"));
-            for p in spec["ports"].as_array_mut().into_iter().flatten() {
-                or(p, "protocol", json!("TCP"));
-                if p["targetPort"].is_null() {
-                    p["targetPort"] = p["port"].clone();
-                }
-            }
-        }
-        ("apps", "deployments") => {
-            or(obj, "spec", json!({}));
-            let spec = &mut obj["spec"];
-            or(spec, "replicas", json!(1));
-            or(spec, "revisionHistoryLimit", json!(10));
-            or(spec, "progressDeadlineSeconds", json!(600));
-            or(
-                spec,
+    let spec_defaults: &[(&str, Value)] = match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "nodes") | ("coordination.k8s.io", "leases") | ("", "pods") => &[],
+        ("", "namespaces") => &[("finalizers", json!(["kubernetes"]))],
+        ("", "services") => &[
+            ("type", json!("ClusterIP")),
+            ("sessionAffinity", json!("None")),
+        ],
+        ("apps", "deployments") => &[
+            ("replicas", json!(1)),
+            ("revisionHistoryLimit", json!(10)),
+            ("progressDeadlineSeconds", json!(600)),
+            (
                 "strategy",
                 json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
-            );
-            pod_spec(&mut spec["template"]["spec"]);
-        }
-        ("apps", "replicasets") => {
-            or(obj, "spec", json!({}));
-            or(&mut obj["spec"], "replicas", json!(1));
-            pod_spec(&mut obj["spec"]["template"]["spec"]);
-        }
-        ("apps", "statefulsets") => {
-            or(obj, "spec", json!({}));
-            let spec = &mut obj["spec"];
-            or(spec, "replicas", json!(1));
-            or(spec, "podManagementPolicy", json!("OrderedReady"));
-            or(spec, "revisionHistoryLimit", json!(10));
-            or(
-                spec,
+            ),
+        ],
+        ("apps", "replicasets") => &[("replicas", json!(1))],
+        ("apps", "statefulsets") => &[
+            ("replicas", json!(1)),
+            ("podManagementPolicy", json!("OrderedReady")),
+            ("revisionHistoryLimit", json!(10)),
+            (
                 "updateStrategy",
                 json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
-            );
-            pod_spec(&mut spec["template"]["spec"]);
-        }
-        ("apps", "daemonsets") => {
-            or(obj, "spec", json!({}));
-            let spec = &mut obj["spec"];
-            or(spec, "revisionHistoryLimit", json!(10));
-            or(
-                spec,
+            ),
+        ],
+        ("apps", "daemonsets") => &[
+            ("revisionHistoryLimit", json!(10)),
+            (
                 "updateStrategy",
                 json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
-            );
-            pod_spec(&mut spec["template"]["spec"]);
-        }
-        ("batch", "jobs") => {
-            or(obj, "spec", json!({}));
-            for (k, d) in [("parallelism", 1), ("completions", 1), ("backoffLimit", 6)] {
-                or(&mut obj["spec"], k, json!(d));
+            ),
+        ],
+        ("batch", "jobs") => &[
+            ("parallelism", json!(1)),
+            ("completions", json!(1)),
+            ("backoffLimit", json!(6)),
+        ],
+        _ => return,
+    };
+    let Some(spec) = object_at(obj, &["spec"]) else {
+        return;
+    };
+    for (key, value) in spec_defaults {
+        or(spec, key, value.clone());
+    }
+    match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "pods") => pod_spec(spec),
+        ("", "services") => {
+            for p in array_at(spec, "ports") {
+                or(p, "protocol", json!("TCP"));
+                let port = p.get("port").cloned().unwrap_or(Value::Null);
+                or(p, "targetPort", port);
             }
-            or(
-                &mut obj["spec"]["template"]["spec"],
-                "restartPolicy",
-                json!("Never"),
-            );
-            pod_spec(&mut obj["spec"]["template"]["spec"]);
         }
-        ("coordination.k8s.io", "leases") => or(obj, "spec", json!({})),
+        ("apps", _) | ("batch", "jobs") => {
+            if let Some(template) = object_at(spec, &["template", "spec"]) {
+                if rt.plural == "jobs" {
+                    or(template, "restartPolicy", json!("Never"));
+                }
+                pod_spec(template);
+            }
+        }
         _ => {}
     }
 }
 
 /// What a new pod gets beyond decoding: admission plugins' additions.
 pub fn on_create(rt: &ResourceType, obj: &mut Value) {
-    if rt.group.is_empty() && rt.plural == "pods" {
-        pod_admission(&mut obj["spec"]);
+    if rt.group.is_empty()
+        && rt.plural == "pods"
+        && let Some(spec) = object_at(obj, &["spec"])
+    {
+        pod_admission(spec);
     }
 }
 
@@ -171,6 +187,40 @@ mod tests {
             .into_iter()
             .find(|r| r.group == group && r.plural == plural)
             .unwrap()
+    }
+
+    /// What a client sent that is not an object is left for validation:
+    /// never indexed into, never a panic, nothing inserted beside it.
+    #[test]
+    fn malformed_objects_are_left_as_sent() {
+        for (group, plural) in [
+            ("", "pods"),
+            ("", "services"),
+            ("apps", "deployments"),
+            ("batch", "jobs"),
+        ] {
+            let r = rt(group, plural);
+            for bad in [
+                json!({"spec": "x"}),
+                json!({"spec": {"template": 5}}),
+                json!({"spec": {"template": {"spec": []}}}),
+                json!({"spec": {"ports": "80", "containers": {"a": 1}}}),
+            ] {
+                let mut obj = bad.clone();
+                apply(&r, &mut obj);
+                on_create(&r, &mut obj);
+                if !bad["spec"].is_object() {
+                    assert_eq!(obj, bad, "{plural}");
+                }
+            }
+            let mut not_an_object = json!("x");
+            apply(&r, &mut not_an_object);
+            assert_eq!(not_an_object, json!("x"));
+        }
+        // No key is added as null.
+        let mut pod = json!({"spec": {"containers": []}});
+        apply(&rt("", "pods"), &mut pod);
+        assert!(pod["spec"].get("initContainers").is_none());
     }
 
     #[test]
