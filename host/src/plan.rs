@@ -246,7 +246,7 @@ async fn load_set(
     }
 }
 
-/// The policy's plan, on the blocking pool (a decision blocks its thread).
+/// The policy's plan, on the blocking pool, as the operator asks for it.
 async fn decide(
     selected: &Selected,
     nm: &NodeMaintenance,
@@ -255,13 +255,10 @@ async fn decide(
 ) -> Result<policy::Plan> {
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());
     let (p, node, pods) = (selected.policy.clone(), node.clone(), pods.to_vec());
-    tokio::task::spawn_blocking(move || p.plan_drain_k8s(&record, &node, &pods))
-        .await
-        .map_err(|source| Error::Task {
-            what: "the policy's plan-drain call",
-            source,
-        })?
-        .map_err(Error::from)
+    crate::controller::decide("the policy's plan-drain call", move || {
+        p.plan_drain_k8s(&record, &node, &pods)
+    })
+    .await
 }
 
 /// The PodDisruptionBudgets of the namespaces the pods are in.

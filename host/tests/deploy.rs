@@ -120,15 +120,6 @@ async fn succeeded(c: &SimCluster, name: &str) {
     }
 }
 
-/// A free port on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn kubectl(kc: &std::path::Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
     common::kubectl_in(kc, args, stdin).await
 }
@@ -173,7 +164,7 @@ async fn one_maintenance_through(overlay: &str) {
         std::fs::remove_file(certs.path().join("tls.crt")).unwrap();
         std::fs::remove_file(certs.path().join("tls.key")).unwrap();
     }
-    let webhook_port = free_port();
+    let webhook_port = common::free_port();
     let registered = kinds.contains("ValidatingWebhookConfiguration");
     for d in docs
         .iter_mut()
@@ -236,7 +227,7 @@ async fn one_maintenance_through(overlay: &str) {
     for (name, value) in cm["data"].as_object().into_iter().flatten() {
         std::fs::write(policy_dir.join(name), value.as_str().unwrap()).unwrap();
     }
-    let probe_port = free_port();
+    let probe_port = common::free_port();
     let args: Vec<String> = container["args"]
         .as_array()
         .unwrap()

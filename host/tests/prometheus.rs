@@ -251,11 +251,7 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
     ));
 
     let dir = tempfile::tempdir().unwrap();
-    let prom_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let prom_port = free_port();
     std::fs::write(
         dir.path().join("prometheus.yml"),
         format!(

@@ -11,7 +11,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::{Client, ResourceExt};
 use nmo::crd::{NodeMaintenance, NodeMaintenanceSpec};
-use nmo::policy::{EngineConfig, PolicyEngine};
 
 /// The name the binary answers to as a kubectl plugin.
 pub const PLUGIN_NAME: &str = "kubectl-nm";
@@ -171,11 +170,7 @@ async fn client(args: &ClusterArgs) -> anyhow::Result<Client> {
 
 async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let client = client(&args.cluster).await?;
-    let mut config = EngineConfig::default();
-    if let Ok(exe) = std::env::current_exe() {
-        config.compile = config.compile.with_worker_exe(exe);
-    }
-    let engine = PolicyEngine::new(config)?;
+    let engine = super::engine()?;
     // A policy file stands alone; a name is looked up in the set.
     let file = args
         .policy

@@ -469,3 +469,12 @@ pub async fn kubectl_in(
         ),
     )
 }
+
+/// A free port on 127.0.0.1 (for a server the test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
