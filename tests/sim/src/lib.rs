@@ -28,6 +28,7 @@ pub mod cluster;
 pub mod defaults;
 pub mod error;
 pub mod patch;
+pub mod proto;
 pub mod resources;
 pub mod selectors;
 pub mod server;

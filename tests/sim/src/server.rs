@@ -18,6 +18,7 @@ use crate::admission;
 use crate::api::{self, DeleteOptions, ListOptions};
 use crate::error::{ApiError, success_status};
 use crate::patch::PatchType;
+use crate::proto;
 use crate::resources::{self, ResourceType};
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::state::{AuditRecord, Sim};
@@ -63,6 +64,89 @@ fn json_response(code: u16, v: &Value) -> Response<Body> {
         .header("Content-Type", "application/json")
         .body(full(serde_json::to_vec(v).unwrap_or_default()))
         .expect("valid response")
+}
+
+/// The body types a client accepts (its `Accept` header).
+#[derive(Debug, Clone, Copy)]
+struct Accept {
+    /// Kubernetes protobuf comes before any JSON in the list.
+    prefer_protobuf: bool,
+    /// JSON (or `*/*`) is in the list.
+    json: bool,
+}
+
+impl Accept {
+    fn of(req: &Request<Incoming>) -> Self {
+        let Some(header) = req.headers().get("Accept").and_then(|a| a.to_str().ok()) else {
+            return Accept {
+                prefer_protobuf: false,
+                json: true,
+            };
+        };
+        let mut a = Accept {
+            prefer_protobuf: false,
+            json: false,
+        };
+        for media in header.split(',') {
+            match media.split(';').next().unwrap_or_default().trim() {
+                proto::MEDIA_TYPE if !a.json => a.prefer_protobuf = true,
+                "application/json" | "application/yaml" | "*/*" | "application/*" | "" => {
+                    a.json = true
+                }
+                _ => {}
+            }
+        }
+        a
+    }
+}
+
+/// Answers in the body type the client asked for: protobuf for the
+/// built-in kinds when it prefers it, JSON otherwise, 406 when it accepts
+/// only protobuf and the object has none (a custom resource).
+struct Reply<'a> {
+    sim: &'a Sim,
+    accept: Accept,
+}
+
+impl Reply<'_> {
+    fn send(&self, code: u16, v: &Value) -> Response<Body> {
+        if self.accept.prefer_protobuf {
+            match self.sim.proto.encode_object(v) {
+                Ok(bytes) => {
+                    return Response::builder()
+                        .status(code)
+                        .header("Content-Type", proto::MEDIA_TYPE)
+                        .body(full(bytes))
+                        .expect("valid response");
+                }
+                Err(_) if self.accept.json => {}
+                Err(e) => {
+                    return json_response(
+                        406,
+                        &ApiError {
+                            code: 406,
+                            reason: "NotAcceptable",
+                            message: format!(
+                                "only the following media types are accepted: application/json, application/yaml ({e})"
+                            ),
+                            details: None,
+                            retry_after: None,
+                        }
+                        .to_status(),
+                    );
+                }
+            }
+        }
+        json_response(code, v)
+    }
+
+    fn error(&self, e: &ApiError) -> Response<Body> {
+        let mut r = self.send(e.code, &e.to_status());
+        if let Some(secs) = e.retry_after {
+            r.headers_mut().insert("Retry-After", secs.into());
+        }
+        r
+    }
 }
 
 fn error_response(e: &ApiError) -> Response<Body> {
@@ -183,23 +267,21 @@ async fn read_body(req: Request<Incoming>) -> Result<(Bytes, String), ApiError> 
     Ok((bytes, ct))
 }
 
-fn parse_json(bytes: &[u8], ct: &str) -> Result<Value, ApiError> {
+/// A request body as JSON: JSON, YAML, or Kubernetes protobuf (what
+/// client-go sends for built-in kinds).
+fn parse_body(sim: &Sim, bytes: &[u8], ct: &str) -> Result<Value, ApiError> {
     if bytes.is_empty() {
         return Ok(Value::Null);
     }
-    if ct.contains("protobuf") || ct.contains("cbor") {
-        // kubectl's imperative generators (`kubectl create configmap`,
-        // `kubectl run`) send protobuf for built-in kinds; this server
-        // speaks JSON only.
-        return Err(ApiError {
-            code: 415,
-            reason: "UnsupportedMediaType",
-            message: format!(
-                "nmo-sim accepts JSON bodies only, not {ct}; create objects from a manifest instead (kubectl apply -f / kubectl create -f)"
-            ),
-            details: None,
-            retry_after: None,
+    if ct.starts_with(proto::MEDIA_TYPE) {
+        return sim.proto.decode_object(bytes).map_err(|e| {
+            ApiError::bad_request(format!(
+                "the body of the request was in an unknown format: {e}"
+            ))
         });
+    }
+    if ct.contains("protobuf") || ct.contains("cbor") {
+        return Err(ApiError::unsupported_media(ct));
     }
     if ct.contains("yaml") {
         return serde_yaml::from_slice(bytes)
@@ -281,6 +363,10 @@ async fn handle(
         Route::NotFound => not_found(&path),
         Route::Resource(target) => {
             let q = query(&req);
+            let reply = Reply {
+                sim: &sim,
+                accept: Accept::of(&req),
+            };
             let verb = verb_of(req.method(), &target, &q);
             let resource = match &target.subresource {
                 Some(s) => format!("{}/{}", target.rt.plural, s),
@@ -304,6 +390,12 @@ async fn handle(
                         namespace: target.namespace.clone().unwrap_or_default(),
                         name: target.name.clone().unwrap_or_default(),
                         user_agent: ua,
+                        content_type: req
+                            .headers()
+                            .get("Content-Type")
+                            .and_then(|c| c.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned(),
                     });
             }
             let faults = sim.faults();
@@ -320,13 +412,22 @@ async fn handle(
                     ),
                     _ => ApiError::internal("injected fault"),
                 };
-                return error_response(&e);
+                return reply.error(&e);
             }
-            match resource_request(&sim, req, *target, q, verb, faults.drop_watches_after, stop)
-                .await
+            match resource_request(
+                &sim,
+                &reply,
+                req,
+                *target,
+                q,
+                verb,
+                faults.drop_watches_after,
+                stop,
+            )
+            .await
             {
                 Ok(r) => r,
-                Err(e) => error_response(&e),
+                Err(e) => reply.error(&e),
             }
         }
     }
@@ -488,8 +589,10 @@ fn list_kind(rt: &ResourceType) -> String {
     format!("{}List", rt.kind)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn resource_request(
     sim: &Arc<Sim>,
+    reply: &Reply<'_>,
     req: Request<Incoming>,
     t: Target,
     q: HashMap<String, String>,
@@ -508,7 +611,7 @@ async fn resource_request(
     let name = t.name.as_deref().unwrap_or_default();
     let sub = t.subresource.as_deref();
     if sub == Some("scale") {
-        return scale_request(sim, req, rt, ns, name, verb, dry_run).await;
+        return scale_request(sim, reply, req, rt, ns, name, verb, dry_run).await;
     }
     match sub {
         None | Some("status") | Some("eviction") => {}
@@ -523,7 +626,7 @@ async fn resource_request(
             rt.clone(),
             t.namespace.clone(),
             &q,
-            table,
+            WatchBody::choose(sim, rt, reply.accept, table),
             include,
             drop_after,
             stop,
@@ -533,7 +636,7 @@ async fn resource_request(
             let res = sim.list(rt, ns, &opts)?;
             let items: Vec<Value> = res.items.iter().map(|o| api::present(rt, o)).collect();
             if table {
-                return Ok(json_response(
+                return Ok(reply.send(
                     200,
                     &tables::table(
                         rt,
@@ -550,7 +653,7 @@ async fn resource_request(
                 meta["continue"] = json!(c);
                 meta["remainingItemCount"] = json!(res.remaining.unwrap_or(0));
             }
-            Ok(json_response(
+            Ok(reply.send(
                 200,
                 &json!({"kind": list_kind(rt), "apiVersion": rt.api_version(), "metadata": meta, "items": items}),
             ))
@@ -562,26 +665,23 @@ async fn resource_request(
                     .as_str()
                     .and_then(|r| r.parse().ok())
                     .unwrap_or(0);
-                return Ok(json_response(
-                    200,
-                    &tables::table(rt, &[obj], rv, None, &include, true),
-                ));
+                return Ok(reply.send(200, &tables::table(rt, &[obj], rv, None, &include, true)));
             }
-            Ok(json_response(200, &obj))
+            Ok(reply.send(200, &obj))
         }
         "create" if sub == Some("eviction") => {
             if !(rt.group.is_empty() && rt.plural == "pods") {
                 return Err(ApiError::not_found(rt, name));
             }
             let (bytes, ct) = read_body(req).await?;
-            let body = parse_json(&bytes, &ct)?;
+            let body = parse_body(sim, &bytes, &ct)?;
             let status = sim.evict(ns.unwrap_or_default(), name, &body)?;
-            Ok(json_response(201, &status))
+            Ok(reply.send(201, &status))
         }
         // Reviews are answered, never stored.
         "create" if matches!(rt.plural.as_str(), "tokenreviews" | "subjectaccessreviews") => {
             let (bytes, ct) = read_body(req).await?;
-            let mut body = parse_json(&bytes, &ct)?;
+            let mut body = parse_body(sim, &bytes, &ct)?;
             body["apiVersion"] = json!(rt.api_version());
             body["kind"] = json!(rt.kind);
             let store = sim.store();
@@ -590,11 +690,11 @@ async fn resource_request(
             } else {
                 crate::auth::subject_access_review(&store, body)
             };
-            Ok(json_response(201, &answer))
+            Ok(reply.send(201, &answer))
         }
         "create" => {
             let (bytes, ct) = read_body(req).await?;
-            let body = parse_json(&bytes, &ct)?;
+            let body = parse_body(sim, &bytes, &ct)?;
             if admission::has_webhooks(sim) {
                 let candidate = sim.create(rt, ns, body.clone(), true)?;
                 let name = candidate["metadata"]["name"].as_str().unwrap_or_default();
@@ -613,11 +713,11 @@ async fn resource_request(
                 .await?;
             }
             let obj = sim.create(rt, ns, body, dry_run)?;
-            Ok(json_response(201, &obj))
+            Ok(reply.send(201, &obj))
         }
         "update" => {
             let (bytes, ct) = read_body(req).await?;
-            let body = parse_json(&bytes, &ct)?;
+            let body = parse_body(sim, &bytes, &ct)?;
             if sub.is_none() && admission::has_webhooks(sim) {
                 let old = sim.get(rt, ns, name)?;
                 let candidate = sim.update(rt, ns, name, body.clone(), sub, true)?;
@@ -635,16 +735,14 @@ async fn resource_request(
                 )
                 .await?;
             }
-            Ok(json_response(
-                200,
-                &sim.update(rt, ns, name, body, sub, dry_run)?,
-            ))
+            Ok(reply.send(200, &sim.update(rt, ns, name, body, sub, dry_run)?))
         }
         "patch" => {
             let (bytes, ct) = read_body(req).await?;
             let kind = PatchType::from_content_type(&ct)
                 .ok_or_else(|| ApiError::unsupported_media(&ct))?;
-            let patch = parse_json(
+            let patch = parse_body(
+                sim,
                 &bytes,
                 if kind == PatchType::Apply {
                     "yaml"
@@ -670,14 +768,11 @@ async fn resource_request(
                 )
                 .await?;
             }
-            Ok(json_response(
-                200,
-                &sim.patch(rt, ns, name, kind, &patch, sub, dry_run)?,
-            ))
+            Ok(reply.send(200, &sim.patch(rt, ns, name, kind, &patch, sub, dry_run)?))
         }
         "delete" => {
             let (bytes, ct) = read_body(req).await?;
-            let body = parse_json(&bytes, &ct)?;
+            let body = parse_body(sim, &bytes, &ct)?;
             let mut opts = DeleteOptions::from_body(&body);
             if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
                 opts.grace_period_seconds = Some(g);
@@ -689,9 +784,9 @@ async fn resource_request(
             let obj = sim.delete(rt, ns, name, &opts)?;
             let gone = obj["metadata"]["deletionTimestamp"].is_null();
             if gone && rt.group.is_empty() && rt.plural == "pods" {
-                return Ok(json_response(200, &obj));
+                return Ok(reply.send(200, &obj));
             }
-            Ok(json_response(200, &obj))
+            Ok(reply.send(200, &obj))
         }
         "deletecollection" => {
             let opts = list_options(&q)?;
@@ -709,7 +804,7 @@ async fn resource_request(
                     },
                 );
             }
-            Ok(json_response(200, &success_status(None)))
+            Ok(reply.send(200, &success_status(None)))
         }
         _ => Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
@@ -742,8 +837,10 @@ fn scale_of(obj: &Value) -> Value {
 }
 
 /// The `scale` subresource (kubectl scale).
+#[allow(clippy::too_many_arguments)]
 async fn scale_request(
     sim: &Sim,
+    reply: &Reply<'_>,
     req: Request<Incoming>,
     rt: &ResourceType,
     ns: Option<&str>,
@@ -756,16 +853,16 @@ async fn scale_request(
     }
     let current = scale_of(&sim.get(rt, ns, name)?);
     let wanted = match verb {
-        "get" => return Ok(json_response(200, &current)),
+        "get" => return Ok(reply.send(200, &current)),
         "update" => {
             let (bytes, ct) = read_body(req).await?;
-            parse_json(&bytes, &ct)?
+            parse_body(sim, &bytes, &ct)?
         }
         "patch" => {
             let (bytes, ct) = read_body(req).await?;
             let kind = PatchType::from_content_type(&ct)
                 .ok_or_else(|| ApiError::unsupported_media(&ct))?;
-            let p = parse_json(&bytes, "json")?;
+            let p = parse_body(sim, &bytes, "json")?;
             let mut scale = current.clone();
             match kind {
                 PatchType::Json => {
@@ -804,7 +901,7 @@ async fn scale_request(
         None,
         dry_run,
     )?;
-    Ok(json_response(200, &scale_of(&updated)))
+    Ok(reply.send(200, &scale_of(&updated)))
 }
 
 /// Which watch event, if any, a change is for this watcher.
@@ -829,13 +926,56 @@ fn watch_event(
     }
 }
 
+/// How a watch's events are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WatchBody {
+    /// One JSON event per line.
+    Json,
+    /// One JSON event per line, each object a Table row.
+    Table,
+    /// Length-prefixed protobuf `WatchEvent` frames.
+    Protobuf,
+}
+
+impl WatchBody {
+    fn choose(sim: &Sim, rt: &ResourceType, accept: Accept, table: bool) -> Self {
+        if table {
+            WatchBody::Table
+        } else if accept.prefer_protobuf && sim.proto.supports(&rt.api_version(), &rt.kind) {
+            WatchBody::Protobuf
+        } else {
+            WatchBody::Json
+        }
+    }
+
+    fn content_type(self) -> &'static str {
+        match self {
+            WatchBody::Protobuf => proto::WATCH_MEDIA_TYPE,
+            WatchBody::Json | WatchBody::Table => "application/json",
+        }
+    }
+
+    /// One event as this body writes it.
+    fn event(self, sim: &Sim, kind: &str, object: &Value) -> Bytes {
+        if self == WatchBody::Protobuf
+            && let Ok(frame) = sim.proto.encode_watch_event(kind, object)
+        {
+            return Bytes::from(frame);
+        }
+        let mut line =
+            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+        line.push(b'\n');
+        Bytes::from(line)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn watch_response(
     sim: Arc<Sim>,
     rt: ResourceType,
     ns: Option<String>,
     q: &HashMap<String, String>,
-    table: bool,
+    body_type: WatchBody,
     include: String,
     drop_after: Option<Duration>,
     mut stop: watch::Receiver<bool>,
@@ -859,11 +999,11 @@ fn watch_response(
                     let status =
                         ApiError::gone(format!("too old resource version: {rv} ({})", store.rv()))
                             .to_status();
-                    let line = serde_json::to_vec(&json!({"type": "ERROR", "object": status}))
-                        .unwrap_or_default();
-                    let mut resp = Response::new(full([line, b"\n".to_vec()].concat()));
-                    resp.headers_mut()
-                        .insert("Content-Type", "application/json".parse().expect("valid"));
+                    let mut resp = Response::new(full(body_type.event(&sim, "ERROR", &status)));
+                    resp.headers_mut().insert(
+                        "Content-Type",
+                        body_type.content_type().parse().expect("valid"),
+                    );
                     return Ok(resp);
                 }
             },
@@ -883,7 +1023,7 @@ fn watch_response(
     let (tx, out) = mpsc::channel::<Bytes>(256);
     tokio::spawn(async move {
         let render = |kind: &str, obj: &Value, first: &mut bool| {
-            render(&rt, table, &include, kind, obj, first)
+            render(&sim, &rt, body_type, &include, kind, obj, first)
         };
         let mut first = true;
         let mut last_rv = start_rv;
@@ -917,11 +1057,9 @@ fn watch_response(
             tokio::select! {
                 _ = &mut sleep => return,
                 _ = stop.changed() => return,
-                _ = bookmark.tick(), if bookmarks && !table => {
-                    let b = json!({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {"resourceVersion": last_rv.to_string()}}});
-                    let mut line = serde_json::to_vec(&b).unwrap_or_default();
-                    line.push(b'\n');
-                    if tx.send(Bytes::from(line)).await.is_err() {
+                _ = bookmark.tick(), if bookmarks && body_type != WatchBody::Table => {
+                    let object = json!({"kind": rt.kind, "apiVersion": rt.api_version(), "metadata": {"resourceVersion": last_rv.to_string()}});
+                    if tx.send(body_type.event(&sim, "BOOKMARK", &object)).await.is_err() {
                         return;
                     }
                 }
@@ -950,22 +1088,23 @@ fn watch_response(
     let body = BodyExt::boxed_unsync(StreamBody::new(stream.boxed()));
     Ok(Response::builder()
         .status(StatusCode::OK)
-        .header("Content-Type", "application/json")
+        .header("Content-Type", body_type.content_type())
         .header("Transfer-Encoding", "chunked")
         .body(body)
         .expect("valid response"))
 }
 
-/// One watch event line.
+/// One watch event.
 fn render(
+    sim: &Sim,
     rt: &ResourceType,
-    table: bool,
+    body_type: WatchBody,
     include: &str,
     kind: &str,
     obj: &Value,
     first: &mut bool,
 ) -> Bytes {
-    let object = if table {
+    let object = if body_type == WatchBody::Table {
         let rv = obj["metadata"]["resourceVersion"]
             .as_str()
             .and_then(|r| r.parse().ok())
@@ -976,7 +1115,5 @@ fn render(
     } else {
         obj.clone()
     };
-    let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-    line.push(b'\n');
-    Bytes::from(line)
+    body_type.event(sim, kind, &object)
 }

@@ -127,6 +127,8 @@ pub struct Sim {
     /// Counts requests by verb and resource (for tests and RBAC checks).
     pub audit: Mutex<Vec<AuditRecord>>,
     pub record_audit: std::sync::atomic::AtomicBool,
+    /// The protobuf layout of the built-in kinds.
+    pub proto: crate::proto::Schema,
 }
 
 /// A pod's graceful deletion, in simulated seconds.
@@ -150,6 +152,8 @@ pub struct AuditRecord {
     /// in the path).
     pub name: String,
     pub user_agent: String,
+    /// The request body's media type ("" without a body).
+    pub content_type: String,
 }
 
 impl Sim {
@@ -163,6 +167,7 @@ impl Sim {
             wake: Notify::new(),
             audit: Mutex::new(Vec::new()),
             record_audit: std::sync::atomic::AtomicBool::new(false),
+            proto: crate::proto::Schema::builtin(),
         }
     }
 

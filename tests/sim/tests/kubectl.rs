@@ -517,3 +517,151 @@ async fn big_configmaps_need_server_side_apply() {
         "{err}"
     );
 }
+
+/// kubectl's imperative commands send protobuf for built-in kinds (as every
+/// client-go program does by default); they work as on a real cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imperative_commands_speak_protobuf() {
+    use base64::Engine;
+    let c = cluster(2).await;
+    c.record_audit(true);
+    let k = Kubectl::new(&c);
+    k.ok(&["create", "namespace", "shop"]).await;
+    k.ok(&[
+        "run",
+        "cart",
+        "-n",
+        "shop",
+        "--image=busybox:1.36",
+        "--labels=app=cart,tier=web",
+        "--env=MODE=fast",
+        "--restart=Never",
+    ])
+    .await;
+    k.ok(&[
+        "create",
+        "deployment",
+        "web",
+        "-n",
+        "shop",
+        "--image=nginx:1.27",
+        "--replicas=2",
+        "--port=8080",
+    ])
+    .await;
+    // A policy module is binary: every byte value, NULs included.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wasm: Vec<u8> = b"\0asm\x01\0\0\0"
+        .iter()
+        .copied()
+        .chain((0..=255u8).cycle().take(70_000))
+        .collect();
+    let file = dir.path().join("my-policy.wasm");
+    std::fs::write(&file, &wasm).expect("write");
+    let from_file = format!("--from-file={}", file.display());
+    k.ok(&["create", "configmap", "policies", "-n", "shop", &from_file])
+        .await;
+    k.ok(&[
+        "create",
+        "secret",
+        "generic",
+        "token",
+        "-n",
+        "shop",
+        "--from-literal=key=s3cr3t",
+    ])
+    .await;
+    k.ok(&["create", "serviceaccount", "robot", "-n", "shop"])
+        .await;
+
+    // (`kubectl run` alone sends JSON.)
+    let mut protobuf_creates: Vec<String> = c
+        .audit()
+        .iter()
+        .filter(|r| r.verb == "create" && r.content_type == "application/vnd.kubernetes.protobuf")
+        .map(|r| r.resource.clone())
+        .collect();
+    protobuf_creates.sort();
+    assert_eq!(
+        protobuf_creates,
+        [
+            "configmaps",
+            "deployments",
+            "namespaces",
+            "secrets",
+            "serviceaccounts"
+        ],
+        "{:?}",
+        c.audit()
+    );
+
+    // What was created is what was asked for.
+    let stored = k
+        .ok(&[
+            "get",
+            "configmap",
+            "policies",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.binaryData.my-policy\\.wasm}",
+        ])
+        .await;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(stored.trim())
+            .expect("base64"),
+        wasm
+    );
+    let pod = k
+        .ok(&["get", "pod", "cart", "-n", "shop", "-o", "jsonpath={.metadata.labels.tier} {.spec.containers[0].env[0].value} {.spec.restartPolicy} {.spec.terminationGracePeriodSeconds}"])
+        .await;
+    assert_eq!(pod, "web fast Never 30");
+    let secret = k
+        .ok(&[
+            "get",
+            "secret",
+            "token",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.data.key}",
+        ])
+        .await;
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(secret.trim())
+            .expect("base64"),
+        b"s3cr3t"
+    );
+    wait_for(&k, &["get", "deployment", "web", "-n", "shop"], "2/2").await;
+    let port = k
+        .ok(&[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            "shop",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].ports[0].containerPort}",
+        ])
+        .await;
+    assert_eq!(port, "8080");
+
+    // Deletes, with protobuf DeleteOptions where kubectl sends them.
+    k.ok(&[
+        "delete",
+        "pod",
+        "cart",
+        "-n",
+        "shop",
+        "--grace-period=0",
+        "--force",
+    ])
+    .await;
+    let gone = k.fails(&["get", "pod", "cart", "-n", "shop"], None).await;
+    assert!(gone.contains("NotFound"), "{gone}");
+    k.ok(&["delete", "deployment", "web", "-n", "shop"]).await;
+    k.ok(&["delete", "namespace", "shop", "--wait=false"]).await;
+    c.stop().await;
+}
