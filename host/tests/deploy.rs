@@ -348,15 +348,18 @@ fn allowed(rules: &[Value], verb: &str, group: &str, resource: &str) -> bool {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
-    let docs = render("default");
-    let rules: Vec<Value> = docs
-        .iter()
+/// The rules of the ClusterRoles and Roles an overlay ships.
+fn shipped_rules(docs: &[Value]) -> Vec<Value> {
+    docs.iter()
         .filter(|d| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
         .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
-        .collect();
+        .collect()
+}
 
+/// A simulated cluster with the CRD, three nodes, a workload and two pods
+/// that make the operator's work interesting; `authorization` switches
+/// RBAC enforcement on.
+async fn operator_cluster(authorization: bool) -> SimCluster {
     let c = SimCluster::start(SimOptions {
         time_scale: 20.0,
         ..SimOptions::default()
@@ -379,18 +382,33 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
         120,
     ))
     .unwrap();
+    // What the webhook on OpenShift reads: the etcd guard PDB.
+    c.apply_yaml("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: clusterversions.config.openshift.io}\nspec:\n  group: config.openshift.io\n  names: {kind: ClusterVersion, plural: clusterversions, singular: clusterversion}\n  scope: Cluster\n  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]\n").unwrap();
+    let mut master = nmo_sim::node("master-0");
+    master["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
+    c.create(master).unwrap();
+    c.create(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "openshift-etcd"}}),
+    )
+    .unwrap();
+    c.create(
+        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "etcd-guard-pdb", "namespace": "openshift-etcd"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guard"}}}}),
+    )
+    .unwrap();
+    c.set_authorization(authorization);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    c.record_audit(true);
+    c
+}
 
-    // Everything the operator does, on its own client: leadership, two
-    // maintenances (evict, retried after an attempt that ran out of time;
-    // and delete), their deletion, the webhook's checks.
-    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
-        .await
-        .unwrap();
+/// Everything the operator does, on `client`: leadership (its lease in
+/// `namespace`), two maintenances (evict, retried after an attempt that ran
+/// out of time; and delete), their deletion, the webhook's checks.
+async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str) {
     let elector = nmo::controller::leader::Elector::new(
         client.clone(),
-        "default",
+        namespace,
         "rbac-test",
         Default::default(),
     );
@@ -408,7 +426,7 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
         .unwrap();
     }
     for name in ["nm-1", "nm-2"] {
-        succeeded(&c, name).await;
+        succeeded(c, name).await;
         c.delete(
             "nodemaintenance.medik8s.io/v1beta1",
             "NodeMaintenance",
@@ -435,22 +453,7 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    // The webhook on OpenShift reads the etcd guard PDB.
-    c.apply_yaml("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: clusterversions.config.openshift.io}\nspec:\n  group: config.openshift.io\n  names: {kind: ClusterVersion, plural: clusterversions, singular: clusterversion}\n  scope: Cluster\n  versions: [{name: v1, served: true, storage: true, schema: {openAPIV3Schema: {type: object}}}]\n").unwrap();
-    let mut master = nmo_sim::node("master-0");
-    master["metadata"]["labels"]["node-role.kubernetes.io/control-plane"] = json!("");
-    c.create(master).unwrap();
     // One guard PDB, no Ready guard pod on the node: allowed.
-    c.create(
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "openshift-etcd"}}),
-    )
-    .unwrap();
-    c.create(
-        json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-        "metadata": {"name": "etcd-guard-pdb", "namespace": "openshift-etcd"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guard"}}}}),
-    )
-    .unwrap();
     let validator = nmo::webhook::Validator::new(client.clone()).await;
     let nm = nmo::crd::NodeMaintenance::new(
         "m",
@@ -461,7 +464,17 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
     );
     assert!(validator.validate_create(&nm).await.is_ok());
     controller.abort();
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
+    let rules = shipped_rules(&render("default"));
+    let c = operator_cluster(false).await;
+    c.record_audit(true);
+    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+        .await
+        .unwrap();
+    operator_scenario(&c, client, "default").await;
     let calls: BTreeSet<(String, String, String)> = c
         .audit()
         .into_iter()
@@ -496,6 +509,170 @@ async fn rbac_allows_every_call_the_operator_makes_and_nothing_unused() {
         }
     }
     c.stop().await;
+}
+
+/// The ServiceAccount the rendered Deployment runs as, and its namespace.
+fn service_account(docs: &[Value]) -> (String, String) {
+    let sa = docs
+        .iter()
+        .find(|d| d["kind"] == "ServiceAccount")
+        .expect("a ServiceAccount");
+    (
+        sa["metadata"]["namespace"].as_str().unwrap().to_owned(),
+        sa["metadata"]["name"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// The overlay's RBAC objects (with `drop`: one rule, by role and index,
+/// taken out).
+fn rbac_objects(docs: &[Value], drop: Option<(usize, usize)>) -> Vec<Value> {
+    docs.iter()
+        .enumerate()
+        .filter(|(_, d)| {
+            matches!(
+                d["kind"].as_str(),
+                Some(
+                    "Namespace"
+                        | "ServiceAccount"
+                        | "ClusterRole"
+                        | "ClusterRoleBinding"
+                        | "Role"
+                        | "RoleBinding"
+                )
+            )
+        })
+        .map(|(i, d)| {
+            let mut d = d.clone();
+            if let Some((doc, rule)) = drop
+                && doc == i
+                && let Some(rules) = d["rules"].as_array_mut()
+            {
+                rules.remove(rule);
+            }
+            d
+        })
+        .collect()
+}
+
+/// Runs the operator's scenario as the overlay's ServiceAccount on a
+/// cluster that enforces RBAC; returns whether it went through, and the
+/// requests RBAC refused it (it stops at the first refusal).
+async fn as_service_account(docs: &[Value], drop: Option<(usize, usize)>) -> (bool, Vec<String>) {
+    let (namespace, name) = service_account(docs);
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let c = operator_cluster(true).await;
+    for obj in rbac_objects(docs, drop) {
+        c.create(obj).unwrap();
+    }
+    c.record_audit(true);
+    let kubeconfig = c.kubeconfig_with_token(&format!("serviceaccount:{namespace}:{name}"));
+    let client = nmo::client::client_from_kubeconfig(&kubeconfig)
+        .await
+        .unwrap();
+    // A refused call can fail one of the scenario's assertions: that is
+    // an outcome here, not a test failure.
+    let scenario = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(
+        operator_scenario(&c, client, &namespace),
+    ));
+    let denials = || -> Vec<String> {
+        c.audit()
+            .into_iter()
+            .filter(|a| a.denied && a.user == user)
+            .map(|a| {
+                let sub = if a.subresource.is_empty() {
+                    String::new()
+                } else {
+                    format!("/{}", a.subresource)
+                };
+                format!("{} {}/{}{sub}", a.verb, a.group, a.resource)
+            })
+            .collect()
+    };
+    let first_denial = async {
+        loop {
+            if !denials().is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let through = tokio::select! {
+        r = scenario => r.is_ok(),
+        _ = first_denial => false,
+    };
+    let found = denials();
+    c.stop().await;
+    (through, found)
+}
+
+/// With RBAC enforced, the operator running as its ServiceAccount takes
+/// maintenances through with the shipped rules and nothing refused; and
+/// without any one of those rules, something it does is refused (or
+/// another shipped rule grants the same).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
+    let docs = render("default");
+    let (through, refused) = as_service_account(&docs, None).await;
+    assert!(refused.is_empty(), "the shipped RBAC refused: {refused:?}");
+    assert!(through, "the operator's scenario did not go through");
+    let variants: Vec<(usize, usize, String)> = docs
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
+        .flat_map(|(i, d)| {
+            let role = d["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            d["rules"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .enumerate()
+                .map(move |(r, rule)| (i, r, format!("{role}: {rule}")))
+        })
+        .collect();
+    assert!(variants.len() >= 5, "{variants:?}");
+    let results = futures::future::join_all(
+        variants
+            .iter()
+            .map(|(doc, rule, _)| as_service_account(&docs, Some((*doc, *rule)))),
+    )
+    .await;
+    for ((doc, index, rule), (_, refused)) in variants.iter().zip(results) {
+        if !refused.is_empty() {
+            continue;
+        }
+        // Nothing refused: only right if the other rules grant the same
+        // (the leader-election Role's lease rights are also in the
+        // ClusterRole, which needs leases everywhere for the node leases,
+        // as the Go operator ships them).
+        let removed = &docs[*doc]["rules"][*index];
+        let others: Vec<Value> = rbac_objects(&docs, Some((*doc, *index)))
+            .iter()
+            .filter(|d| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
+            .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
+            .collect();
+        let strings = |f: &str| -> Vec<String> {
+            removed[f]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        };
+        for group in strings("apiGroups") {
+            for resource in strings("resources") {
+                for verb in strings("verbs") {
+                    assert!(
+                        allowed(&others, &verb, &group, &resource),
+                        "without the rule {rule} nothing the operator does is refused, yet no other rule grants {verb} {group}/{resource}"
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// deploy/policies holds the policies of this repository as built, and its

@@ -58,6 +58,10 @@ pub struct SimOptions {
     /// Changes kept for watches that resume from a resourceVersion; a
     /// watch from an older one gets 410 Gone.
     pub watch_history: usize,
+    /// Serve HTTPS with a fresh self-signed certificate (for 127.0.0.1 and
+    /// localhost) that the kubeconfig trusts. client-go (kubectl) sends a
+    /// bearer token only over TLS, so authorization needs it.
+    pub tls: bool,
 }
 
 impl Default for SimOptions {
@@ -66,6 +70,7 @@ impl Default for SimOptions {
             addr: ([127, 0, 0, 1], 0).into(),
             time_scale: 1.0,
             watch_history: store::HISTORY,
+            tls: false,
         }
     }
 }
@@ -87,12 +92,16 @@ pub enum SimError {
     Api(#[from] ApiError),
     #[error("scenario: {0}")]
     Scenario(String),
+    #[error("cannot make the server's certificate: {0}")]
+    Tls(String),
 }
 
 /// A running simulated cluster.
 pub struct SimCluster {
     sim: Arc<Sim>,
     addr: SocketAddr,
+    /// The server certificate (PEM) when serving HTTPS.
+    ca_pem: Option<String>,
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -113,19 +122,55 @@ impl SimCluster {
         })?;
         let sim = Arc::new(Sim::new(opts.time_scale, opts.watch_history));
         let (stop, stop_rx) = watch::channel(false);
+        let (acceptor, ca_pem) = if opts.tls {
+            let (acceptor, pem) = tls_acceptor()?;
+            (Some(acceptor), Some(pem))
+        } else {
+            (None, None)
+        };
         let cluster = SimCluster {
             tasks: vec![
-                tokio::spawn(server::serve(sim.clone(), listener, stop_rx.clone())),
+                tokio::spawn(server::serve(
+                    sim.clone(),
+                    listener,
+                    acceptor,
+                    stop_rx.clone(),
+                )),
                 tokio::spawn(cluster::run(sim.clone(), stop_rx)),
             ],
             sim,
             addr,
+            ca_pem,
             stop,
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             cluster.create(
                 json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
             )?;
+        }
+        // The default roles every cluster has: cluster-admin (for
+        // system:masters) and system:basic-user (every authenticated user
+        // may ask what it may do: `kubectl auth can-i`).
+        for obj in [
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "cluster-admin"},
+                "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                          {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "cluster-admin"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "system:basic-user"},
+                "rules": [{"apiGroups": ["authorization.k8s.io"],
+                           "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                           "verbs": ["create"]}]}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "system:basic-user"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:basic-user"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}]}),
+        ] {
+            cluster.create(obj)?;
         }
         Ok(cluster)
     }
@@ -147,17 +192,45 @@ impl SimCluster {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (`https://` with [`SimOptions::tls`]).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.ca_pem.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://{}", self.addr)
     }
 
-    /// A kubeconfig for this cluster (context `nmo-sim`).
+    /// A kubeconfig for this cluster (context `nmo-sim`), as its
+    /// administrator.
     pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_with_token(auth::ADMIN_TOKEN)
+    }
+
+    /// A kubeconfig that authenticates with `token`: e.g. a ServiceAccount's
+    /// (`serviceaccount:<namespace>:<name>`, what `kubectl create token`
+    /// returns here) to act as that ServiceAccount under RBAC.
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        use base64::Engine;
+        let ca = self.ca_pem.as_ref().map_or(String::new(), |pem| {
+            format!(
+                "\n    certificate-authority-data: {}",
+                base64::engine::general_purpose::STANDARD.encode(pem)
+            )
+        });
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: nmo-sim\n  cluster:\n    server: {}\ncontexts:\n- name: nmo-sim\n  context:\n    cluster: nmo-sim\n    user: nmo-sim\n    namespace: default\ncurrent-context: nmo-sim\nusers:\n- name: nmo-sim\n  user:\n    token: nmo-sim\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: nmo-sim\n  cluster:\n    server: {}{ca}\ncontexts:\n- name: nmo-sim\n  context:\n    cluster: nmo-sim\n    user: nmo-sim\n    namespace: default\ncurrent-context: nmo-sim\nusers:\n- name: nmo-sim\n  user:\n    token: {token:?}\n",
             self.url()
         )
+    }
+
+    /// Switches authentication and RBAC authorization of requests on or off
+    /// (off by default: every request acts as the administrator).
+    pub fn set_authorization(&self, on: bool) {
+        self.sim
+            .authorization
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), SimError> {
@@ -283,6 +356,25 @@ impl SimCluster {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// A TLS acceptor with a fresh self-signed certificate for 127.0.0.1 and
+/// localhost, and the certificate's PEM.
+fn tls_acceptor() -> Result<(tokio_rustls::TlsAcceptor, String), SimError> {
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()])
+        .map_err(|e| SimError::Tls(e.to_string()))?;
+    let pem = cert.cert.pem();
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(cert.signing_key.serialize_der()));
+    let config = tokio_rustls::rustls::ServerConfig::builder_with_provider(Arc::new(
+        tokio_rustls::rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| SimError::Tls(e.to_string()))?
+    .with_no_client_auth()
+    .with_single_cert(vec![CertificateDer::from(cert.cert.der().to_vec())], key)
+    .map_err(|e| SimError::Tls(e.to_string()))?;
+    Ok((tokio_rustls::TlsAcceptor::from(Arc::new(config)), pem))
 }
 
 /// A Ready node object, as a kubelet registers it.

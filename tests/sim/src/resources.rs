@@ -247,6 +247,16 @@ pub fn builtin() -> Vec<ResourceType> {
             None,
         ),
         rt(
+            "authorization.k8s.io",
+            "v1",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            false,
+            &[],
+            false,
+            None,
+        ),
+        rt(
             "rbac.authorization.k8s.io",
             "v1",
             "Role",

@@ -30,8 +30,13 @@ type Body = UnsyncBoxBody<Bytes, Infallible>;
 /// Largest request body accepted (the real server's limit is 3 MiB).
 const MAX_BODY: usize = 3 << 20;
 
-/// Serves until `stop` changes.
-pub async fn serve(sim: Arc<Sim>, listener: TcpListener, mut stop: watch::Receiver<bool>) {
+/// Serves (HTTPS with `tls`) until `stop` changes.
+pub async fn serve(
+    sim: Arc<Sim>,
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -40,16 +45,34 @@ pub async fn serve(sim: Arc<Sim>, listener: TcpListener, mut stop: watch::Receiv
         let Ok((stream, _)) = accepted else { continue };
         let sim = sim.clone();
         let stop = stop.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let sim = sim.clone();
                 let stop = stop.clone();
                 async move { Ok::<_, Infallible>(handle(sim, req, stop).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .keep_alive(true)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+            let mut http = hyper::server::conn::http1::Builder::new();
+            match tls {
+                Some(acceptor) => {
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
+                            .await
+                    else {
+                        return;
+                    };
+                    let _ = http
+                        .keep_alive(true)
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                }
+                None => {
+                    let _ = http
+                        .keep_alive(true)
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                }
+            }
         });
     }
 }
@@ -372,13 +395,15 @@ async fn handle(
                 Some(s) => format!("{}/{}", target.rt.plural, s),
                 None => target.rt.plural.clone(),
             };
+            let (user, denied) = authorize(&sim, &req, verb, &target, &resource);
             if sim.record_audit.load(std::sync::atomic::Ordering::Relaxed) {
-                let ua = req
-                    .headers()
-                    .get("User-Agent")
-                    .and_then(|u| u.to_str().ok())
-                    .unwrap_or_default()
-                    .to_owned();
+                let header = |h: &str| {
+                    req.headers()
+                        .get(h)
+                        .and_then(|u| u.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned()
+                };
                 sim.audit
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -389,14 +414,14 @@ async fn handle(
                         subresource: target.subresource.clone().unwrap_or_default(),
                         namespace: target.namespace.clone().unwrap_or_default(),
                         name: target.name.clone().unwrap_or_default(),
-                        user_agent: ua,
-                        content_type: req
-                            .headers()
-                            .get("Content-Type")
-                            .and_then(|c| c.to_str().ok())
-                            .unwrap_or_default()
-                            .to_owned(),
+                        user_agent: header("User-Agent"),
+                        content_type: header("Content-Type"),
+                        user: user.map(|u| u.name).unwrap_or_default(),
+                        denied: denied.is_some(),
                     });
+            }
+            if let Some(e) = denied {
+                return reply.error(&e);
             }
             let faults = sim.faults();
             if !faults.latency.is_zero() {
@@ -431,6 +456,59 @@ async fn handle(
             }
         }
     }
+}
+
+/// Who sent a resource request, and the refusal if authorization is on and
+/// the request has no known bearer token (401) or RBAC does not allow it
+/// (403, in the real server's words).
+fn authorize(
+    sim: &Sim,
+    req: &Request<Incoming>,
+    verb: &str,
+    target: &Target,
+    resource: &str,
+) -> (Option<crate::auth::User>, Option<ApiError>) {
+    let store = sim.store();
+    let user = request_user(&store, req);
+    if !sim.authorization.load(std::sync::atomic::Ordering::Relaxed) {
+        return (user, None);
+    }
+    let Some(who) = user.as_ref() else {
+        return (None, Some(ApiError::unauthorized()));
+    };
+    let access = crate::auth::Access {
+        verb: verb.into(),
+        group: target.rt.group.clone(),
+        resource: resource.into(),
+        namespace: target.namespace.clone().unwrap_or_default(),
+        name: target.name.clone().unwrap_or_default(),
+        path: None,
+    };
+    if crate::auth::authorize(&store, who, &access) {
+        return (user, None);
+    }
+    let details = json!({"name": access.name, "group": access.group,
+        "kind": resource.split('/').next().unwrap_or_default()});
+    let denial = ApiError::forbidden(access.denial(who)).with_details(details);
+    (user, Some(denial))
+}
+
+/// Who a request acts as (its bearer token, or whom it impersonates).
+fn request_user(store: &crate::store::Store, req: &Request<Incoming>) -> Option<crate::auth::User> {
+    let header = |h: &str| req.headers().get(h).and_then(|v| v.to_str().ok());
+    let groups = req
+        .headers()
+        .get_all("Impersonate-Group")
+        .iter()
+        .filter_map(|g| g.to_str().ok())
+        .map(str::to_owned)
+        .collect();
+    crate::auth::request_user(
+        store,
+        header("Authorization"),
+        header("Impersonate-User"),
+        groups,
+    )
 }
 
 fn not_found(path: &str) -> Response<Body> {
@@ -613,6 +691,9 @@ async fn resource_request(
     if sub == Some("scale") {
         return scale_request(sim, reply, req, rt, ns, name, verb, dry_run).await;
     }
+    if sub == Some("token") && rt.group.is_empty() && rt.plural == "serviceaccounts" {
+        return token_request(sim, reply, req, ns.unwrap_or_default(), name, verb).await;
+    }
     match sub {
         None | Some("status") | Some("eviction") => {}
         Some(other) => return Err(ApiError::not_found(rt, &format!("{name}/{other}"))),
@@ -679,6 +760,17 @@ async fn resource_request(
             Ok(reply.send(201, &status))
         }
         // Reviews are answered, never stored.
+        "create" if rt.plural == "selfsubjectaccessreviews" => {
+            let store_user = request_user(&sim.store(), &req);
+            let (bytes, ct) = read_body(req).await?;
+            let mut body = parse_body(sim, &bytes, &ct)?;
+            body["apiVersion"] = json!(rt.api_version());
+            body["kind"] = json!(rt.kind);
+            // Without a token (authorization off) the caller is the admin.
+            let user = store_user.unwrap_or_else(crate::auth::admin);
+            let answer = crate::auth::self_subject_access_review(&sim.store(), &user, body);
+            Ok(reply.send(201, &answer))
+        }
         "create" if matches!(rt.plural.as_str(), "tokenreviews" | "subjectaccessreviews") => {
             let (bytes, ct) = read_body(req).await?;
             let mut body = parse_body(sim, &bytes, &ct)?;
@@ -810,6 +902,46 @@ async fn resource_request(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// `serviceaccounts/token` (`kubectl create token NAME`): a bearer token
+/// that authenticates as the ServiceAccount. Tokens here are not JWTs:
+/// `serviceaccount:<namespace>:<name>`.
+async fn token_request(
+    sim: &Sim,
+    reply: &Reply<'_>,
+    req: Request<Incoming>,
+    ns: &str,
+    name: &str,
+    verb: &str,
+) -> Result<Response<Body>, ApiError> {
+    if verb != "create" {
+        return Err(ApiError::method_not_allowed(
+            "serviceaccounts/token supports create only",
+        ));
+    }
+    let rt = sim
+        .find_type("", "v1", "serviceaccounts")
+        .ok_or_else(|| ApiError::internal("no serviceaccounts type"))?;
+    sim.get(&rt, Some(ns), name)?;
+    let (bytes, ct) = read_body(req).await?;
+    let mut body = parse_body(sim, &bytes, &ct)?;
+    if !body.is_object() {
+        body = json!({});
+    }
+    let seconds = body["spec"]["expirationSeconds"].as_i64().unwrap_or(3600);
+    let expires = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_secs(seconds.clamp(600, 1 << 32)))
+        .unwrap_or(jiff::Timestamp::MAX);
+    body["apiVersion"] = json!("authentication.k8s.io/v1");
+    body["kind"] = json!("TokenRequest");
+    body["metadata"] = json!({"name": name, "namespace": ns});
+    body["spec"]["expirationSeconds"] = json!(seconds);
+    body["status"] = json!({
+        "token": format!("serviceaccount:{ns}:{name}"),
+        "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    });
+    Ok(reply.send(201, &body))
 }
 
 fn has_scale(rt: &ResourceType) -> bool {

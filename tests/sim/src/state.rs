@@ -129,6 +129,8 @@ pub struct Sim {
     pub record_audit: std::sync::atomic::AtomicBool,
     /// The protobuf layout of the built-in kinds.
     pub proto: crate::proto::Schema,
+    /// Requests must carry a known bearer token and RBAC must allow them.
+    pub authorization: std::sync::atomic::AtomicBool,
 }
 
 /// A pod's graceful deletion, in simulated seconds.
@@ -154,6 +156,10 @@ pub struct AuditRecord {
     pub user_agent: String,
     /// The request body's media type ("" without a body).
     pub content_type: String,
+    /// Who made it ("" without a known bearer token).
+    pub user: String,
+    /// Refused by authentication or RBAC (401 or 403).
+    pub denied: bool,
 }
 
 impl Sim {
@@ -168,6 +174,7 @@ impl Sim {
             audit: Mutex::new(Vec::new()),
             record_audit: std::sync::atomic::AtomicBool::new(false),
             proto: crate::proto::Schema::builtin(),
+            authorization: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -35,6 +35,11 @@ enum Command {
         /// Simulated seconds per real second for grace periods and startup.
         #[arg(long, default_value_t = 1.0)]
         time_scale: f64,
+        /// Serve HTTPS, require a bearer token and enforce RBAC on every
+        /// resource request (the kubeconfig's user is cluster-admin;
+        /// `kubectl create token SA` gives a ServiceAccount's token).
+        #[arg(long)]
+        authorization: bool,
     },
 }
 
@@ -50,13 +55,16 @@ async fn main() -> anyhow::Result<()> {
         scenario,
         nodes,
         time_scale,
+        authorization,
     } = Cli::parse().command;
     let cluster = SimCluster::start(SimOptions {
         addr,
         time_scale,
+        tls: authorization,
         ..SimOptions::default()
     })
     .await?;
+    cluster.set_authorization(authorization);
     for i in 1..=nodes {
         cluster.add_node(&format!("worker-{i}"))?;
     }
