@@ -258,7 +258,7 @@ async fn one_maintenance_through(overlay: &str) {
         .env("KUBECONFIG", &kc)
         .env("HOSTNAME", "nmo-deploy-test")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     // The Deployment's env: literal values as given, the downward API's
     // namespace as the kubelet fills it.
@@ -271,6 +271,30 @@ async fn one_maintenance_through(overlay: &str) {
         }
     }
     let mut operator = operator.spawn().unwrap();
+    // The process is the pod of its Deployment: its real log is the pod's
+    // (`kubectl logs deployment/...`).
+    let container_name = container["name"].as_str().unwrap().to_owned();
+    let find_pod = || {
+        c.list("v1", "Pod").unwrap().into_iter().find(|p| {
+            p["metadata"]["namespace"] == ns
+                && p["metadata"]["labels"]["control-plane"] == "controller-manager"
+        })
+    };
+    common::wait_until(
+        &format!("{overlay}: the Deployment's pod"),
+        Duration::from_secs(30),
+        || async { find_pod().is_some() },
+    )
+    .await;
+    let pod = find_pod().unwrap();
+    let log = c
+        .attach_log(
+            ns,
+            pod["metadata"]["name"].as_str().unwrap(),
+            Some(&container_name),
+            operator.stderr.take().unwrap(),
+        )
+        .unwrap();
     common::wait_until(
         &format!("{overlay}: ready"),
         Duration::from_secs(60),
@@ -310,6 +334,27 @@ async fn one_maintenance_through(overlay: &str) {
     let node = c.get("v1", "Node", None, "worker-1").unwrap();
     assert_ne!(node["spec"]["unschedulable"], true, "{overlay}: restored");
     operator.kill().await.unwrap();
+    log.await.unwrap();
+    // What `kubectl logs` shows is the operator's own JSON log.
+    let deployment_name = format!(
+        "deployment/{}",
+        deployment["metadata"]["name"].as_str().unwrap()
+    );
+    let (ok, out) = kubectl(
+        &kc,
+        &["logs", "-n", ns, &deployment_name, "-c", &container_name],
+        None,
+    )
+    .await;
+    assert!(ok, "{overlay}: {out}");
+    let lines: Vec<Value> = out
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["msg"] == "became leader"),
+        "{overlay}: no leadership line in the pod's log:\n{out}"
+    );
     c.stop().await;
 }
 

@@ -568,14 +568,14 @@ async fn a_pod_that_never_terminates_leaves_the_drain_incomplete_at_the_attempt_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grace_period_longer_than_the_attempt_timeout_finishes_on_a_later_attempt() {
     let env = Env::start_with(2, HOSTILE).await;
-    // 60 simulated seconds to shut down (3 s real), 120 s of grace; the
-    // policy gives each attempt 1 s.
+    // A process that ignores SIGTERM: the kubelet kills it when its 60 s
+    // grace period runs out (3 s real); the policy gives each attempt 1 s.
     env.cluster
         .create(bare(
             "slow",
             "worker-1",
-            json!({"sim.nmo.medik8s.io/shutdown-seconds": "60"}),
-            120,
+            json!({"sim.nmo.medik8s.io/ignore-sigterm": "true"}),
+            60,
         ))
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -249,6 +249,7 @@ impl Sim {
         if !rt.group.is_empty() && !is_new_events(rt) {
             meta.insert("generation".into(), json!(1));
         }
+        self.check_types(rt, &obj)?;
         crate::defaults::apply(rt, &mut obj);
         crate::defaults::on_create(rt, &mut obj);
         self.defaults_on_create(rt, &mut obj);
@@ -440,6 +441,7 @@ impl Sim {
             return Err(ApiError::stale(rt, name));
         }
         let mut new = merge_update(rt, &old, body, subresource);
+        self.check_types(rt, &new)?;
         crate::defaults::apply(rt, &mut new);
         validate_object(rt, &new, name)?;
         self.commit(&mut store, rt, &key, &old, new, dry_run)
@@ -564,6 +566,7 @@ impl Sim {
             return self.patch(rt, ns, name, kind, patch, subresource, dry_run);
         }
         let mut new = merge_update(rt, &current, target, subresource);
+        self.check_types(rt, &new)?;
         crate::defaults::apply(rt, &mut new);
         validate_object(rt, &new, name)?;
         self.commit(&mut store, rt, &key, &current, new, dry_run)
@@ -675,8 +678,19 @@ impl Sim {
                 let deadline = terminating
                     .get(&uid)
                     .map_or(now + grace as f64, |t| t.deadline.min(now + grace as f64));
-                terminating.insert(uid, Termination { started, deadline });
+                let first = !terminating.contains_key(&uid);
+                terminating.insert(uid.clone(), Termination { started, deadline });
                 drop(terminating);
+                if first {
+                    for c in old["spec"]["containers"].as_array().into_iter().flatten() {
+                        let name = c["name"].as_str().unwrap_or_default();
+                        self.logs.append(
+                            &uid,
+                            name,
+                            &format!("[nmo-sim] {name}: received SIGTERM, grace period {grace}s"),
+                        );
+                    }
+                }
                 let mut new = (*old).clone();
                 let at = Timestamp::now() + jiff::SignedDuration::from_secs(grace);
                 new["metadata"]["deletionTimestamp"] =
@@ -702,6 +716,20 @@ impl Sim {
             remove_namespace_contents(store, name);
         }
         Ok((present(rt, &last), Some((*last).clone())))
+    }
+
+    /// Rejects a built-in object whose fields have the wrong JSON types,
+    /// with the real server's 400.
+    fn check_types(&self, rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+        self.proto
+            .check_types(&rt.api_version(), &rt.kind, obj)
+            .map_err(|e| {
+                ApiError::bad_request(format!(
+                    "{kind} in version \"{version}\" cannot be handled as a {kind}: {e}",
+                    kind = rt.kind,
+                    version = rt.version
+                ))
+            })
     }
 
     /// Removes a terminating pod for good (the kubelet's last step).
@@ -1066,4 +1094,43 @@ fn compact(v: &Value) -> String {
         Value::String(s) => format!("\"{s}\""),
         other => other.to_string(),
     }
+}
+
+/// The container a `pods/log` request reads, and whether it has started:
+/// the one named, or the pod's only container. The errors are the real
+/// server's.
+pub fn log_container(pod: &Value, container: Option<&str>) -> Result<(String, bool), ApiError> {
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let names: Vec<&str> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| pod["spec"][*k].as_array().into_iter().flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let regular: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let name = match container.filter(|c| !c.is_empty()) {
+        Some(c) if names.contains(&c) => c.to_owned(),
+        Some(c) => {
+            return Err(ApiError::bad_request(format!(
+                "container {c} is not valid for pod {pod_name}"
+            )));
+        }
+        None if regular.len() == 1 => regular[0].to_owned(),
+        None => {
+            return Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {pod_name}, choose one of: [{}]",
+                regular.join(" ")
+            )));
+        }
+    };
+    let started = pod["status"]["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["name"] == name.as_str() && !s["state"]["waiting"].is_object());
+    Ok((name, started))
 }

@@ -24,6 +24,9 @@ pub mod annotations {
     pub const SHUTDOWN_SECONDS: &str = "sim.nmo.medik8s.io/shutdown-seconds";
     /// `"true"`: the pod never goes away once deleted (a stuck kubelet).
     pub const NEVER_TERMINATE: &str = "sim.nmo.medik8s.io/never-terminate";
+    /// `"true"`: the pod's process ignores SIGTERM; the kubelet kills it
+    /// when its grace period runs out.
+    pub const IGNORE_SIGTERM: &str = "sim.nmo.medik8s.io/ignore-sigterm";
     /// Seconds (simulated) a pod runs before it completes (phase
     /// Succeeded); without it, pods run forever.
     pub const RUN_SECONDS: &str = "sim.nmo.medik8s.io/run-seconds";
@@ -176,7 +179,13 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
             {
                 continue;
             }
-            let shutdown = annotation_f64(pod, annotations::SHUTDOWN_SECONDS).unwrap_or(0.5);
+            let ignores = pod["metadata"]["annotations"][annotations::IGNORE_SIGTERM].as_str()
+                == Some("true");
+            let shutdown = if ignores {
+                f64::INFINITY
+            } else {
+                annotation_f64(pod, annotations::SHUTDOWN_SECONDS).unwrap_or(0.5)
+            };
             if now >= t.deadline.min(t.started + shutdown) {
                 sim.finish_pod_deletion(ns, name, uid);
             }
@@ -191,6 +200,15 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
             let startup = annotation_f64(pod, annotations::STARTUP_SECONDS).unwrap_or(0.0);
             if now - placed >= startup {
                 set_pod_status(sim, pod, running_status(pod));
+                for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
+                    let name = c["name"].as_str().unwrap_or_default();
+                    let image = c["image"].as_str().unwrap_or_default();
+                    sim.logs.append(
+                        uid,
+                        name,
+                        &format!("[nmo-sim] {name}: started, image {image}, on {node}"),
+                    );
+                }
             }
         } else if let Some(run) = annotation_f64(pod, annotations::RUN_SECONDS)
             && phase == "Running"
@@ -204,6 +222,7 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
         }
     }
     state.placed.retain(|uid, _| live.contains(uid));
+    sim.logs.retain(|uid| live.contains(uid));
 }
 
 fn running_status(pod: &Value) -> Value {

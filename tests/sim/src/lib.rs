@@ -27,6 +27,7 @@ pub mod auth;
 pub mod cluster;
 pub mod defaults;
 pub mod error;
+pub mod logs;
 pub mod patch;
 pub mod proto;
 pub mod resources;
@@ -223,6 +224,55 @@ impl SimCluster {
             "apiVersion: v1\nkind: Config\nclusters:\n- name: nmo-sim\n  cluster:\n    server: {}{ca}\ncontexts:\n- name: nmo-sim\n  context:\n    cluster: nmo-sim\n    user: nmo-sim\n    namespace: default\ncurrent-context: nmo-sim\nusers:\n- name: nmo-sim\n  user:\n    token: {token:?}\n",
             self.url()
         )
+    }
+
+    /// The uid of a pod and the name of one of its containers (the only
+    /// one when `container` is None).
+    fn container_of(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+    ) -> Result<(String, String), SimError> {
+        let p = self.get("v1", "Pod", Some(namespace), pod)?;
+        let (name, _) = api::log_container(&p, container)?;
+        Ok((
+            p["metadata"]["uid"].as_str().unwrap_or_default().to_owned(),
+            name,
+        ))
+    }
+
+    /// Writes a line to a container's log (`kubectl logs`).
+    pub fn append_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+        line: &str,
+    ) -> Result<(), SimError> {
+        let (uid, name) = self.container_of(namespace, pod, container)?;
+        self.sim.logs.append(&uid, &name, line);
+        Ok(())
+    }
+
+    /// Makes what `output` prints (a real process's stdout or stderr) a
+    /// container's log, line by line, until it ends.
+    pub fn attach_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+        output: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    ) -> Result<tokio::task::JoinHandle<()>, SimError> {
+        use tokio::io::AsyncBufReadExt;
+        let (uid, name) = self.container_of(namespace, pod, container)?;
+        let sim = self.sim.clone();
+        Ok(tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(output).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                sim.logs.append(&uid, &name, &line);
+            }
+        }))
     }
 
     /// Switches authentication and RBAC authorization of requests on or off

@@ -691,6 +691,12 @@ async fn resource_request(
     if sub == Some("scale") {
         return scale_request(sim, reply, req, rt, ns, name, verb, dry_run).await;
     }
+    if sub == Some("log") && rt.group.is_empty() && rt.plural == "pods" {
+        if verb != "get" {
+            return Err(ApiError::method_not_allowed("pods/log supports get only"));
+        }
+        return pod_log(sim, rt, ns.unwrap_or_default(), name, &q, stop);
+    }
     if sub == Some("token") && rt.group.is_empty() && rt.plural == "serviceaccounts" {
         return token_request(sim, reply, req, ns.unwrap_or_default(), name, verb).await;
     }
@@ -902,6 +908,124 @@ async fn resource_request(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// `pods/log` (`kubectl logs`): a container's lines, with `container`,
+/// `tailLines`, `sinceSeconds`, `limitBytes`, `timestamps` and `follow`
+/// (streamed until the pod is gone or has finished).
+fn pod_log(
+    sim: &Arc<Sim>,
+    rt: &ResourceType,
+    ns: &str,
+    name: &str,
+    q: &HashMap<String, String>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<Response<Body>, ApiError> {
+    let flag = |k: &str| q.get(k).is_some_and(|v| v == "true" || v == "1");
+    let number = |k: &str| -> Result<Option<u64>, ApiError> {
+        q.get(k)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("{k}: invalid value {v:?}")))
+            })
+            .transpose()
+    };
+    let opts = crate::logs::LogOptions {
+        container: q.get("container").cloned(),
+        follow: flag("follow"),
+        tail_lines: number("tailLines")?.map(|n| n as usize),
+        limit_bytes: number("limitBytes")?.map(|n| n as usize),
+        since_seconds: number("sinceSeconds")?,
+        timestamps: flag("timestamps"),
+    };
+    let pod = sim.get(rt, Some(ns), name)?;
+    let (container, started) = api::log_container(&pod, opts.container.as_deref())?;
+    let uid = pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if !started && sim.logs.len(&uid, &container) == 0 {
+        return Err(ApiError::bad_request(format!(
+            "container \"{container}\" in pod \"{name}\" is waiting to start: ContainerCreating"
+        )));
+    }
+    let limit = opts.limit_bytes.unwrap_or(usize::MAX);
+    let mut sent = 0usize;
+    let mut take = move |text: String| -> Option<Bytes> {
+        if sent >= limit {
+            return None;
+        }
+        let room = limit - sent;
+        let text = if text.len() > room {
+            text.as_bytes()[..room].to_vec()
+        } else {
+            text.into_bytes()
+        };
+        sent += text.len();
+        Some(Bytes::from(text))
+    };
+    let first: Vec<Bytes> = opts
+        .select(sim.logs.read(&uid, &container, 0))
+        .iter()
+        .filter_map(|l| take(opts.render(l)))
+        .collect();
+    let text_plain = |body: Body| {
+        Response::builder()
+            .status(200)
+            .header("Content-Type", "text/plain")
+            .body(body)
+            .expect("valid response")
+    };
+    if !opts.follow {
+        return Ok(text_plain(full(first.concat())));
+    }
+    let (tx, out) = mpsc::channel::<Bytes>(64);
+    let sim = sim.clone();
+    let rt = rt.clone();
+    let ns = ns.to_owned();
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let mut next = sim.logs.len(&uid, &container);
+        for b in first {
+            if tx.send(b).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let written = sim.logs.written.notified();
+            let lines = sim.logs.read(&uid, &container, next);
+            next = next.max(sim.logs.len(&uid, &container).min(next + lines.len()));
+            for l in &lines {
+                let Some(b) = take(opts.render(l)) else {
+                    return;
+                };
+                if tx.send(b).await.is_err() {
+                    return;
+                }
+            }
+            // The container is done when its pod is gone or has finished.
+            let done = sim.get(&rt, Some(&ns), &name).map_or(true, |p| {
+                p["metadata"]["uid"].as_str() != Some(uid.as_str())
+                    || matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+            });
+            if done && lines.is_empty() {
+                return;
+            }
+            tokio::select! {
+                _ = written => {}
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    });
+    let stream = futures::stream::unfold(out, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+    });
+    Ok(text_plain(BodyExt::boxed_unsync(StreamBody::new(
+        stream.boxed(),
+    ))))
 }
 
 /// `serviceaccounts/token` (`kubectl create token NAME`): a bearer token

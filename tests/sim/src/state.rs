@@ -131,6 +131,8 @@ pub struct Sim {
     pub proto: crate::proto::Schema,
     /// Requests must carry a known bearer token and RBAC must allow them.
     pub authorization: std::sync::atomic::AtomicBool,
+    /// Container logs.
+    pub logs: crate::logs::Logs,
 }
 
 /// A pod's graceful deletion, in simulated seconds.
@@ -175,6 +177,7 @@ impl Sim {
             record_audit: std::sync::atomic::AtomicBool::new(false),
             proto: crate::proto::Schema::builtin(),
             authorization: std::sync::atomic::AtomicBool::new(false),
+            logs: crate::logs::Logs::default(),
         }
     }
 

@@ -334,3 +334,62 @@ async fn required_node_affinity_is_honoured_and_a_pod_that_fits_nowhere_waits() 
     );
     c.stop().await;
 }
+
+/// Termination as a kubelet does it: a pod ends when its process exits
+/// after SIGTERM (its shutdown time) or when its grace period runs out
+/// (a process that ignores SIGTERM is killed then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_stop_after_sigterm_or_when_their_grace_period_runs_out() {
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    c.add_node("worker-1").unwrap();
+    let pod = |name: &str, annotations: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+            "spec": {"nodeName": "worker-1", "terminationGracePeriodSeconds": 60,
+                     "containers": [{"name": "app", "image": "x"}]}})
+    };
+    c.create(pod("quick", json!({}))).unwrap();
+    c.create(pod(
+        "stubborn",
+        json!({"sim.nmo.medik8s.io/ignore-sigterm": "true"}),
+    ))
+    .unwrap();
+    c.create(pod(
+        "slow",
+        json!({"sim.nmo.medik8s.io/shutdown-seconds": "20"}),
+    ))
+    .unwrap();
+    eventually("all running", || {
+        (pods_of(&c, "")
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .count()
+            == 3)
+            .then_some(())
+    })
+    .await;
+    for name in ["quick", "stubborn", "slow"] {
+        c.delete("v1", "Pod", Some("default"), name).unwrap();
+    }
+    let present = |name: &str| c.get("v1", "Pod", Some("default"), name).is_ok();
+    // Quick: gone in its default half second of shutdown.
+    eventually("quick gone", || (!present("quick")).then_some(())).await;
+    assert!(present("stubborn") && present("slow"));
+    c.advance(Duration::from_secs(25));
+    eventually("slow gone after its 20 s", || {
+        (!present("slow")).then_some(())
+    })
+    .await;
+    assert!(
+        present("stubborn"),
+        "ignores SIGTERM: stays for its grace period"
+    );
+    c.advance(Duration::from_secs(20));
+    assert!(present("stubborn"), "45 s of 60");
+    c.advance(Duration::from_secs(20));
+    eventually("stubborn killed at 60 s", || {
+        (!present("stubborn")).then_some(())
+    })
+    .await;
+    c.stop().await;
+}

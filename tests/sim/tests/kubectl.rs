@@ -814,3 +814,99 @@ async fn rbac_is_enforced_when_switched_on() {
     );
     c.stop().await;
 }
+
+/// `kubectl logs`: what the simulated kubelet writes, lines a test adds,
+/// container choice, --tail, --timestamps, -f until the pod is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_as_a_kubelet_keeps_them() {
+    let c = cluster(1).await;
+    let k = Kubectl::new(&c);
+    k.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: two, namespace: default}\nspec:\n  containers: [{name: app, image: img-a}, {name: sidecar, image: img-b}]\n",
+    )
+    .await;
+    k.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: slow, namespace: default, annotations: {sim.nmo.medik8s.io/startup-seconds: '3600'}}\nspec:\n  containers: [{name: app, image: img}]\n",
+    )
+    .await;
+    wait_for(&k, &["get", "pod", "two"], "Running").await;
+    // kubectl picks the first container itself; the server, asked without
+    // one, answers as a real one.
+    let out = k.run(&["logs", "two"], None).await;
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("Defaulted container \"app\" out of: app, sidecar"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = k
+        .fails(
+            &["get", "--raw", "/api/v1/namespaces/default/pods/two/log"],
+            None,
+        )
+        .await;
+    assert!(
+        err.contains(
+            "a container name must be specified for pod two, choose one of: [app sidecar]"
+        ),
+        "{err}"
+    );
+    let err = k.fails(&["logs", "two", "-c", "nope"], None).await;
+    assert!(
+        err.contains("container nope is not valid for pod two"),
+        "{err}"
+    );
+    let err = k.fails(&["logs", "slow"], None).await;
+    assert!(
+        err.contains("container \"app\" in pod \"slow\" is waiting to start: ContainerCreating"),
+        "{err}"
+    );
+    assert_eq!(
+        k.ok(&["logs", "two", "-c", "sidecar"]).await,
+        "[nmo-sim] sidecar: started, image img-b, on worker-1\n"
+    );
+    for i in 1..=5 {
+        c.append_log("default", "two", Some("app"), &format!("request {i}"))
+            .unwrap();
+    }
+    assert_eq!(
+        k.ok(&["logs", "two", "-c", "app", "--tail=2"]).await,
+        "request 4\nrequest 5\n"
+    );
+    let stamped = k
+        .ok(&["logs", "two", "-c", "app", "--tail=1", "--timestamps"])
+        .await;
+    let (at, text) = stamped.trim_end().split_once(' ').unwrap();
+    assert!(at.parse::<jiff::Timestamp>().is_ok(), "{stamped}");
+    assert_eq!(text, "request 5");
+    let err = c.append_log("default", "nope", None, "x").unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+
+    // Follow: new lines stream; it ends when the pod is gone.
+    let follow = {
+        let kubeconfig = k.kubeconfig.clone();
+        tokio::spawn(async move {
+            tokio::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["logs", "-f", "two", "-c", "app", "--tail=1"])
+                .kill_on_drop(true)
+                .output()
+                .await
+                .expect("kubectl")
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.append_log("default", "two", Some("app"), "late line")
+        .unwrap();
+    k.ok(&["delete", "pod", "two", "--wait=false"]).await;
+    let out = tokio::time::timeout(Duration::from_secs(20), follow)
+        .await
+        .expect("-f ends when the pod is gone")
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "request 5\nlate line\n[nmo-sim] app: received SIGTERM, grace period 30s\n"
+    );
+    c.stop().await;
+}

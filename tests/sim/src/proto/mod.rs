@@ -633,6 +633,145 @@ impl Schema {
     }
 }
 
+impl Schema {
+    /// Checks that a built-in object's fields have the JSON types its Go
+    /// type has, as the real server's decoder does before anything else;
+    /// the error is Go's (`json: cannot unmarshal bool into Go struct field
+    /// Container.spec.containers.image of type string`). Kinds without a
+    /// schema (custom resources) pass.
+    pub fn check_types(&self, api_version: &str, kind: &str, obj: &Value) -> Result<(), String> {
+        let Some(msg) = self.message_for(api_version, kind) else {
+            return Ok(());
+        };
+        match obj.as_object() {
+            Some(map) => self.check_fields(msg, map, ""),
+            None => Ok(()),
+        }
+    }
+
+    fn check_fields(&self, msg: &str, obj: &Map<String, Value>, path: &str) -> Result<(), String> {
+        for (key, value) in obj {
+            if value.is_null() {
+                continue;
+            }
+            // Go names the struct being decoded, also for the fields of a
+            // struct it embeds.
+            if let Some((_, field)) = self.field_by_json(msg, key) {
+                let here = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                self.check_value(msg, field, value, &here)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The field named `json` in `msg` or in a struct it embeds inline,
+    /// with the message that declares it.
+    fn field_by_json<'a>(&'a self, msg: &'a str, json: &str) -> Option<(&'a str, &'a Field)> {
+        let fields = self.messages.get(msg)?;
+        if let Some(f) = fields.iter().find(|f| f.json == json) {
+            return Some((msg, f));
+        }
+        fields.iter().find_map(|f| match &f.ty {
+            Ty::Inline(m) => self.field_by_json(m, json),
+            _ => None,
+        })
+    }
+
+    fn check_value(&self, owner: &str, f: &Field, v: &Value, path: &str) -> Result<(), String> {
+        let fail = |found: &Value, want: String| {
+            let struct_name = owner.rsplit('.').next().unwrap_or(owner);
+            Err(format!(
+                "json: cannot unmarshal {} into Go struct field {struct_name}.{path} of type {want}",
+                json_kind(found)
+            ))
+        };
+        let go = |ty: &Ty| match ty {
+            Ty::String => "string".to_owned(),
+            Ty::Int32 => "int32".to_owned(),
+            Ty::Int64 => "int64".to_owned(),
+            Ty::Bool => "bool".to_owned(),
+            Ty::Double => "float64".to_owned(),
+            Ty::Bytes => "[]uint8".to_owned(),
+            Ty::MapString => "map[string]string".to_owned(),
+            Ty::MapBytes => "map[string][]uint8".to_owned(),
+            Ty::Message(m) | Ty::Inline(m) | Ty::MapMessage(m) => {
+                let mut parts = m.rsplit('.');
+                let name = parts.next().unwrap_or_default();
+                let pkg = parts.next().unwrap_or_default();
+                format!("{pkg}.{name}")
+            }
+        };
+        if f.repeated && !matches!(f.ty, Ty::MapString | Ty::MapBytes | Ty::MapMessage(_)) {
+            let Some(items) = v.as_array() else {
+                return fail(v, format!("[]{}", go(&f.ty)));
+            };
+            let one = Field {
+                repeated: false,
+                ..f.clone()
+            };
+            return items
+                .iter()
+                .filter(|i| !i.is_null())
+                .try_for_each(|i| self.check_value(owner, &one, i, path));
+        }
+        let ok = match &f.ty {
+            Ty::String | Ty::Bytes => v.is_string(),
+            Ty::Int32 | Ty::Int64 => v.is_i64() || v.is_u64(),
+            Ty::Bool => v.is_boolean(),
+            Ty::Double => v.is_number(),
+            Ty::Inline(_) => true,
+            Ty::MapString | Ty::MapBytes => v
+                .as_object()
+                .is_some_and(|m| m.values().all(|x| x.is_string() || x.is_null())),
+            Ty::MapMessage(m) => {
+                let Some(map) = v.as_object() else {
+                    return fail(v, format!("map[string]{}", go(&f.ty)));
+                };
+                let one = Field {
+                    ty: Ty::Message(m.clone()),
+                    ..f.clone()
+                };
+                return map
+                    .values()
+                    .filter(|x| !x.is_null())
+                    .try_for_each(|x| self.check_value(owner, &one, x, path));
+            }
+            Ty::Message(m) => match m.as_str() {
+                TIME | MICRO_TIME | DURATION => v.is_string(),
+                QUANTITY | INT_OR_STRING => v.is_string() || v.is_number(),
+                RAW_EXTENSION | FIELDS_V1 => true,
+                m if is_string_list(m) => v
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(|x| x.is_string())),
+                m => {
+                    return match v.as_object() {
+                        Some(map) => self.check_fields(m, map, path),
+                        None => fail(v, go(&f.ty)),
+                    };
+                }
+            },
+        };
+        if ok { Ok(()) } else { fail(v, go(&f.ty)) }
+    }
+}
+
+/// How Go's JSON decoder names a value's type in its errors.
+fn json_kind(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(_) => "bool".into(),
+        Value::Number(n) if n.is_f64() => format!("number {n}"),
+        Value::Number(_) => "number".into(),
+        Value::String(_) => "string".into(),
+        Value::Array(_) => "array".into(),
+        Value::Object(_) => "object".into(),
+    }
+}
+
 /// Messages that are a list of strings in JSON.
 fn is_string_list(msg: &str) -> bool {
     msg.ends_with(".ExtraValue") || msg == "apimachinery.pkg.apis.meta.v1.Verbs"
@@ -878,6 +1017,46 @@ mod tests {
         assert_eq!(
             s.message_for("nodemaintenance.medik8s.io/v1beta1", "NodeMaintenance"),
             None
+        );
+    }
+
+    #[test]
+    fn wrong_json_types_get_gos_error() {
+        let s = Schema::builtin();
+        let pod = |spec: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec});
+        assert_eq!(
+            s.check_types("v1", "Pod", &pod(json!({"containers": [{"name": "a", "image": true}]}))),
+            Err("json: cannot unmarshal bool into Go struct field Container.spec.containers.image of type string".into())
+        );
+        assert_eq!(
+            s.check_types("v1", "Pod", &pod(json!({"containers": {"name": "a"}}))),
+            Err("json: cannot unmarshal object into Go struct field PodSpec.spec.containers of type []v1.Container".into())
+        );
+        assert_eq!(
+            s.check_types("v1", "Pod", &pod(json!({"terminationGracePeriodSeconds": 1.5}))),
+            Err("json: cannot unmarshal number 1.5 into Go struct field PodSpec.spec.terminationGracePeriodSeconds of type int64".into())
+        );
+        // Inline structs, special types and nulls are fine.
+        let good = pod(json!({
+            "containers": [{"name": "a", "image": "x", "resources": {"limits": {"cpu": 1, "memory": "1Gi"}},
+                            "ports": [{"containerPort": 80}],
+                            "readinessProbe": {"httpGet": {"port": "http"}}}],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+            "nodeName": null,
+        }));
+        assert_eq!(s.check_types("v1", "Pod", &good), Ok(()));
+        assert_eq!(
+            s.check_types("v1", "Pod", &pod(json!({"volumes": [{"name": "v", "emptyDir": "yes"}]}))),
+            Err("json: cannot unmarshal string into Go struct field Volume.spec.volumes.emptyDir of type v1.EmptyDirVolumeSource".into())
+        );
+        assert_eq!(
+            s.check_types("v1", "ConfigMap", &json!({"data": {"a": 1}}))
+                .map_err(|e| e.contains("map[string]string")),
+            Err(true)
+        );
+        assert_eq!(
+            s.check_types("example.com/v1", "Thing", &json!({"spec": 1})),
+            Ok(())
         );
     }
 
