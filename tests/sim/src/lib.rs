@@ -28,6 +28,7 @@ pub mod cluster;
 pub mod defaults;
 pub mod error;
 pub mod logs;
+pub mod openapi;
 pub mod patch;
 pub mod proto;
 pub mod resources;

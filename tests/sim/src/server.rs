@@ -602,7 +602,7 @@ fn openapi_group_version(sim: &Sim, group: &str, version: &str) -> Value {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "v1.32.0"},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": crate::openapi::components(group, version, &sim.all_types())},
     })
 }
 

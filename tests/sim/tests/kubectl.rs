@@ -910,3 +910,27 @@ async fn logs_as_a_kubelet_keeps_them() {
     );
     c.stop().await;
 }
+
+/// `kubectl explain` reads the OpenAPI v3 documents: built-in kinds carry
+/// k8s-openapi's schemas, a CRD's kinds its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_finds_built_in_and_custom_schemas() {
+    let c = cluster(1).await;
+    let k = Kubectl::new(&c);
+    let out = k.ok(&["explain", "pod.spec.containers.image"]).await;
+    assert!(out.contains("FIELD: image <string>"), "{out}");
+    assert!(out.contains("Container image name."), "{out}");
+    let out = k.ok(&["explain", "deployment.spec.replicas"]).await;
+    assert!(out.contains("GROUP:      apps"), "{out}");
+    assert!(out.contains("FIELD: replicas <integer>"), "{out}");
+    k.apply(include_str!(
+        "../../../deploy/crd/nodemaintenance.medik8s.io_nodemaintenances.yaml"
+    ))
+    .await;
+    let out = wait_for(&k, &["explain", "nodemaintenance.spec"], "nodeName").await;
+    assert!(out.contains("KIND:       NodeMaintenance"), "{out}");
+    assert!(out.contains("nodeName\t<string> -required-"), "{out}");
+    let out = k.ok(&["explain", "nm.metadata.name"]).await;
+    assert!(out.contains("FIELD: name <string>"), "{out}");
+    c.stop().await;
+}
