@@ -544,7 +544,13 @@ impl Sim {
                 }
             })?,
             PatchType::Merge | PatchType::Apply => patch::merge_patch(&mut target, patch),
-            PatchType::Strategic => patch::strategic_merge(&mut target, patch),
+            PatchType::Strategic => {
+                let msg = self.proto.message_for(&rt.api_version(), &rt.kind);
+                if msg.is_none() {
+                    return Err(ApiError::strategic_merge_unsupported());
+                }
+                patch::strategic_merge(&mut target, patch, &self.proto, msg)
+            }
         }
         if !target.is_object() {
             return Err(ApiError::bad_request("the patch did not produce an object"));

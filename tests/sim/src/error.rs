@@ -124,6 +124,16 @@ impl ApiError {
         )
     }
 
+    /// A strategic merge patch of a custom resource (the real server has no
+    /// Go type to take the merge keys from).
+    pub fn strategic_merge_unsupported() -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        )
+    }
+
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }

@@ -1,10 +1,12 @@
 //! The patch types the API server accepts: JSON patch (RFC 6902 with the
-//! real server's library's semantics, see [`json_patch`]), JSON merge patch (RFC 7386), and strategic merge patch as
-//! kubectl sends it (merge keys for the lists kubectl patches, `$patch`
-//! directives, `$setElementOrder`, `$retainKeys`,
-//! `$deleteFromPrimitiveList`).
+//! real server's library's semantics, see [`json_patch`]), JSON merge patch
+//! (RFC 7386), and strategic merge patch for built-in kinds (the Go types'
+//! merge keys and strategies, see [`strategic_merge`]); a strategic merge
+//! patch of a custom resource is refused with 415, as the real server does.
 
 use serde_json::{Map, Value};
+
+use crate::proto::Schema;
 
 /// The patch formats, by Content-Type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,34 +254,74 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
-/// The merge key of a list field, for the fields kubectl patches.
-fn merge_key(field: &str) -> Option<&'static str> {
-    match field {
-        "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "volumes"
-        | "env"
-        | "volumeMounts"
-        | "imagePullSecrets"
-        | "volumeDevices" => Some("name"),
-        "ports" => Some("containerPort"),
-        "conditions" => Some("type"),
-        "ownerReferences" => Some("uid"),
-        "tolerations" | "taints" => None,
-        _ => None,
-    }
+/// How a strategic merge patch merges a list field: Go's `patchStrategy`
+/// and `patchMergeKey` struct tags of the built-in types, by the struct
+/// that declares the field. `Some(Some(key))`: items merge by that key;
+/// `Some(None)`: a list of primitives merges as a set; None: the list is
+/// replaced (no strategy).
+fn list_strategy(owner: &str, field: &str) -> Option<Option<&'static str>> {
+    Some(match (owner, field) {
+        ("ObjectMeta", "finalizers") => None,
+        ("ObjectMeta", "ownerReferences") => Some("uid"),
+        (
+            "PodSpec",
+            "volumes"
+            | "initContainers"
+            | "containers"
+            | "ephemeralContainers"
+            | "imagePullSecrets"
+            | "resourceClaims"
+            | "schedulingGates",
+        ) => Some("name"),
+        ("PodSpec", "hostAliases") => Some("ip"),
+        ("PodSpec", "topologySpreadConstraints") => Some("topologyKey"),
+        ("Container" | "EphemeralContainerCommon", "ports") => Some("containerPort"),
+        ("Container" | "EphemeralContainerCommon", "env") => Some("name"),
+        ("Container" | "EphemeralContainerCommon", "volumeMounts") => Some("mountPath"),
+        ("Container" | "EphemeralContainerCommon", "volumeDevices") => Some("devicePath"),
+        (
+            "PodStatus"
+            | "NodeStatus"
+            | "NamespaceStatus"
+            | "ServiceStatus"
+            | "DeploymentStatus"
+            | "ReplicaSetStatus"
+            | "StatefulSetStatus"
+            | "DaemonSetStatus"
+            | "JobStatus"
+            | "PodDisruptionBudgetStatus"
+            | "PersistentVolumeClaimStatus",
+            "conditions",
+        ) => Some("type"),
+        ("PodStatus", "podIPs" | "hostIPs") => Some("ip"),
+        ("PodStatus", "resourceClaimStatuses") => Some("name"),
+        ("NodeStatus", "addresses") => Some("type"),
+        ("NodeSpec", "podCIDRs") => None,
+        ("ServiceSpec", "ports") => Some("port"),
+        ("ServiceAccount", "secrets") => Some("name"),
+        _ => return None,
+    })
 }
 
-/// Applies a strategic merge patch.
-pub fn strategic_merge(target: &mut Value, patch: &Value) {
+/// Applies a strategic merge patch to a built-in object of message type
+/// `msg`, as the real server's library does: maps merge (`null` deletes a
+/// key), lists merge by their Go `patchMergeKey` or as a set where the
+/// type says so and are replaced otherwise; the directives `$patch`
+/// (`replace`, `delete`, `merge`), `$retainKeys`,
+/// `$deleteFromPrimitiveList/` and `$setElementOrder/` are honoured.
+pub fn strategic_merge(target: &mut Value, patch: &Value, schema: &Schema, msg: Option<&str>) {
     match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => merge_object(t, p),
+        (Value::Object(t), Value::Object(p)) => merge_object(t, p, schema, msg),
         (t, p) => *t = strip_directives(p),
     }
 }
 
-fn merge_object(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
+fn merge_object(
+    target: &mut Map<String, Value>,
+    patch: &Map<String, Value>,
+    schema: &Schema,
+    msg: Option<&str>,
+) {
     if patch.get("$patch").and_then(Value::as_str) == Some("replace") {
         let mut replaced = patch.clone();
         replaced.remove("$patch");
@@ -301,15 +343,19 @@ fn merge_object(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
             }
             continue;
         }
-        if pv.is_null() {
+        if pv.is_null() || pv.get("$patch").and_then(Value::as_str) == Some("delete") {
             target.remove(key);
             continue;
         }
+        let (owner, child) = msg
+            .and_then(|m| schema.child(m, key))
+            .map_or(("", None), |(o, c)| (o, c));
         match (target.get_mut(key), pv) {
-            (Some(Value::Object(t)), Value::Object(p)) => merge_object(t, p),
-            (Some(Value::Array(t)), Value::Array(p)) => match merge_key(key) {
-                Some(mk) => merge_list(t, p, mk),
-                None => *t = p.iter().map(strip_directives).collect(),
+            (Some(Value::Object(t)), Value::Object(p)) => merge_object(t, p, schema, child),
+            (Some(Value::Array(t)), Value::Array(p)) => match list_strategy(owner, key) {
+                Some(Some(mk)) => merge_list(t, p, mk, schema, child),
+                Some(None) => merge_set(t, p),
+                None => *t = replace_list(p),
             },
             _ => {
                 target.insert(key.clone(), strip_directives(pv));
@@ -318,7 +364,30 @@ fn merge_object(target: &mut Map<String, Value>, patch: &Map<String, Value>) {
     }
 }
 
-fn merge_list(target: &mut Vec<Value>, patch: &[Value], key: &str) {
+/// A replaced list: the patch's items, without a `{"$patch": "replace"}`
+/// marker item.
+fn replace_list(patch: &[Value]) -> Vec<Value> {
+    patch
+        .iter()
+        .filter(|i| i.get("$patch").is_none() || i.as_object().is_some_and(|o| o.len() > 1))
+        .map(strip_directives)
+        .collect()
+}
+
+fn merge_list(
+    target: &mut Vec<Value>,
+    patch: &[Value],
+    key: &str,
+    schema: &Schema,
+    msg: Option<&str>,
+) {
+    if patch
+        .iter()
+        .any(|i| i.get("$patch").and_then(Value::as_str) == Some("replace"))
+    {
+        *target = replace_list(patch);
+        return;
+    }
     for item in patch {
         let Some(k) = item.get(key) else {
             target.push(strip_directives(item));
@@ -331,8 +400,18 @@ fn merge_list(target: &mut Vec<Value>, patch: &[Value], key: &str) {
                 target.remove(i);
             }
             (None, Some("delete")) => {}
-            (Some(i), _) => strategic_merge(&mut target[i], item),
+            (Some(i), _) => strategic_merge(&mut target[i], item, schema, msg),
             (None, _) => target.push(strip_directives(item)),
+        }
+    }
+}
+
+/// A list of primitives with the merge strategy: the union, existing items
+/// first.
+fn merge_set(target: &mut Vec<Value>, patch: &[Value]) {
+    for item in patch {
+        if !target.contains(item) {
+            target.push(item.clone());
         }
     }
 }
@@ -357,44 +436,152 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn smp(kind: &str, target: &mut Value, patch: Value) {
+        let schema = Schema::builtin();
+        let msg = schema.message_for("v1", kind).map(str::to_owned);
+        strategic_merge(target, &patch, &schema, msg.as_deref());
+    }
+
     #[test]
     fn cordon_label_and_taint_patches_as_kubectl_sends_them() {
         let mut node = json!({
             "metadata": {"name": "n", "labels": {"a": "1"}},
             "spec": {"taints": [{"key": "x", "effect": "NoSchedule"}]}
         });
-        strategic_merge(&mut node, &json!({"spec": {"unschedulable": true}}));
+        smp("Node", &mut node, json!({"spec": {"unschedulable": true}}));
         assert_eq!(node["spec"]["unschedulable"], true);
-        strategic_merge(
+        smp(
+            "Node",
             &mut node,
-            &json!({"metadata": {"labels": {"b": "2", "a": null}}}),
+            json!({"metadata": {"labels": {"b": "2", "a": null}}}),
         );
         assert_eq!(node["metadata"]["labels"], json!({"b": "2"}));
-        strategic_merge(
+        // Taints have no patch strategy: the list is replaced.
+        smp(
+            "Node",
             &mut node,
-            &json!({"spec": {"taints": [{"key": "x", "effect": "NoSchedule"}, {"key": "y", "effect": "NoExecute"}]}}),
-        );
-        assert_eq!(node["spec"]["taints"].as_array().unwrap().len(), 2);
-    }
-
-    #[test]
-    fn containers_merge_by_name_and_directives_apply() {
-        let mut pod = json!({"spec": {"containers": [
-            {"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}
-        ], "finalizers": ["x", "y"]}});
-        strategic_merge(
-            &mut pod,
-            &json!({"spec": {
-                "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
-                "containers": [{"name": "b", "image": "b:2"}, {"name": "a", "$patch": "delete"}],
-                "$deleteFromPrimitiveList/finalizers": ["x"]
-            }}),
+            json!({"spec": {"taints": [{"key": "y", "effect": "NoExecute"}]}}),
         );
         assert_eq!(
-            pod["spec"]["containers"],
-            json!([{"name": "b", "image": "b:2"}])
+            node["spec"]["taints"],
+            json!([{"key": "y", "effect": "NoExecute"}])
         );
-        assert_eq!(pod["spec"]["finalizers"], json!(["y"]));
+    }
+
+    /// Each case as kube-apiserver answers it (k8s.io/apimachinery's
+    /// strategicpatch with the Go types' `patchStrategy`/`patchMergeKey`).
+    #[test]
+    fn strategic_merge_follows_the_go_types() {
+        let mut pod = json!({
+            "metadata": {"finalizers": ["a"], "ownerReferences": [{"uid": "1", "name": "rs"}]},
+            "spec": {
+                "containers": [
+                    {"name": "app", "image": "app:1",
+                     "ports": [{"containerPort": 80, "name": "http"}],
+                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                     "env": [{"name": "A", "value": "1"}],
+                     "args": ["--x"]},
+                    {"name": "side", "image": "side:1"},
+                ],
+                "tolerations": [{"key": "t1", "operator": "Exists"}],
+                "securityContext": {"runAsUser": 1000},
+            },
+        });
+        smp(
+            "Pod",
+            &mut pod,
+            json!({
+                // finalizers merge as a set; ownerReferences by uid.
+                "metadata": {"finalizers": ["b", "a"], "ownerReferences": [{"uid": "1", "controller": true}]},
+                "spec": {
+                    "containers": [{
+                        "name": "app",
+                        "image": "app:2",
+                        // ports by containerPort, env by name, volumeMounts
+                        // by mountPath (not by name).
+                        "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                        "env": [{"name": "B", "value": "2"}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/other"}],
+                        // args have no strategy: replaced.
+                        "args": ["--y"],
+                    }],
+                    // tolerations have no strategy: replaced.
+                    "tolerations": [{"key": "t2", "operator": "Exists"}],
+                    // a map with $patch: delete goes.
+                    "securityContext": {"$patch": "delete"},
+                },
+            }),
+        );
+        assert_eq!(pod["metadata"]["finalizers"], json!(["a", "b"]));
+        assert_eq!(
+            pod["metadata"]["ownerReferences"],
+            json!([{"uid": "1", "name": "rs", "controller": true}])
+        );
+        let app = &pod["spec"]["containers"][0];
+        assert_eq!(app["image"], "app:2");
+        assert_eq!(
+            app["ports"],
+            json!([{"containerPort": 80, "name": "http", "protocol": "TCP"}])
+        );
+        assert_eq!(
+            app["env"],
+            json!([{"name": "A", "value": "1"}, {"name": "B", "value": "2"}])
+        );
+        assert_eq!(
+            app["volumeMounts"],
+            json!([{"name": "data", "mountPath": "/data"}, {"name": "data", "mountPath": "/other"}])
+        );
+        assert_eq!(app["args"], json!(["--y"]));
+        assert_eq!(
+            pod["spec"]["containers"][1],
+            json!({"name": "side", "image": "side:1"})
+        );
+        assert_eq!(
+            pod["spec"]["tolerations"],
+            json!([{"key": "t2", "operator": "Exists"}])
+        );
+        assert!(pod["spec"].get("securityContext").is_none());
+
+        // Directives: delete an item by key, remove from a primitive list,
+        // replace a whole list.
+        smp(
+            "Pod",
+            &mut pod,
+            json!({
+                "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]},
+                "spec": {
+                    "$setElementOrder/containers": [{"name": "app"}],
+                    "containers": [{"name": "side", "$patch": "delete"},
+                                   {"name": "app", "env": [{"$patch": "replace"}, {"name": "C", "value": "3"}]}],
+                },
+            }),
+        );
+        assert_eq!(pod["metadata"]["finalizers"], json!(["b"]));
+        assert_eq!(pod["spec"]["containers"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            pod["spec"]["containers"][0]["env"],
+            json!([{"name": "C", "value": "3"}])
+        );
+
+        // A Service's ports merge by port, not containerPort.
+        let mut svc = json!({"spec": {"ports": [{"port": 80, "targetPort": 8080}]}});
+        smp(
+            "Service",
+            &mut svc,
+            json!({"spec": {"ports": [{"port": 443, "targetPort": 8443}]}}),
+        );
+        assert_eq!(svc["spec"]["ports"].as_array().unwrap().len(), 2);
+        // Node conditions merge by type.
+        let mut node = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "DiskPressure", "status": "False"}]}});
+        smp(
+            "Node",
+            &mut node,
+            json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
+        );
+        assert_eq!(
+            node["status"]["conditions"],
+            json!([{"type": "Ready", "status": "False"}, {"type": "DiskPressure", "status": "False"}])
+        );
     }
 
     /// Each case with the real API server's answer (evanphx/json-patch v4,

@@ -1124,7 +1124,12 @@ async fn scale_request(
                 PatchType::Json => {
                     crate::patch::json_patch(&mut scale, &p).map_err(ApiError::bad_request)?
                 }
-                PatchType::Strategic => crate::patch::strategic_merge(&mut scale, &p),
+                PatchType::Strategic => crate::patch::strategic_merge(
+                    &mut scale,
+                    &p,
+                    &sim.proto,
+                    sim.proto.message_for("autoscaling/v1", "Scale"),
+                ),
                 PatchType::Merge | PatchType::Apply => crate::patch::merge_patch(&mut scale, &p),
             }
             scale

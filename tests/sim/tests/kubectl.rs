@@ -460,6 +460,20 @@ async fn a_crd_then_its_objects() {
             .await,
         "Running"
     );
+    // A custom resource has no Go type to merge strategically by: kubectl
+    // patch's default type is refused, as on a real server; labels work.
+    let err = k
+        .fails(
+            &["patch", "nm", "nm-1", "-p", r#"{"spec":{"reason":"x"}}"#],
+            None,
+        )
+        .await;
+    assert!(
+        err.contains("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"),
+        "{err}"
+    );
+    k.ok(&["label", "nm", "nm-1", "team=infra"]).await;
+    k.ok(&["annotate", "nm", "nm-1", "note=hi"]).await;
     k.ok(&["delete", "nm", "nm-1"]).await;
     assert!(
         k.fails(&["get", "nm", "nm-1"], None)

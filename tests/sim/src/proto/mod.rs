@@ -668,6 +668,20 @@ impl Schema {
         Ok(())
     }
 
+    /// What a field of `msg` holds, for walking an object by its schema:
+    /// the short name of the struct that declares it (`Container` for
+    /// `ports` of an EphemeralContainer's embedded common fields), and the
+    /// message of its value (of each item or map value), if a message.
+    pub fn child<'a>(&'a self, msg: &'a str, json: &str) -> Option<(&'a str, Option<&'a str>)> {
+        let (owner, field) = self.field_by_json(msg, json)?;
+        let short = owner.rsplit('.').next().unwrap_or(owner);
+        let value = match &field.ty {
+            Ty::Message(m) | Ty::MapMessage(m) => Some(m.as_str()),
+            _ => None,
+        };
+        Some((short, value))
+    }
+
     /// The field named `json` in `msg` or in a struct it embeds inline,
     /// with the message that declares it.
     fn field_by_json<'a>(&'a self, msg: &'a str, json: &str) -> Option<(&'a str, &'a Field)> {
