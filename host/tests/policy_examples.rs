@@ -241,6 +241,35 @@ spec: {nodeName: worker-1, containers: [{name: c, image: busybox}]}
     let policy = engine.load_file(&wasm("stateful-last")).unwrap();
     let report = harness::run_paths(&policy, &[file]).unwrap();
     assert_eq!(report.failed(), 0, "{}", report.render());
+
+    // Or saved as is (`kubectl get pods -o yaml > pods.yaml`) beside the
+    // scenarios: named by podsFrom, and not read as scenarios itself.
+    let scenarios = dir.path().join("scenarios");
+    std::fs::create_dir(&scenarios).unwrap();
+    std::fs::write(scenarios.join("pods.yaml"), &listed).unwrap();
+    std::fs::write(
+        scenarios.join("drain.yaml"),
+        "name: from a saved file\nnode: {metadata: {name: worker-1}}\npodsFrom: pods.yaml\nexpect:\n  decisions:\n    db-1: {action: evict, order: 1}\n    bare: {action: evict, order: 0}\n",
+    )
+    .unwrap();
+    let report = harness::run_paths(&policy, &[scenarios.clone()]).unwrap();
+    assert_eq!(report.outcomes.len(), 1, "{}", report.render());
+    assert_eq!(report.failed(), 0, "{}", report.render());
+    // Given by itself, the pods file is said to be data.
+    let err = harness::run_paths(&policy, &[scenarios.join("pods.yaml")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not scenarios (name it in a scenario's podsFrom)"), "{err}");
+    // Both pods and podsFrom: refused.
+    std::fs::write(
+        scenarios.join("drain.yaml"),
+        "name: both\npods: []\npodsFrom: pods.yaml\nexpect: {}\n",
+    )
+    .unwrap();
+    let err = harness::run_paths(&policy, &[scenarios])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("pods and podsFrom both given"), "{err}");
 }
 
 #[test]

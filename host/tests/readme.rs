@@ -63,8 +63,9 @@ fn blocks<'a>(section: &'a str, lang: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// "Writing a policy", as written: `cargo new`, the Cargo.toml, the policy
-/// and the scenarios from the README, then its two commands (build, test).
+/// "Writing a policy", as written: `nmo policy new`, the policy and the
+/// scenarios from the README, then its two commands (build, test): the
+/// crate builds with nothing of this repository but what `nmo` wrote.
 #[test]
 fn the_policy_guide_builds_and_its_scenarios_pass() {
     let start = README.find("## Writing a policy").expect("the guide");
@@ -74,10 +75,11 @@ fn the_policy_guide_builds_and_its_scenarios_pass() {
         .parent()
         .unwrap()
         .to_owned();
-    let toml = blocks(section, "toml")[0].replace("NMO_REPO", root.to_str().unwrap());
     let rust = blocks(section, "rust")[0];
     let scenarios = blocks(section, "yaml")[0];
-    let commands: Vec<&str> = blocks(section, "sh")[0].lines().collect();
+    let new: Vec<&str> = blocks(section, "sh")[0].lines().collect();
+    assert_eq!(new, ["nmo policy new gentle"], "the first command");
+    let commands: Vec<&str> = blocks(section, "sh")[1].lines().collect();
     assert_eq!(commands.len(), 2, "two commands: {commands:?}");
 
     // Outside the repository (as an author's crate would be), kept from run
@@ -91,22 +93,19 @@ fn the_policy_guide_builds_and_its_scenarios_pass() {
     };
     let parent = std::env::temp_dir().join(format!("nmo-policy-guide-{checkout:016x}"));
     let dir = parent.join("gentle");
-    if !dir.join("Cargo.toml").exists() {
-        std::fs::create_dir_all(&parent).unwrap();
-        let out = std::process::Command::new(env!("CARGO"))
-            .current_dir(&parent)
-            .args(["new", "--lib", "--vcs", "none", "gentle"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    std::fs::write(dir.join("Cargo.toml"), toml).unwrap();
+    std::fs::create_dir_all(&parent).unwrap();
+    // `nmo policy new` again, keeping only the build directory.
+    let kept = parent.join("kept-target");
+    let _ = std::fs::rename(dir.join("target"), &kept);
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .current_dir(&parent)
+        .args(new[0].split_whitespace().skip(1))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::rename(&kept, dir.join("target"));
     std::fs::write(dir.join("src/lib.rs"), rust).unwrap();
-    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
     std::fs::write(dir.join("scenarios/gentle.yaml"), scenarios).unwrap();
 
     let pinned = std::fs::read_to_string(root.join("rust-toolchain.toml")).unwrap();
@@ -155,7 +154,8 @@ fn the_policy_guide_builds_and_its_scenarios_pass() {
     assert_eq!(code, Some(0), "{}: {out}", commands[0]);
     let (code, out) = run(commands[1]);
     assert_eq!(code, Some(0), "{}: {out}", commands[1]);
-    assert!(out.contains("3 scenarios: 3 passed, 0 failed"), "{out}");
+    // The guide's three and the two `nmo policy new` wrote.
+    assert!(out.contains("5 scenarios: 5 passed, 0 failed"), "{out}");
 }
 
 /// `nmo demo` with a policy that blocks on a pod: it says what the drain

@@ -177,6 +177,18 @@ pub enum PolicyCommand {
         #[arg(required = true)]
         scenarios: Vec<PathBuf>,
     },
+    /// Write a new policy crate NAME (in the current directory, or --dir):
+    /// a policy to start from (the Go operator's rules), a scenario file, a
+    /// README with the commands, and the SDK and WIT package this nmo
+    /// loads, so it builds without this repository.
+    New {
+        /// The policy's name: lowercase letters, digits and '-'. It names
+        /// the crate and, as the ConfigMap key `NAME.wasm`, the policy.
+        name: String,
+        /// Where to create the crate's directory.
+        #[arg(long, default_value = ".")]
+        dir: PathBuf,
+    },
     /// Internal: compiles one policy read from stdin under an address-space
     /// limit and writes the compiled artifact to stdout. The operator runs
     /// it as a child process so that a policy which is costly to compile
@@ -215,6 +227,16 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
         Some(Command::Policy(PolicyCommand::Test { policy, scenarios })) => {
             Ok(policy_test(&policy, &scenarios))
+        }
+        Some(Command::Policy(PolicyCommand::New { name, dir })) => {
+            let made = nmo::policy::scaffold::create(&dir, &name)?;
+            let stem = name.replace('-', "_");
+            println!(
+                "created {}\n\n  cd {}\n  cargo build --release --target wasm32-wasip2\n  nmo policy test target/wasm32-wasip2/release/{stem}.wasm scenarios/\n\n(once per machine: rustup target add wasm32-wasip2)",
+                made.display(),
+                made.display()
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Some(Command::Policy(PolicyCommand::CompileWorker { max_memory_bytes })) => {
             let code = nmo::policy::compile_worker_main(max_memory_bytes);

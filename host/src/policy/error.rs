@@ -103,6 +103,9 @@ pub enum Error {
     /// A scenario file of `nmo policy test` that cannot be read.
     #[error("{0}")]
     Scenario(String),
+    /// `nmo policy new` could not write the crate.
+    #[error("{0}")]
+    Scaffold(String),
 }
 
 impl Error {
@@ -120,7 +123,7 @@ impl Error {
             Error::InvalidDecision { .. } => "invalid_decision",
             Error::NotFound { .. } => "not_found",
             Error::Engine(_) => "engine",
-            Error::Set(_) | Error::Cache(_) | Error::Scenario(_) => "config",
+            Error::Set(_) | Error::Cache(_) | Error::Scenario(_) | Error::Scaffold(_) => "config",
         }
     }
 }

@@ -17,6 +17,9 @@
 //! node:                   # optional; a Node (default: named after spec.nodeName, cordoned)
 //!   metadata: {name: node-1, labels: {storage: local}}
 //! pods:                   # Pods, or the `kind: List` kubectl prints
+//! podsFrom: pods.yaml     # or: a file of them, e.g. `kubectl get pods -o yaml > pods.yaml`
+//!                         # as is (relative to this file; in a scenario directory
+//!                         # such a file is data, not scenarios)
 //!   - metadata: {name: db-0, namespace: default, ownerReferences: [...]}
 //!     spec: {containers: [...]}
 //! failure:                # optional: ask on-failure instead of plan-drain
@@ -96,8 +99,37 @@ struct RawScenario {
     node: Option<Value>,
     #[serde(default)]
     pods: Value,
+    pods_from: Option<PathBuf>,
     failure: Option<Value>,
     expect: Expect,
+}
+
+/// Whether a YAML document is a Kubernetes object (a `kind: List` of pods
+/// saved from kubectl, say) rather than a scenario.
+fn is_object(doc: &Value) -> bool {
+    doc.get("apiVersion").is_some() && doc.get("kind").is_some() && doc.get("expect").is_none()
+}
+
+/// The pods of a file kubectl wrote (`kubectl get pods -o yaml`: one
+/// `kind: List`; or Pod documents), as one list.
+fn pods_file(path: &Path) -> std::result::Result<Value, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("podsFrom {}: {e}", path.display()))?;
+    let mut items = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v = Value::deserialize(doc).map_err(|e| format!("podsFrom {}: {e}", path.display()))?;
+        match v {
+            Value::Null => {}
+            Value::Object(mut o) if o.get("kind").and_then(Value::as_str) == Some("List") => {
+                if let Some(Value::Array(a)) = o.remove("items") {
+                    items.extend(a);
+                }
+            }
+            Value::Array(a) => items.extend(a),
+            other => items.push(other),
+        }
+    }
+    Ok(Value::Array(items))
 }
 
 #[derive(Debug, Deserialize)]
@@ -280,6 +312,8 @@ pub fn load(path: &Path) -> Result<Vec<Scenario>> {
             .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
             .collect();
         files.sort();
+        // Pods saved from kubectl beside the scenarios are data.
+        files.retain(|f| !is_object_file(f));
         if files.is_empty() {
             return Err(bad("no .yaml scenario files".into()));
         }
@@ -297,9 +331,25 @@ pub fn load(path: &Path) -> Result<Vec<Scenario>> {
         if value.is_null() {
             continue;
         }
-        let raw: RawScenario =
+        if is_object(&value) {
+            if i == 0 {
+                return Err(bad(
+                    "a Kubernetes object file, not scenarios (name it in a scenario's podsFrom)"
+                        .into(),
+                ));
+            }
+            return Err(bad(format!("document {}: a Kubernetes object, not a scenario", i + 1)));
+        }
+        let mut raw: RawScenario =
             serde_json::from_value(value).map_err(|e| bad(format!("document {}: {e}", i + 1)))?;
         let name = raw.name.clone();
+        if let Some(from) = raw.pods_from.take() {
+            if !raw.pods.is_null() {
+                return Err(bad(format!("scenario {name:?}: pods and podsFrom both given")));
+            }
+            let file = path.parent().unwrap_or(Path::new(".")).join(from);
+            raw.pods = pods_file(&file).map_err(|e| bad(format!("scenario {name:?}: {e}")))?;
+        }
         out.push(
             Scenario::from_raw(raw, source).map_err(|e| bad(format!("scenario {name:?}: {e}")))?,
         );
@@ -308,6 +358,17 @@ pub fn load(path: &Path) -> Result<Vec<Scenario>> {
         return Err(bad("no scenarios".into()));
     }
     Ok(out)
+}
+
+/// Whether a file's first document is a Kubernetes object.
+fn is_object_file(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return false;
+    };
+    serde_yaml::Deserializer::from_str(&text)
+        .next()
+        .and_then(|d| Value::deserialize(d).ok())
+        .is_some_and(|v| is_object(&v))
 }
 
 /// How one scenario went.

@@ -29,6 +29,7 @@ mod output;
 
 pub mod convert;
 pub mod harness;
+pub mod scaffold;
 #[cfg(feature = "test-support")]
 pub mod native;
 mod selector;

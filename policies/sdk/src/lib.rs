@@ -283,3 +283,209 @@ pub mod defaults {
         }
     }
 }
+
+/// Builders for the records a policy gets, for a policy's own native unit
+/// tests (`cargo test`, no WebAssembly, no operator):
+///
+/// ```
+/// use nmo_policy_sdk::testing::{maintenance, node, pod};
+/// use nmo_policy_sdk::*;
+///
+/// let web = pod("default", "web-1").owned_by("ReplicaSet", "web-5d4f");
+/// let agent = pod("kube-system", "agent-x").owned_by("DaemonSet", "agent");
+/// assert!(matches!(defaults::pod_action(&web), PodAction::Evict(_)));
+/// assert!(matches!(defaults::pod_action(&agent), PodAction::Skip(_)));
+/// let m = maintenance("node-1").attempt(3);
+/// assert_eq!(m.attempt, 3);
+/// assert_eq!(node("node-1").label("missing"), None);
+/// ```
+pub mod testing {
+    use super::*;
+
+    /// A running, ready pod with no owner, labels or annotations.
+    pub fn pod(namespace: &str, name: &str) -> Pod {
+        Pod {
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: format!("uid-{namespace}-{name}"),
+            labels: Vec::new(),
+            annotations: Vec::new(),
+            owners: Vec::new(),
+            phase: PodPhase::Running,
+            ready: true,
+            mirror: false,
+            local_storage: false,
+            terminating: false,
+            grace_period_seconds: None,
+            priority: None,
+            priority_class_name: String::new(),
+        }
+    }
+
+    /// A cordoned node with no labels, annotations or taints.
+    pub fn node(name: &str) -> Node {
+        Node {
+            name: name.into(),
+            labels: Vec::new(),
+            annotations: Vec::new(),
+            taints: Vec::new(),
+            unschedulable: true,
+        }
+    }
+
+    /// A NodeMaintenance of `node_name` on its first attempt, just
+    /// created.
+    pub fn maintenance(node_name: &str) -> Maintenance {
+        Maintenance {
+            name: format!("nm-{node_name}"),
+            node_name: node_name.into(),
+            reason: String::new(),
+            labels: Vec::new(),
+            annotations: Vec::new(),
+            phase: Some(MaintenancePhase::Running),
+            drain_progress: 0,
+            error_on_lease_count: 0,
+            attempt: 1,
+            elapsed_ms: 0,
+        }
+    }
+
+    fn pair(key: &str, value: &str) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+
+    impl Pod {
+        /// Controlled by an owner of `kind` (`ReplicaSet`, `StatefulSet`,
+        /// `DaemonSet`, `Job`...).
+        pub fn owned_by(mut self, kind: &str, name: &str) -> Self {
+            let api_version = match kind {
+                "Job" | "CronJob" => "batch/v1",
+                "Node" => "v1",
+                _ => "apps/v1",
+            };
+            self.owners.push(Owner {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                controller: true,
+            });
+            self
+        }
+
+        /// With a label.
+        pub fn with_label(mut self, key: &str, value: &str) -> Self {
+            self.labels.push(pair(key, value));
+            self
+        }
+
+        /// With an annotation.
+        pub fn with_annotation(mut self, key: &str, value: &str) -> Self {
+            self.annotations.push(pair(key, value));
+            self
+        }
+
+        /// A static pod's mirror.
+        pub fn as_mirror(mut self) -> Self {
+            self.mirror = true;
+            self.annotations.push(pair(MIRROR_ANNOTATION, "hash"));
+            self
+        }
+
+        /// With an emptyDir volume.
+        pub fn with_local_storage(mut self) -> Self {
+            self.local_storage = true;
+            self
+        }
+
+        /// In this phase.
+        pub fn in_phase(mut self, phase: PodPhase) -> Self {
+            self.phase = phase;
+            self
+        }
+
+        /// Already being deleted.
+        pub fn as_terminating(mut self) -> Self {
+            self.terminating = true;
+            self
+        }
+
+        /// With `terminationGracePeriodSeconds`.
+        pub fn with_grace_period(mut self, seconds: i64) -> Self {
+            self.grace_period_seconds = Some(seconds);
+            self
+        }
+
+        /// With a priority and its class.
+        pub fn with_priority(mut self, class: &str, priority: i32) -> Self {
+            self.priority_class_name = class.into();
+            self.priority = Some(priority);
+            self
+        }
+    }
+
+    impl Node {
+        /// With a label.
+        pub fn with_label(mut self, key: &str, value: &str) -> Self {
+            self.labels.push(pair(key, value));
+            self
+        }
+
+        /// With an annotation.
+        pub fn with_annotation(mut self, key: &str, value: &str) -> Self {
+            self.annotations.push(pair(key, value));
+            self
+        }
+
+        /// With a taint of this key and effect, no value.
+        pub fn with_taint(mut self, key: &str, effect: TaintEffect) -> Self {
+            self.taints.push(Taint {
+                key: key.into(),
+                value: String::new(),
+                effect,
+            });
+            self
+        }
+    }
+
+    impl Maintenance {
+        /// On this attempt (1: the first).
+        pub fn attempt(mut self, attempt: u32) -> Self {
+            self.attempt = attempt;
+            self
+        }
+
+        /// Created this long ago.
+        pub fn elapsed(mut self, elapsed: std::time::Duration) -> Self {
+            self.elapsed_ms = elapsed.as_millis() as u64;
+            self
+        }
+
+        /// With a reason (`spec.reason`).
+        pub fn with_reason(mut self, reason: &str) -> Self {
+            self.reason = reason.into();
+            self
+        }
+
+        /// With an annotation.
+        pub fn with_annotation(mut self, key: &str, value: &str) -> Self {
+            self.annotations.push(pair(key, value));
+            self
+        }
+
+        /// With lease errors counted.
+        pub fn with_lease_errors(mut self, count: u32) -> Self {
+            self.error_on_lease_count = count;
+            self
+        }
+
+        /// With drain progress (0 to 100).
+        pub fn with_progress(mut self, percent: u32) -> Self {
+            self.drain_progress = percent;
+            self
+        }
+    }
+}
