@@ -7,9 +7,17 @@
 //! - 50 nodes x 20 pods: 50 NodeMaintenances at once against one;
 //! - the policy's share of the 1,000-pod drain: the time spent in the
 //!   default policy (sandboxed) against the same rules run natively;
+//! - pods that take their time: 200 pods that need 2 s to stop after
+//!   SIGTERM, nmo against the floor; 40 pods of a Deployment behind a
+//!   PodDisruptionBudget (maxUnavailable 4) whose replacements start on
+//!   another node;
+//! - API economy, from the simulated server's audit log (the operator's
+//!   requests only, by its User-Agent): per drained pod in the 1,000-pod
+//!   drain, per maintenance in the 50 at once, and per minute for a
+//!   maintenance a PodDisruptionBudget blocks for good;
 //! - the real `nmo` binary: time from start to ready (cold and with the
-//!   compiled-policy cache), resident memory idle and at its peak during a
-//!   1,000-pod drain.
+//!   compiled-policy cache), resident memory and CPU idle, and resident
+//!   memory at its peak during a 1,000-pod drain.
 //!
 //! Run with `cargo bench -p nmo --bench drain`; prints a table with ratios.
 
@@ -69,6 +77,68 @@ async fn wait_succeeded(api: &Api<NodeMaintenance>, names: &[String]) {
     }
 }
 
+/// Requests the operator made so far (by its User-Agent).
+fn operator_requests(c: &SimCluster) -> usize {
+    c.audit()
+        .iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT)
+        .count()
+}
+
+/// Evictions the operator requested so far.
+fn operator_evictions(c: &SimCluster) -> usize {
+    c.audit()
+        .iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT && r.subresource == "eviction")
+        .count()
+}
+
+/// The benchmark's own client: another User-Agent, so its polling is not
+/// counted as the operator's.
+async fn bench_client(kubeconfig: &str) -> Client {
+    let kc = kube::config::Kubeconfig::from_yaml(kubeconfig).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    config.headers.push((
+        hyper::header::USER_AGENT,
+        hyper::header::HeaderValue::from_static("nmo-bench"),
+    ));
+    Client::try_from(config).unwrap()
+}
+
+/// Pods that need `seconds` to stop after SIGTERM.
+fn seed_slow_pods(c: &SimCluster, node: &str, count: usize, seconds: u32) {
+    for i in 0..count {
+        c.create(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{node}-p{i:04}"), "namespace": "default",
+                         "annotations": {"sim.nmo.medik8s.io/shutdown-seconds": seconds.to_string()}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        }))
+        .unwrap();
+    }
+}
+
+/// The floor for a node: evict its pods 64 at a time, wait for it to be
+/// empty.
+async fn floor(client: &Client, node: &str, count: usize) -> Duration {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let t = Instant::now();
+    stream::iter(0..count)
+        .for_each_concurrent(64, |i| {
+            let pods = pods.clone();
+            async move {
+                let _ = pods
+                    .evict(&format!("{node}-p{i:04}"), &EvictParams::default())
+                    .await;
+            }
+        })
+        .await;
+    wait_empty(client, node).await;
+    t.elapsed()
+}
+
 async fn create_nms(api: &Api<NodeMaintenance>, nodes: &[String]) -> Vec<String> {
     let mut names = Vec::new();
     for node in nodes {
@@ -117,15 +187,58 @@ async fn main() {
     for n in 0..51 {
         seed_pods(&c, &format!("many-{n:02}"), 20);
     }
-    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+    // The guarded Deployment and its budget; a second node for its
+    // replacements, labelled later.
+    c.add_node("pdb-node").unwrap();
+    c.add_node("pdb-spare").unwrap();
+    c.apply_yaml(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: guarded, namespace: default}
+spec:
+  replicas: 40
+  selector: {matchLabels: {app: guarded}}
+  template:
+    metadata: {labels: {app: guarded}}
+    spec: {nodeSelector: {pool: guarded}, containers: [{name: c, image: i}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guarded, namespace: default}
+spec: {maxUnavailable: 4, selector: {matchLabels: {app: guarded}}}
+"#,
+    )
+    .unwrap();
+    for n in ["slow-node", "slow-floor-node", "stuck-node"] {
+        c.add_node(n).unwrap();
+    }
+    seed_slow_pods(&c, "slow-node", 200, 2);
+    seed_slow_pods(&c, "slow-floor-node", 200, 2);
+    c.apply_yaml(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: stuck, namespace: default, labels: {app: stuck}}
+spec: {nodeName: stuck-node, containers: [{name: c, image: i}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: stuck, namespace: default}
+spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
+"#,
+    )
+    .unwrap();
+    let operator = nmo::client::client_from_kubeconfig(&c.kubeconfig())
         .await
         .unwrap();
+    let client = bench_client(&c.kubeconfig()).await;
     let policy = PolicyEngine::new(EngineConfig::default())
         .unwrap()
         .default_policy()
         .unwrap();
     let ctx = Context::new(
-        client.clone(),
+        operator.clone(),
         nmo::policy::PolicyStore::single(policy),
         Settings {
             max_concurrent: 64,
@@ -147,10 +260,13 @@ async fn main() {
         .unwrap()
         .items;
     let policy_before = policy_seconds(&metrics);
+    c.record_audit(true);
+    let requests_before = operator_requests(&c);
     let t = Instant::now();
     let names = create_nms(&nms, &["nmo-node".to_string()]).await;
     wait_succeeded(&nms, &names).await;
     let nmo_time = t.elapsed();
+    let drain_requests = operator_requests(&c) - requests_before;
     let (policy_calls, policy_time) = {
         let (n, secs) = policy_seconds(&metrics);
         (n - policy_before.0, secs - policy_before.1)
@@ -193,20 +309,7 @@ async fn main() {
     let kubectl_time = t.elapsed();
 
     // The floor: evict everything, 64 at a time, and wait for the node to be empty.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let t = Instant::now();
-    stream::iter(0..PODS)
-        .for_each_concurrent(64, |i| {
-            let pods = pods.clone();
-            async move {
-                let _ = pods
-                    .evict(&format!("floor-node-p{i:04}"), &EvictParams::default())
-                    .await;
-            }
-        })
-        .await;
-    wait_empty(&client, "floor-node").await;
-    let floor_time = t.elapsed();
+    let floor_time = floor(&client, "floor-node", PODS).await;
 
     // One node of 20 pods, then 50 at once.
     let t = Instant::now();
@@ -214,10 +317,74 @@ async fn main() {
     wait_succeeded(&nms, &one).await;
     let one_time = t.elapsed();
     let fifty: Vec<String> = (0..50).map(|n| format!("many-{n:02}")).collect();
+    let requests_before = operator_requests(&c);
     let t = Instant::now();
     let names = create_nms(&nms, &fifty).await;
     wait_succeeded(&nms, &names).await;
     let fifty_time = t.elapsed();
+    let fifty_requests = operator_requests(&c) - requests_before;
+
+    // Pods that take 2 s to stop.
+    let t = Instant::now();
+    let names = create_nms(&nms, &["slow-node".to_string()]).await;
+    wait_succeeded(&nms, &names).await;
+    let slow_time = t.elapsed();
+    let slow_floor = floor(&client, "slow-floor-node", 200).await;
+
+    // Behind a budget: the replacements start on the spare node.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let label = json!({"metadata": {"labels": {"pool": "guarded"}}});
+    nodes
+        .patch(
+            "pdb-node",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await
+        .unwrap();
+    loop {
+        let ready = pods
+            .list(&ListParams::default().labels("app=guarded"))
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .count()
+            })
+            .unwrap_or(0);
+        if ready == 40 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    nodes
+        .patch(
+            "pdb-spare",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&label),
+        )
+        .await
+        .unwrap();
+    let evictions_before = operator_evictions(&c);
+    let t = Instant::now();
+    let names = create_nms(&nms, &["pdb-node".to_string()]).await;
+    wait_succeeded(&nms, &names).await;
+    let pdb_time = t.elapsed();
+    let pdb_evictions = operator_evictions(&c) - evictions_before;
+
+    // Blocked for good: what it costs per minute once it waits.
+    let names = create_nms(&nms, &["stuck-node".to_string()]).await;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let requests_before = operator_requests(&c);
+    let window = Duration::from_secs(60);
+    tokio::time::sleep(window).await;
+    let stuck_per_minute =
+        (operator_requests(&c) - requests_before) as f64 / window.as_secs_f64() * 60.0;
+    nms.delete(&names[0], &Default::default()).await.unwrap();
 
     let s = |d: Duration| format!("{:.2} s", d.as_secs_f64());
     println!(
@@ -261,11 +428,30 @@ async fn main() {
         fifty_time.as_secs_f64() / one_time.as_secs_f64()
     );
     println!(
-        "nmo binary: start to ready {:.0} ms cold, {:.0} ms with the policy cache; RSS idle {:.1} MiB (goal <= 30), peak in a {PODS}-pod drain {:.1} MiB (goal <= 60)",
+        "{:<58} {:>9}   floor {} = {:.2}x",
+        "200 pods that take 2 s to stop after SIGTERM",
+        s(slow_time),
+        s(slow_floor),
+        slow_time.as_secs_f64() / slow_floor.as_secs_f64()
+    );
+    println!(
+        "{:<58} {:>9}   {pdb_evictions} eviction requests for 40 pods",
+        "40 Deployment pods behind a PDB (maxUnavailable 4)",
+        s(pdb_time)
+    );
+    println!(
+        "API requests: {drain_requests} for the {PODS}-pod drain = {:.2} per pod (goal <= 1.2); {:.1} per maintenance of 20 pods (50 at once); {:.0} per minute for a maintenance a PDB blocks (goal <= 30)",
+        drain_requests as f64 / PODS as f64,
+        fifty_requests as f64 / 50.0,
+        stuck_per_minute
+    );
+    println!(
+        "nmo binary: start to ready {:.0} ms cold, {:.0} ms with the policy cache (goal <= 100); RSS idle {:.1} MiB (goal <= 25), peak in a {PODS}-pod drain {:.1} MiB (goal <= 60); CPU idle {:.2}% of a core (goal <= 0.2%)",
         binary.ready_cold.as_secs_f64() * 1000.0,
         binary.ready_warm.as_secs_f64() * 1000.0,
         binary.rss_idle_kib as f64 / 1024.0,
-        binary.rss_peak_kib as f64 / 1024.0
+        binary.rss_peak_kib as f64 / 1024.0,
+        binary.cpu_idle_percent
     );
     c.stop().await;
 }
@@ -281,6 +467,23 @@ struct BinaryFigures {
     ready_warm: Duration,
     rss_idle_kib: u64,
     rss_peak_kib: u64,
+    cpu_idle_percent: f64,
+}
+
+/// CPU time a process has used (user + system), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line.
+    field(11) + field(12)
 }
 
 /// `VmRSS` or `VmHWM` of a process, in KiB.
@@ -348,6 +551,12 @@ async fn binary_figures(c: &SimCluster, nms: &Api<NodeMaintenance>) -> BinaryFig
     let pid = warm.id().unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle_kib = proc_status_kib(pid, "VmRSS:");
+    let ticks_before = cpu_ticks(pid);
+    let idle = Duration::from_secs(20);
+    tokio::time::sleep(idle).await;
+    // Clock ticks are 1/100 s on Linux.
+    let cpu_idle_percent =
+        (cpu_ticks(pid) - ticks_before) as f64 / 100.0 / idle.as_secs_f64() * 100.0;
     let names = create_nms(nms, &["rss-node".to_string()]).await;
     wait_succeeded(nms, &names).await;
     let rss_peak_kib = proc_status_kib(pid, "VmHWM:");
@@ -359,5 +568,6 @@ async fn binary_figures(c: &SimCluster, nms: &Api<NodeMaintenance>) -> BinaryFig
         ready_warm,
         rss_idle_kib,
         rss_peak_kib,
+        cpu_idle_percent,
     }
 }

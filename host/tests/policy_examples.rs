@@ -259,7 +259,10 @@ spec: {nodeName: worker-1, containers: [{name: c, image: busybox}]}
     let err = harness::run_paths(&policy, &[scenarios.join("pods.yaml")])
         .unwrap_err()
         .to_string();
-    assert!(err.contains("not scenarios (name it in a scenario's podsFrom)"), "{err}");
+    assert!(
+        err.contains("not scenarios (name it in a scenario's podsFrom)"),
+        "{err}"
+    );
     // Both pods and podsFrom: refused.
     std::fs::write(
         scenarios.join("drain.yaml"),

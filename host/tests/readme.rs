@@ -103,7 +103,11 @@ fn the_policy_guide_builds_and_its_scenarios_pass() {
         .args(new[0].split_whitespace().skip(1))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::rename(&kept, dir.join("target"));
     std::fs::write(dir.join("src/lib.rs"), rust).unwrap();
     std::fs::write(dir.join("scenarios/gentle.yaml"), scenarios).unwrap();

@@ -113,8 +113,8 @@ fn is_object(doc: &Value) -> bool {
 /// The pods of a file kubectl wrote (`kubectl get pods -o yaml`: one
 /// `kind: List`; or Pod documents), as one list.
 fn pods_file(path: &Path) -> std::result::Result<Value, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("podsFrom {}: {e}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("podsFrom {}: {e}", path.display()))?;
     let mut items = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let v = Value::deserialize(doc).map_err(|e| format!("podsFrom {}: {e}", path.display()))?;
@@ -338,14 +338,19 @@ pub fn load(path: &Path) -> Result<Vec<Scenario>> {
                         .into(),
                 ));
             }
-            return Err(bad(format!("document {}: a Kubernetes object, not a scenario", i + 1)));
+            return Err(bad(format!(
+                "document {}: a Kubernetes object, not a scenario",
+                i + 1
+            )));
         }
         let mut raw: RawScenario =
             serde_json::from_value(value).map_err(|e| bad(format!("document {}: {e}", i + 1)))?;
         let name = raw.name.clone();
         if let Some(from) = raw.pods_from.take() {
             if !raw.pods.is_null() {
-                return Err(bad(format!("scenario {name:?}: pods and podsFrom both given")));
+                return Err(bad(format!(
+                    "scenario {name:?}: pods and podsFrom both given"
+                )));
             }
             let file = path.parent().unwrap_or(Path::new(".")).join(from);
             raw.pods = pods_file(&file).map_err(|e| bad(format!("scenario {name:?}: {e}")))?;

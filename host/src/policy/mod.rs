@@ -29,9 +29,9 @@ mod output;
 
 pub mod convert;
 pub mod harness;
-pub mod scaffold;
 #[cfg(feature = "test-support")]
 pub mod native;
+pub mod scaffold;
 mod selector;
 pub mod selfcheck;
 pub mod set;

@@ -16,8 +16,7 @@ const WIT: &str = include_str!("../../../wit/node-maintenance.wit");
 const REPO_WIT_PATH: &str = "path: \"../../wit\"";
 const CRATE_WIT_PATH: &str = "path: \"wit\"";
 /// The bindings generator the SDK is built with (the workspace's version).
-pub const WIT_BINDGEN: &str =
-    r#"wit-bindgen = { version = "0.61", default-features = false, features = ["macros", "realloc"] }"#;
+pub const WIT_BINDGEN: &str = r#"wit-bindgen = { version = "0.61", default-features = false, features = ["macros", "realloc"] }"#;
 /// The Rust version the SDK needs (the workspace's `rust-version`).
 pub const RUST_VERSION: &str = "1.95";
 
@@ -246,7 +245,17 @@ mod tests {
 
     #[test]
     fn names_that_cannot_name_a_policy_are_refused() {
-        for bad in ["", "Gentle", "-x", "x-", "a_b", "a.b", "1abc", "builtin", &"a".repeat(64)] {
+        for bad in [
+            "",
+            "Gentle",
+            "-x",
+            "x-",
+            "a_b",
+            "a.b",
+            "1abc",
+            "builtin",
+            &"a".repeat(64),
+        ] {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
         for good in ["gentle", "one-per-zone", "p2"] {
@@ -258,15 +267,26 @@ mod tests {
     fn the_crate_matches_the_workspace_it_came_from() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let workspace = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
-        assert!(workspace.contains(WIT_BINDGEN), "wit-bindgen changed: update WIT_BINDGEN");
+        assert!(
+            workspace.contains(WIT_BINDGEN),
+            "wit-bindgen changed: update WIT_BINDGEN"
+        );
         assert!(
             workspace.contains(&format!("rust-version = \"{RUST_VERSION}\"")),
             "rust-version changed: update RUST_VERSION"
         );
         let files = files("my-policy").unwrap();
-        let lib = &files.iter().find(|(p, _)| p.ends_with("nmo-policy-sdk/src/lib.rs")).unwrap().1;
+        let lib = &files
+            .iter()
+            .find(|(p, _)| p.ends_with("nmo-policy-sdk/src/lib.rs"))
+            .unwrap()
+            .1;
         assert!(lib.contains(CRATE_WIT_PATH));
-        let readme = &files.iter().find(|(p, _)| p.ends_with("README.md")).unwrap().1;
+        let readme = &files
+            .iter()
+            .find(|(p, _)| p.ends_with("README.md"))
+            .unwrap()
+            .1;
         assert!(readme.contains("target/wasm32-wasip2/release/my_policy.wasm"));
         assert!(readme.contains("--from-file=my-policy.wasm="));
     }
@@ -278,8 +298,14 @@ mod tests {
         std::fs::write(dir.path().join("taken/keep.txt"), "mine").unwrap();
         let err = create(dir.path(), "taken").unwrap_err().to_string();
         assert!(err.contains("already exists"), "{err}");
-        assert_eq!(std::fs::read_to_string(dir.path().join("taken/keep.txt")).unwrap(), "mine");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("taken/keep.txt")).unwrap(),
+            "mine"
+        );
         let made = create(dir.path(), "fresh").unwrap();
-        assert!(made.join("nmo-policy-sdk/wit/node-maintenance.wit").exists());
+        assert!(
+            made.join("nmo-policy-sdk/wit/node-maintenance.wit")
+                .exists()
+        );
     }
 }

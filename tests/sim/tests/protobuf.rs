@@ -371,6 +371,26 @@ async fn call(
     }
 }
 
+/// Sends `msg` as controller-runtime does: protobuf in, protobuf preferred
+/// out.
+async fn send_protobuf(
+    c: &SimCluster,
+    method: &str,
+    path: &str,
+    api_version: &str,
+    kind: &str,
+    msg: &impl Message,
+) -> Answer {
+    call(
+        c,
+        method,
+        path,
+        CONTROLLER_RUNTIME_ACCEPT,
+        Some((PROTOBUF, envelope(api_version, kind, msg))),
+    )
+    .await
+}
+
 async fn cluster() -> SimCluster {
     let c = SimCluster::start(SimOptions {
         time_scale: 20.0,
@@ -405,12 +425,13 @@ fn pod(name: &str) -> core::Pod {
 async fn a_protobuf_only_client_creates_reads_lists_and_deletes() {
     let c = cluster().await;
     // Create: protobuf in, protobuf out, with the server's defaults.
-    let a = call(
+    let a = send_protobuf(
         &c,
         "POST",
         "/api/v1/namespaces/default/pods",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((PROTOBUF, envelope("v1", "Pod", &pod("p1")))),
+        "v1",
+        "Pod",
+        &pod("p1"),
     )
     .await;
     assert_eq!(a.status, 201, "{:?}", String::from_utf8_lossy(&a.body));
@@ -472,12 +493,13 @@ async fn a_protobuf_only_client_creates_reads_lists_and_deletes() {
         propagation_policy: s("Background"),
         ..Default::default()
     };
-    let a = call(
+    let a = send_protobuf(
         &c,
         "DELETE",
         "/api/v1/namespaces/default/pods/p1",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((PROTOBUF, envelope("meta.k8s.io/v1", "DeleteOptions", &opts))),
+        "meta.k8s.io/v1",
+        "DeleteOptions",
+        &opts,
     )
     .await;
     assert_eq!(a.status, 200, "{:?}", String::from_utf8_lossy(&a.body));
@@ -512,15 +534,13 @@ async fn leases_events_and_evictions_in_protobuf() {
             ..Default::default()
         }),
     };
-    let a = call(
+    let a = send_protobuf(
         &c,
         "POST",
         "/apis/coordination.k8s.io/v1/namespaces/default/leases",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((
-            PROTOBUF,
-            envelope("coordination.k8s.io/v1", "Lease", &lease),
-        )),
+        "coordination.k8s.io/v1",
+        "Lease",
+        &lease,
     )
     .await;
     assert_eq!(a.status, 201, "{:?}", String::from_utf8_lossy(&a.body));
@@ -534,28 +554,24 @@ async fn leases_events_and_evictions_in_protobuf() {
     if let Some(spec) = stored.spec.as_mut() {
         spec.holder_identity = s("manager-2");
     }
-    let a = call(
+    let a = send_protobuf(
         &c,
         "PUT",
         "/apis/coordination.k8s.io/v1/namespaces/default/leases/leader",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((
-            PROTOBUF,
-            envelope("coordination.k8s.io/v1", "Lease", &stored),
-        )),
+        "coordination.k8s.io/v1",
+        "Lease",
+        &stored,
     )
     .await;
     assert_eq!(a.status, 200, "{:?}", String::from_utf8_lossy(&a.body));
     // A stale one is a protobuf 409.
-    let a = call(
+    let a = send_protobuf(
         &c,
         "PUT",
         "/apis/coordination.k8s.io/v1/namespaces/default/leases/leader",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((
-            PROTOBUF,
-            envelope("coordination.k8s.io/v1", "Lease", &stored),
-        )),
+        "coordination.k8s.io/v1",
+        "Lease",
+        &stored,
     )
     .await;
     assert_eq!(a.status, 409);
@@ -580,23 +596,25 @@ async fn leases_events_and_evictions_in_protobuf() {
         count: Some(1),
         ..Default::default()
     };
-    let a = call(
+    let a = send_protobuf(
         &c,
         "POST",
         "/api/v1/namespaces/default/events",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((PROTOBUF, envelope("v1", "Event", &event))),
+        "v1",
+        "Event",
+        &event,
     )
     .await;
     assert_eq!(a.status, 201, "{:?}", String::from_utf8_lossy(&a.body));
 
     // An eviction with a protobuf body.
-    call(
+    send_protobuf(
         &c,
         "POST",
         "/api/v1/namespaces/default/pods",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((PROTOBUF, envelope("v1", "Pod", &pod("victim")))),
+        "v1",
+        "Pod",
+        &pod("victim"),
     )
     .await;
     let eviction = policy::Eviction {
@@ -607,12 +625,13 @@ async fn leases_events_and_evictions_in_protobuf() {
         }),
         delete_options: None,
     };
-    let a = call(
+    let a = send_protobuf(
         &c,
         "POST",
         "/api/v1/namespaces/default/pods/victim/eviction",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((PROTOBUF, envelope("policy/v1", "Eviction", &eviction))),
+        "policy/v1",
+        "Eviction",
+        &eviction,
     )
     .await;
     assert_eq!(a.status, 201, "{:?}", String::from_utf8_lossy(&a.body));
@@ -653,12 +672,13 @@ async fn a_protobuf_watch_is_length_prefixed_watch_events() {
         Some("application/vnd.kubernetes.protobuf;stream=watch")
     );
     let mut body = resp.into_body();
-    call(
+    send_protobuf(
         &c,
         "POST",
         "/api/v1/namespaces/default/pods",
-        CONTROLLER_RUNTIME_ACCEPT,
-        Some((PROTOBUF, envelope("v1", "Pod", &pod("watched")))),
+        "v1",
+        "Pod",
+        &pod("watched"),
     )
     .await;
     let mut buf: Vec<u8> = Vec::new();
