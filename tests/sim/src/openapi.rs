@@ -77,6 +77,7 @@ pub fn components(group: &str, version: &str, types: &[ResourceType]) -> Map<Str
     c.add::<apps::v1::DaemonSet>();
     c.add::<batch::v1::Job>();
     c.add::<authentication::v1::TokenReview>();
+    c.add::<authentication::v1::SelfSubjectReview>();
     c.add::<authorization::v1::SubjectAccessReview>();
     c.add::<authorization::v1::SelfSubjectAccessReview>();
     c.add::<rbac::v1::Role>();

@@ -247,6 +247,16 @@ pub fn builtin() -> Vec<ResourceType> {
             None,
         ),
         rt(
+            "authentication.k8s.io",
+            "v1",
+            "SelfSubjectReview",
+            "selfsubjectreviews",
+            false,
+            &[],
+            false,
+            None,
+        ),
+        rt(
             "authorization.k8s.io",
             "v1",
             "SelfSubjectAccessReview",

@@ -766,6 +766,14 @@ async fn resource_request(
             Ok(reply.send(201, &status))
         }
         // Reviews are answered, never stored.
+        "create" if rt.plural == "selfsubjectreviews" => {
+            let user = request_user(&sim.store(), &req).unwrap_or_else(crate::auth::admin);
+            Ok(reply.send(
+                201,
+                &json!({"apiVersion": rt.api_version(), "kind": rt.kind, "metadata": {},
+                    "status": {"userInfo": {"username": user.name, "groups": user.groups}}}),
+            ))
+        }
         "create" if rt.plural == "selfsubjectaccessreviews" => {
             let store_user = request_user(&sim.store(), &req);
             let (bytes, ct) = read_body(req).await?;

@@ -802,6 +802,19 @@ async fn rbac_is_enforced_when_switched_on() {
     let out = run(as_robot(&["get", "nodes"])).await;
     assert!(!out.status.success(), "resourceNames do not allow a list");
 
+    let out = run(as_robot(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]))
+    .await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "system:serviceaccount:default:robot",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The administrator may impersonate.
     let out = k
         .run(
