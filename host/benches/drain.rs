@@ -187,29 +187,8 @@ async fn main() {
     for n in 0..51 {
         seed_pods(&c, &format!("many-{n:02}"), 20);
     }
-    // The guarded Deployment and its budget; a second node for its
-    // replacements, labelled later.
     c.add_node("pdb-node").unwrap();
     c.add_node("pdb-spare").unwrap();
-    c.apply_yaml(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: guarded, namespace: default}
-spec:
-  replicas: 40
-  selector: {matchLabels: {app: guarded}}
-  template:
-    metadata: {labels: {app: guarded}}
-    spec: {nodeSelector: {pool: guarded}, containers: [{name: c, image: i}]}
----
-apiVersion: policy/v1
-kind: PodDisruptionBudget
-metadata: {name: guarded, namespace: default}
-spec: {maxUnavailable: 4, selector: {matchLabels: {app: guarded}}}
-"#,
-    )
-    .unwrap();
     for n in ["slow-node", "slow-floor-node", "stuck-node"] {
         c.add_node(n).unwrap();
     }
@@ -267,6 +246,7 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     wait_succeeded(&nms, &names).await;
     let nmo_time = t.elapsed();
     let drain_requests = operator_requests(&c) - requests_before;
+    c.record_audit(false);
     let (policy_calls, policy_time) = {
         let (n, secs) = policy_seconds(&metrics);
         (n - policy_before.0, secs - policy_before.1)
@@ -280,32 +260,41 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     }
     let native_time = t.elapsed().as_secs_f64();
 
-    // kubectl drain
+    // kubectl drain (NMO_BENCH_SKIP_KUBECTL=1 skips its 200 s)
+    let skip_kubectl = std::env::var_os("NMO_BENCH_SKIP_KUBECTL").is_some();
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kc");
     c.write_kubeconfig(&kc).unwrap();
     let t = Instant::now();
-    let out = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&kc)
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
-        .args([
-            "drain",
-            "kubectl-node",
-            "--ignore-daemonsets",
-            "--delete-emptydir-data",
-            "--force",
-            "--timeout=600s",
-        ])
-        .output()
-        .await
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "kubectl drain: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = if skip_kubectl {
+        None
+    } else {
+        Some(
+            tokio::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kc)
+                .arg("--cache-dir")
+                .arg(dir.path().join("cache"))
+                .args([
+                    "drain",
+                    "kubectl-node",
+                    "--ignore-daemonsets",
+                    "--delete-emptydir-data",
+                    "--force",
+                    "--timeout=600s",
+                ])
+                .output()
+                .await
+                .expect("kubectl"),
+        )
+    };
+    if let Some(out) = &out {
+        assert!(
+            out.status.success(),
+            "kubectl drain: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let kubectl_time = t.elapsed();
 
     // The floor: evict everything, 64 at a time, and wait for the node to be empty.
@@ -317,12 +306,14 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     wait_succeeded(&nms, &one).await;
     let one_time = t.elapsed();
     let fifty: Vec<String> = (0..50).map(|n| format!("many-{n:02}")).collect();
+    c.record_audit(true);
     let requests_before = operator_requests(&c);
     let t = Instant::now();
     let names = create_nms(&nms, &fifty).await;
     wait_succeeded(&nms, &names).await;
     let fifty_time = t.elapsed();
     let fifty_requests = operator_requests(&c) - requests_before;
+    c.record_audit(false);
 
     // Pods that take 2 s to stop.
     let t = Instant::now();
@@ -331,7 +322,28 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     let slow_time = t.elapsed();
     let slow_floor = floor(&client, "slow-floor-node", 200).await;
 
-    // Behind a budget: the replacements start on the spare node.
+    // A Deployment behind a budget, made now so its pods wait for a node
+    // only here; its replacements start on the spare node, labelled once
+    // all 40 run.
+    c.apply_yaml(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: guarded, namespace: default}
+spec:
+  replicas: 40
+  selector: {matchLabels: {app: guarded}}
+  template:
+    metadata: {labels: {app: guarded}}
+    spec: {nodeSelector: {pool: guarded}, containers: [{name: c, image: i}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: guarded, namespace: default}
+spec: {maxUnavailable: 4, selector: {matchLabels: {app: guarded}}}
+"#,
+    )
+    .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
     let label = json!({"metadata": {"labels": {"pool": "guarded"}}});
@@ -369,6 +381,7 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
         )
         .await
         .unwrap();
+    c.record_audit(true);
     let evictions_before = operator_evictions(&c);
     let t = Instant::now();
     let names = create_nms(&nms, &["pdb-node".to_string()]).await;
@@ -380,10 +393,24 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     let names = create_nms(&nms, &["stuck-node".to_string()]).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let requests_before = operator_requests(&c);
+    let requests_before_all = c.audit().len();
     let window = Duration::from_secs(60);
     tokio::time::sleep(window).await;
     let stuck_per_minute =
         (operator_requests(&c) - requests_before) as f64 / window.as_secs_f64() * 60.0;
+    let mut stuck_calls: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in c.audit().iter().skip(requests_before_all) {
+        if r.user_agent == nmo::client::USER_AGENT {
+            let sub = if r.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", r.subresource)
+            };
+            *stuck_calls
+                .entry(format!("{} {}{sub}", r.verb, r.resource))
+                .or_default() += 1;
+        }
+    }
     nms.delete(&names[0], &Default::default()).await.unwrap();
 
     let s = |d: Duration| format!("{:.2} s", d.as_secs_f64());
@@ -444,6 +471,10 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
         drain_requests as f64 / PODS as f64,
         fifty_requests as f64 / 50.0,
         stuck_per_minute
+    );
+    println!(
+        "  the blocked maintenance's requests in {} s: {stuck_calls:?}",
+        window.as_secs()
     );
     println!(
         "nmo binary: start to ready {:.0} ms cold, {:.0} ms with the policy cache (goal <= 100); RSS idle {:.1} MiB (goal <= 25), peak in a {PODS}-pod drain {:.1} MiB (goal <= 60); CPU idle {:.2}% of a core (goal <= 0.2%)",

@@ -59,6 +59,9 @@ pub async fn run(sim: Arc<Sim>, mut stop: watch::Receiver<bool>) {
 pub struct ControllerState {
     /// When (simulated) each pod was first seen on a node, by uid.
     placed: HashMap<String, f64>,
+    /// Pods the kubelet saw last pass: the logs of those gone are dropped
+    /// when this changes.
+    pods_seen: usize,
 }
 
 /// One pass of every controller.
@@ -222,7 +225,13 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
         }
     }
     state.placed.retain(|uid, _| live.contains(uid));
-    sim.logs.retain(|uid| live.contains(uid));
+    // Dropping the logs of pods that went costs a pass over every log:
+    // done when the number of pods changed (a pod replaced within one
+    // pass keeps its old log until the next change).
+    if live.len() != state.pods_seen {
+        state.pods_seen = live.len();
+        sim.logs.retain(|uid| live.contains(uid));
+    }
 }
 
 fn running_status(pod: &Value) -> Value {
