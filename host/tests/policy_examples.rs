@@ -252,7 +252,7 @@ spec: {nodeName: worker-1, containers: [{name: c, image: busybox}]}
         "name: from a saved file\nnode: {metadata: {name: worker-1}}\npodsFrom: pods.yaml\nexpect:\n  decisions:\n    db-1: {action: evict, order: 1}\n    bare: {action: evict, order: 0}\n",
     )
     .unwrap();
-    let report = harness::run_paths(&policy, &[scenarios.clone()]).unwrap();
+    let report = harness::run_paths(&policy, std::slice::from_ref(&scenarios)).unwrap();
     assert_eq!(report.outcomes.len(), 1, "{}", report.render());
     assert_eq!(report.failed(), 0, "{}", report.render());
     // Given by itself, the pods file is said to be data.
