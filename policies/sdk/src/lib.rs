@@ -299,6 +299,9 @@ pub mod defaults {
 /// assert_eq!(m.attempt, 3);
 /// assert_eq!(node("node-1").label("missing"), None);
 /// ```
+///
+/// Native builds only: a policy built for WebAssembly does not carry it.
+#[cfg(not(target_family = "wasm"))]
 pub mod testing {
     use super::*;
 
