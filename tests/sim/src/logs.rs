@@ -96,7 +96,9 @@ impl LogOptions {
     pub fn select(&self, lines: Vec<Line>) -> Vec<Line> {
         let lines: Vec<Line> = match self.since_seconds {
             Some(s) => {
-                let cutoff = Timestamp::now() - jiff::SignedDuration::from_secs(s as i64);
+                // A client's number: any size, never a panic.
+                let back = jiff::SignedDuration::from_secs(i64::try_from(s).unwrap_or(i64::MAX));
+                let cutoff = Timestamp::now().checked_sub(back).unwrap_or(Timestamp::MIN);
                 lines.into_iter().filter(|l| l.at >= cutoff).collect()
             }
             None => lines,
@@ -148,5 +150,12 @@ mod tests {
         );
         logs.retain(|_| false);
         assert!(logs.is_empty());
+        // Any sinceSeconds a client sends: everything, no panic.
+        logs.append("u", "c", "kept");
+        let opts = LogOptions {
+            since_seconds: Some(u64::MAX),
+            ..Default::default()
+        };
+        assert_eq!(opts.select(logs.read("u", "c", 0)).len(), 1);
     }
 }
