@@ -25,6 +25,7 @@ pub const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
     printcolumn = r#"{"name":"Node","type":"string","jsonPath":".spec.nodeName","description":"The node in maintenance"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"Running, Succeeded or Failed"}"#,
     printcolumn = r#"{"name":"Progress","type":"integer","jsonPath":".status.drainProgress","description":"Drain progress, percent"}"#,
+    printcolumn = r#"{"name":"Waiting","type":"string","jsonPath":".status.waiting.reason","description":"Why the policy has not let the maintenance start yet"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason","priority":1,"description":"Why the node is in maintenance"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -110,6 +111,35 @@ pub struct NodeMaintenanceStatus {
     /// lasts only as long as the operator process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<String>,
+    /// Set while the policy holds the maintenance back (its `admit`
+    /// answered wait); `phase` stays unset until it is admitted. Not in the
+    /// Go operator's status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<Waiting>,
+    /// When the policy admitted the maintenance. Not in the Go operator's
+    /// status.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::time"
+    )]
+    pub admitted_at: Option<Time>,
+}
+
+/// Why a maintenance has not started (`status.waiting`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Waiting {
+    /// The policy's reason.
+    #[serde(default)]
+    pub reason: String,
+    /// Since when it waits.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::time"
+    )]
+    pub since: Option<Time>,
 }
 
 /// Reading status fields that anyone with access to the status subresource

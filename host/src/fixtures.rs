@@ -272,5 +272,6 @@ pub fn maintenance(reason: &str) -> crate::policy::types::Maintenance {
         error_on_lease_count: 0,
         attempt: 1,
         elapsed_ms: 0,
+        now_ms: 1_767_607_200_000,
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod client;
 pub mod controller;
+pub mod admission;
 pub mod crd;
 pub mod error;
 #[cfg(feature = "test-support")]

@@ -254,9 +254,9 @@ async fn decide(
     pods: &[Pod],
 ) -> Result<policy::Plan> {
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());
-    let (p, node, pods) = (selected.policy.clone(), node.clone(), pods.to_vec());
+    let (p, node, pods) = (selected.policy.clone(), node.clone(), pods.into());
     crate::controller::decide("the policy's plan-drain call", move || {
-        p.plan_drain_k8s(&record, &node, &pods)
+        p.plan_drain_shared(&record, node, pods)
     })
     .await
 }

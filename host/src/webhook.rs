@@ -18,7 +18,6 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::{Client, ResourceExt};
@@ -67,11 +66,7 @@ pub struct Validator {
 impl Validator {
     /// Detects OpenShift by the `config.openshift.io` API group.
     pub async fn new(client: Client) -> Self {
-        let openshift = client
-            .list_api_groups()
-            .await
-            .map(|g| g.groups.iter().any(|g| g.name == "config.openshift.io"))
-            .unwrap_or(false);
+        let openshift = crate::admission::is_openshift(&client).await;
         Validator {
             client,
             openshift,
@@ -114,9 +109,6 @@ impl Validator {
         {
             return Err(messages::already_exists(node_name));
         }
-        if self.openshift && is_control_plane(&node) && !self.etcd_can_lose_one(node_name).await? {
-            return Err(messages::etcd_quorum(node_name));
-        }
         if let (Some(policies), Some(name)) = (
             &self.policies,
             nm.annotations().get(crate::policy::POLICY_ANNOTATION),
@@ -131,7 +123,63 @@ impl Validator {
                 ));
             }
         }
-        Ok(())
+        match self.denied(nm, &node).await? {
+            Some(message) => Err(message),
+            None => Ok(()),
+        }
+    }
+
+    /// What the maintenance's policy says to it now: the message when its
+    /// `admit` denies it (waiting is not refusing: the controller holds a
+    /// waiting maintenance back). Without the operator's policies (a
+    /// webhook on its own), the Go operator's etcd rule.
+    async fn denied(
+        &self,
+        nm: &NodeMaintenance,
+        node: &Node,
+    ) -> std::result::Result<Option<String>, String> {
+        let selected = match &self.policies {
+            Some(p) => Some(
+                p.current()
+                    .select_for(nm, Some(node.labels()))
+                    .map_err(|e| e.to_string())?,
+            ),
+            None => None,
+        };
+        if selected.is_none() && !(self.openshift && is_control_plane(node)) {
+            return Ok(None);
+        }
+        let phase_set = |o: &NodeMaintenance| o.status.as_ref().is_some_and(|s| s.phase.is_some());
+        let (fleet, position) =
+            crate::admission::fleet(&self.client, nm, self.openshift, phase_set)
+                .await
+                .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
+        let Some(selected) = selected else {
+            let allowed = fleet
+                .etcd
+                .as_ref()
+                .is_none_or(crate::admission::etcd_can_lose_one);
+            return Ok((!allowed).then(|| messages::etcd_quorum(&nm.spec.node_name)));
+        };
+        let Some(position) = position else {
+            return Ok(None);
+        };
+        let record = crate::policy::convert::maintenance(nm, 1, k8s_openapi::jiff::Timestamp::now());
+        let policy = selected.policy.clone();
+        let answer =
+            tokio::task::spawn_blocking(move || policy.admit(&record, position, &fleet)).await;
+        match answer {
+            Ok(Ok(crate::policy::Admission::Deny(message))) => Ok(Some(message)),
+            Ok(Ok(_)) => Ok(None),
+            // The policy could not decide: the controller meets the same
+            // error and reports it on the maintenance; refusing here would
+            // hide it behind a webhook message.
+            Ok(Err(e)) => {
+                tracing::warn!(logger = "webhook", error = %e, "the policy's admit failed; allowing the NodeMaintenance");
+                Ok(None)
+            }
+            Err(e) => Err(format!("the policy's admit call did not finish: {e}")),
+        }
     }
 
     /// Validates an update; `Err(message)` refuses.
@@ -143,55 +191,6 @@ impl Validator {
             return Err(messages::NODE_NAME_IMMUTABLE.to_owned());
         }
         Ok(())
-    }
-
-    /// Whether `node` may be disrupted without breaking etcd quorum, by
-    /// the Go operator's rule (medik8s common's etcd check): exactly one
-    /// PodDisruptionBudget in `openshift-etcd` must exist (none, or more
-    /// than one, and the answer is no); if it allows a disruption, yes;
-    /// if it allows none, yes only when the node runs no Ready guard pod
-    /// (a guard that is already down costs no quorum).
-    async fn etcd_can_lose_one(&self, node: &str) -> std::result::Result<bool, String> {
-        let pdbs: Api<PodDisruptionBudget> = Api::namespaced(self.client.clone(), ETCD_NAMESPACE);
-        let list = pdbs
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("could not list PodDisruptionBudgets in {ETCD_NAMESPACE}: {e}"))?;
-        let [pdb] = list.items.as_slice() else {
-            tracing::info!(
-                logger = "webhook",
-                count = list.items.len(),
-                "expected exactly one etcd guard PodDisruptionBudget"
-            );
-            return Ok(false);
-        };
-        if pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed) > 0 {
-            return Ok(true);
-        }
-        let Some(selector) = pdb
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.as_ref())
-            .map(selector_string)
-        else {
-            return Ok(false);
-        };
-        let guards =
-            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.client.clone(), ETCD_NAMESPACE)
-                .list(
-                    &ListParams::default()
-                        .labels(&selector)
-                        .fields(&format!("spec.nodeName={node}")),
-                )
-                .await
-                .map_err(|e| format!("could not list the etcd guard pods: {e}"))?;
-        let ready_guard = guards.items.iter().any(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        });
-        Ok(!ready_guard)
     }
 
     /// Answers one AdmissionReview body: the HTTP status and the body.
@@ -367,10 +366,9 @@ pub(crate) fn self_signed(names: Vec<String>) -> Result<Arc<CertifiedKey>> {
 }
 
 /// The namespace of OpenShift's etcd guard.
-const ETCD_NAMESPACE: &str = "openshift-etcd";
 
 /// A metav1.LabelSelector as the API's `labelSelector` query string.
-fn selector_string(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> String {
+pub(crate) fn selector_string(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> String {
     let mut parts: Vec<String> = s
         .match_labels
         .iter()

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use nmo::fixtures::{self, PodKind};
 use nmo::policy::types::{DrainReport, Failure, Maintenance, PodRef};
-use nmo::policy::{Action, EngineConfig, Plan, Policy, PolicyEngine, Verdict, convert, native};
+use nmo::policy::{Action, EngineConfig, Plan, Policy, PolicyEngine, Verdict, native};
 use proptest::prelude::*;
 
 /// One engine and one compiled default policy for the whole file; every
@@ -32,10 +32,8 @@ fn maintenance(node: &str) -> Maintenance {
 }
 
 fn plan_for(policy: &Policy, pods: &[k8s_openapi::api::core::v1::Pod]) -> Plan {
-    let node = convert::node(&fixtures::node("worker-1"));
-    let records: Vec<_> = pods.iter().map(convert::pod).collect();
     policy
-        .plan_drain(&maintenance("worker-1"), &node, &records)
+        .plan_drain(&maintenance("worker-1"), &fixtures::node("worker-1"), pods)
         .expect("the default policy answers validly")
 }
 
@@ -195,11 +193,14 @@ fn the_sandboxed_default_policy_agrees_with_the_native_rules_on_a_busy_node() {
     let policy = default_policy();
     let pods = fixtures::node_pods("worker-1", 1_000);
     let native = native::default_plan(&pods);
-    // Owned records and borrowed views of the Kubernetes objects lower the
-    // same values.
     assert_eq!(plan_for(&policy, &pods), native);
+    // Handed over instead of copied: the same plan.
     let direct = policy
-        .plan_drain_k8s(&maintenance("worker-1"), &fixtures::node("worker-1"), &pods)
+        .plan_drain_shared(
+            &maintenance("worker-1"),
+            fixtures::node("worker-1"),
+            pods.into(),
+        )
         .expect("plan");
     assert_eq!(direct, native);
 }

@@ -6,8 +6,9 @@
 use std::time::Duration;
 
 use nmo::fixtures;
-use nmo::policy::types::{Maintenance, Pod};
-use nmo::policy::{EngineConfig, PolicyEngine, convert};
+use k8s_openapi::api::core::v1::Pod;
+use nmo::policy::types::Maintenance;
+use nmo::policy::{EngineConfig, PolicyEngine};
 
 const HOSTILE: &str = concat!(env!("NMO_POLICY_WASM_DIR"), "/nmo_policy_hostile.wasm");
 
@@ -33,11 +34,8 @@ fn hostile_decisions_at_once_stay_under_budget_and_give_the_memory_back() {
     })
     .unwrap();
     let policy = engine.load_file(std::path::Path::new(HOSTILE)).unwrap();
-    let node = convert::node(&fixtures::node("worker-1"));
-    let pods: Vec<Pod> = fixtures::node_pods("worker-1", 30)
-        .iter()
-        .map(convert::pod)
-        .collect();
+    let node = fixtures::node("worker-1");
+    let pods: Vec<Pod> = fixtures::node_pods("worker-1", 30);
     // Steady state: every slot used once by a well-behaved decision.
     let warm: Vec<_> = (0..8)
         .map(|_| {

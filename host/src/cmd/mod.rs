@@ -316,6 +316,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
                 cli.lease_namespace.clone()
             },
             instance: cli.instance.clone(),
+            openshift: nmo::admission::is_openshift(&client).await,
             ..Default::default()
         };
         let ctx = nmo::controller::Context::new(client.clone(), policies.clone(), settings);

@@ -21,6 +21,11 @@ pub mod reasons {
     pub const FAILED: (&str, &str) = ("FailedMaintenance", "Failed a node maintenance");
     /// Ours: a policy could not decide (the message says why).
     pub const POLICY_ERROR: &str = "PolicyError";
+    /// Ours: the policy holds the maintenance back (the message is its
+    /// reason).
+    pub const WAITING: &str = "WaitingMaintenance";
+    /// Ours: the policy admitted a maintenance that was waiting.
+    pub const ADMITTED: (&str, &str) = ("AdmittedMaintenance", "The policy admitted the node maintenance");
 }
 
 /// Normal or Warning.

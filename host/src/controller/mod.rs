@@ -60,6 +60,12 @@ pub struct Settings {
     /// decides when to stop (the demo, which still has to end its
     /// maintenance after Ctrl-C).
     pub stop_on_signal: bool,
+    /// The cluster is OpenShift: `admit` gets the etcd quorum guard.
+    pub openshift: bool,
+    /// A maintenance waiting for admission is asked again at least this
+    /// often (node changes are not watched; the end of another maintenance
+    /// is, and asks at once).
+    pub admission_recheck: Duration,
 }
 
 impl Default for Settings {
@@ -75,6 +81,8 @@ impl Default for Settings {
             policy_error_retry: reconcile::POLICY_ERROR_RETRY,
             error_retry: Duration::from_secs(5),
             stop_on_signal: true,
+            openshift: false,
+            admission_recheck: Duration::from_secs(10),
         }
     }
 }
@@ -114,6 +122,10 @@ pub struct Context {
     /// pass that made them wanted the next look: a pass woken by one of
     /// these writes has nothing to do.
     own: Mutex<HashMap<String, OwnWrites>>,
+    /// Held while one maintenance's admission is decided and recorded
+    /// (`status.admittedAt`): two admissions never see a stale view of
+    /// each other.
+    pub(crate) admission: tokio::sync::Mutex<()>,
 }
 
 /// Our recent writes to one maintenance.
@@ -146,6 +158,7 @@ impl Context {
             watch_failed_at: Mutex::new(None),
             pins: Mutex::new(HashMap::new()),
             own: Mutex::new(HashMap::new()),
+            admission: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -495,6 +508,45 @@ fn watch_error(e: &watcher::Error) -> String {
     }
 }
 
+/// Whether a watch event may let a waiting maintenance start: another
+/// one was deleted, is being deleted, or finished.
+fn frees_a_place(e: &watcher::Event<NodeMaintenance>) -> bool {
+    match e {
+        watcher::Event::Delete(_) => true,
+        watcher::Event::Apply(nm) => {
+            nm.metadata.deletion_timestamp.is_some()
+                || matches!(
+                    nm.status.as_ref().and_then(|s| s.phase),
+                    Some(MaintenancePhase::Succeeded | MaintenancePhase::Failed)
+                )
+        }
+        _ => false,
+    }
+}
+
+/// Queues a pass for every maintenance waiting for admission, oldest
+/// first (the order their policy is asked in).
+fn recheck_waiting(
+    ctx: &Context,
+    store: &Store<NodeMaintenance>,
+    tx: &futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<NodeMaintenance>>,
+) {
+    let mut waiting: Vec<Arc<NodeMaintenance>> = store
+        .state()
+        .into_iter()
+        .filter(|nm| !is_admitted(nm) && nm.metadata.deletion_timestamp.is_none())
+        .collect();
+    waiting.sort_by(|a, b| {
+        (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
+            .cmp(&(b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any()))
+    });
+    for nm in waiting {
+        // The pass must look, though the object is at our own last write.
+        ctx.forget_next(&nm.uid().unwrap_or_default());
+        let _ = tx.unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(&*nm));
+    }
+}
+
 /// Why one run of the controller ended.
 enum Ended {
     Stopped,
@@ -513,12 +565,16 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     use kube::runtime::{WatchStreamExt, reflector};
     let (reader, writer) = reflector::store();
     *ctx.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader.clone());
+    // Maintenances waiting for admission are asked again when another one
+    // ends.
+    let (recheck_tx, recheck_rx) = futures::channel::mpsc::unbounded();
     ctx.synced.store(false, Ordering::Relaxed);
     ctx.watch_ok.store(true, Ordering::Relaxed);
     let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let stream = {
         let ctx = ctx.clone();
         let seen = seen.clone();
+        let reader = reader.clone();
         watcher(
             api.clone(),
             watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
@@ -529,6 +585,9 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
             Ok(e) => {
                 if !ctx.watch_ok.swap(true, Ordering::Relaxed) {
                     tracing::info!(logger = "controller", "the NodeMaintenance watch works again");
+                }
+                if frees_a_place(e) {
+                    recheck_waiting(&ctx, &reader, &recheck_tx);
                 }
                 let newest = match e {
                     watcher::Event::Apply(nm)
@@ -558,7 +617,8 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         .touched_objects()
     };
     let controller = Controller::for_stream(stream, reader)
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent));
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent))
+        .reconcile_on(recheck_rx);
     let controller = if ctx.settings.stop_on_signal {
         controller.shutdown_on_signal()
     } else {
@@ -595,4 +655,12 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         () = controller => Ended::Stopped,
         ended = rewound => ended,
     }
+}
+
+/// Whether a maintenance was admitted: its phase is set (it started, or
+/// finished), or the policy admitted it (`status.admittedAt`).
+pub fn is_admitted(nm: &NodeMaintenance) -> bool {
+    nm.status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_some() || s.admitted_at.is_some())
 }

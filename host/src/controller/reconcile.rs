@@ -21,12 +21,12 @@ use serde_json::json;
 use super::drain::{self, Drainer, NodePods};
 use super::events::{EventType, reasons};
 use super::finish;
-use super::status::{Writer, set_pending};
+use super::status::{Writer, now, set_pending};
 use super::{Context, node};
-use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance};
+use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, Waiting};
 use crate::error::{Error, Result};
 use crate::policy::types::{self, Failure};
-use crate::policy::{Plan, Selected};
+use crate::policy::{Admission, Plan, Selected};
 
 /// How often a finished maintenance is looked at again (renewing the node
 /// lease well within its 3600 s).
@@ -120,6 +120,11 @@ impl Pass {
         if !self.still_current().await? {
             return Ok(Next::After(Duration::from_secs(1)));
         }
+        if !super::is_admitted(&self.writer.current().await)
+            && let Some(next) = self.admit(&selected).await?
+        {
+            return Ok(next);
+        }
         if let Err(e) = self.take_lease(&node).await {
             return self.lease_failed(e).await;
         }
@@ -179,6 +184,95 @@ impl Pass {
         self.ctx.unpin(&self.uid);
         tracing::warn!(logger = "controller", nodeMaintenance = %self.name, from = ?moved_from, to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
         Ok(())
+    }
+
+    /// Asks the policy whether the maintenance may start (its first pass,
+    /// and every pass while it waits), before anything is touched.
+    /// `Some(next)`: not now (waiting, denied, or the policy could not
+    /// decide). Admissions are decided one at a time on a fresh read of
+    /// the fleet, and recorded (`status.admittedAt`) before the next one
+    /// reads it.
+    async fn admit(&self, selected: &Selected) -> Result<Option<Next>> {
+        let _one_at_a_time = self.ctx.admission.lock().await;
+        let nm = self.writer.current().await;
+        let (fleet, position) = crate::admission::fleet(
+            &self.ctx.client,
+            &nm,
+            self.ctx.settings.openshift,
+            super::is_admitted,
+        )
+        .await?;
+        let Some(position) = position else {
+            let message = format!("nodes \"{}\" not found", self.node_name);
+            return finish::failed(self, Failure::NodeNotFound, message)
+                .await
+                .map(Some);
+        };
+        let record = self.record().await;
+        let policy = selected.policy.clone();
+        let answer = decide("the policy's admit call", move || {
+            policy.admit(&record, position, &fleet)
+        })
+        .await;
+        let was_waiting = nm.status.as_ref().and_then(|s| s.waiting.clone());
+        match answer {
+            Err(e) => finish::policy_failed(self, e).await.map(Some),
+            Ok(Admission::Admit) => {
+                self.writer
+                    .update_before_admission(|s| {
+                        s.admitted_at = Some(now());
+                        s.waiting = None;
+                    })
+                    .await?;
+                if let Some(w) = was_waiting {
+                    let (reason, message) = reasons::ADMITTED;
+                    self.event(EventType::Normal, reason, message).await;
+                    tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, waited_for = %w.reason, "the policy admitted the maintenance");
+                }
+                Ok(None)
+            }
+            Ok(Admission::Wait {
+                reason,
+                recheck_after,
+            }) => {
+                let since = was_waiting
+                    .as_ref()
+                    .and_then(|w| w.since.clone())
+                    .unwrap_or_else(now);
+                self.writer
+                    .update_before_admission(|s| {
+                        s.waiting = Some(Waiting {
+                            reason: reason.clone(),
+                            since: Some(since.clone()),
+                        })
+                    })
+                    .await?;
+                if was_waiting.is_none_or(|w| w.reason != reason) {
+                    self.event(EventType::Normal, reasons::WAITING, &reason)
+                        .await;
+                    tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, reason = %reason, "the policy holds the maintenance back");
+                }
+                let most = self.ctx.settings.admission_recheck;
+                Ok(Some(Next::After(recheck_after.map_or(most, |d| d.min(most)))))
+            }
+            Ok(Admission::Deny(message)) => {
+                let old = self
+                    .writer
+                    .update(|s| {
+                        s.phase = Some(MaintenancePhase::Failed);
+                        s.last_error = Some(message.clone());
+                        s.last_update = Some(now());
+                        s.waiting = None;
+                    })
+                    .await?;
+                if old.phase != Some(MaintenancePhase::Failed) {
+                    let (reason, msg) = reasons::FAILED;
+                    self.event(EventType::Warning, reason, msg).await;
+                }
+                tracing::error!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, error = %message, "the policy denied the maintenance");
+                Ok(Some(Next::Change))
+            }
+        }
     }
 
     /// The node, if it exists. A name no node can have is a node that does
@@ -306,9 +400,9 @@ impl Pass {
     async fn plan(&self, selected: &Selected, node: &Node, pods: &[Pod]) -> Result<Plan> {
         let record = self.record().await;
         let policy = selected.policy.clone();
-        let (node, pods) = (node.clone(), pods.to_vec());
+        let (node, pods) = (node.clone(), pods.into());
         decide("the policy's plan-drain call", move || {
-            policy.plan_drain_k8s(&record, &node, &pods)
+            policy.plan_drain_shared(&record, node, pods)
         })
         .await
     }

@@ -151,6 +151,23 @@ impl Writer {
         &self,
         f: impl Fn(&mut NodeMaintenanceStatus),
     ) -> Result<NodeMaintenanceStatus> {
+        self.write(f, true).await
+    }
+
+    /// [`Writer::update`] for a maintenance that is not admitted yet: the
+    /// initialisation (which sets the phase) is left for later.
+    pub async fn update_before_admission(
+        &self,
+        f: impl Fn(&mut NodeMaintenanceStatus),
+    ) -> Result<NodeMaintenanceStatus> {
+        self.write(f, false).await
+    }
+
+    async fn write(
+        &self,
+        f: impl Fn(&mut NodeMaintenanceStatus),
+        init_now: bool,
+    ) -> Result<NodeMaintenanceStatus> {
         let mut state = self.state.lock().await;
         let name = state.nm.name_any();
         for _ in 0..ATTEMPTS {
@@ -158,6 +175,7 @@ impl Writer {
             let mut new = old.clone();
             if let Some(init) = &state.init
                 && new.phase.is_none()
+                && init_now
             {
                 apply_init(&mut new, init);
             }
@@ -174,7 +192,9 @@ impl Writer {
             {
                 Ok(updated) => {
                     self.wrote(&mut state, updated);
-                    state.init = None;
+                    if init_now {
+                        state.init = None;
+                    }
                     return Ok(old);
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => self.reread(&mut state).await?,
@@ -256,6 +276,7 @@ impl Writer {
 fn apply_init(s: &mut NodeMaintenanceStatus, init: &Init) {
     let (names, refs) = pod_refs(&init.removals);
     s.phase = Some(MaintenancePhase::Running);
+    s.waiting = None;
     s.policy = init.policy.clone();
     s.last_update = Some(now());
     s.pending_pods = names;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
 
-use super::types::{self, KeyValue, Node, Owner, Pod, PodPhase, Taint, TaintEffect};
+use super::types::{self, KeyValue, PodPhase, Taint, TaintEffect};
 
 /// The annotation the kubelet puts on mirror (static) pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
@@ -65,39 +65,13 @@ pub fn is_daemonset_managed(pod: &core::Pod) -> bool {
     })
 }
 
-/// A pod as a policy sees it.
-pub fn pod(p: &core::Pod) -> Pod {
-    let meta = &p.metadata;
-    let spec = p.spec.as_ref();
-    Pod {
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-        labels: key_values(meta.labels.as_ref()),
-        annotations: key_values(meta.annotations.as_ref()),
-        owners: meta
-            .owner_references
-            .iter()
-            .flatten()
-            .map(|o| Owner {
-                api_version: o.api_version.clone(),
-                kind: o.kind.clone(),
-                name: o.name.clone(),
-                uid: o.uid.clone(),
-                controller: o.controller == Some(true),
-            })
-            .collect(),
-        phase: pod_phase(p),
-        ready: pod_ready(p),
-        mirror: is_mirror(p),
-        local_storage: has_local_storage(p),
-        terminating: meta.deletion_timestamp.is_some(),
-        grace_period_seconds: spec.and_then(|s| s.termination_grace_period_seconds),
-        priority: spec.and_then(|s| s.priority),
-        priority_class_name: spec
-            .and_then(|s| s.priority_class_name.clone())
-            .unwrap_or_default(),
-    }
+/// The kind of the pod's controlling owner, if any.
+pub fn controller_kind(pod: &core::Pod) -> Option<&str> {
+    let owners = pod.metadata.owner_references.as_ref()?;
+    owners
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.kind.as_str())
 }
 
 /// A taint effect; `None` for an effect this version does not know.
@@ -110,38 +84,30 @@ pub fn taint_effect(effect: &str) -> Option<TaintEffect> {
     }
 }
 
-/// A node as a policy sees it. Taints with an effect the API does not define
-/// are left out.
-pub fn node(n: &core::Node) -> Node {
+/// A node's taints as a policy sees them. Taints with an effect the API
+/// does not define are left out.
+pub fn taints(n: &core::Node) -> Vec<Taint> {
     let spec = n.spec.as_ref();
-    Node {
-        name: n.metadata.name.clone().unwrap_or_default(),
-        labels: key_values(n.metadata.labels.as_ref()),
-        annotations: key_values(n.metadata.annotations.as_ref()),
-        taints: spec
-            .and_then(|s| s.taints.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|t| {
-                Some(Taint {
-                    key: t.key.clone(),
-                    value: t.value.clone().unwrap_or_default(),
-                    effect: taint_effect(&t.effect)?,
-                })
+    spec.and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| {
+            Some(Taint {
+                key: t.key.clone(),
+                value: t.value.clone().unwrap_or_default(),
+                effect: taint_effect(&t.effect)?,
             })
-            .collect(),
-        unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
-    }
+        })
+        .collect()
 }
 
 /// A NodeMaintenance as the policy sees it, `now` being the time of the
-/// decision (for `elapsed-ms`).
+/// decision (for `elapsed-ms` and `now-ms`).
 pub fn maintenance(
     nm: &crate::crd::NodeMaintenance,
     attempt: u32,
     now: jiff::Timestamp,
 ) -> types::Maintenance {
-    use crate::crd::MaintenancePhase as Phase;
     let s = nm.status.clone().unwrap_or_default();
     let elapsed = nm
         .metadata
@@ -155,14 +121,21 @@ pub fn maintenance(
         reason: nm.spec.reason.clone().unwrap_or_default(),
         labels: key_values(nm.metadata.labels.as_ref()),
         annotations: key_values(nm.metadata.annotations.as_ref()),
-        phase: s.phase.map(|p| match p {
-            Phase::Running => types::MaintenancePhase::Running,
-            Phase::Succeeded => types::MaintenancePhase::Succeeded,
-            Phase::Failed => types::MaintenancePhase::Failed,
-        }),
+        phase: s.phase.map(maintenance_phase),
         drain_progress: s.drain_progress.clamp(0, 100) as u32,
         error_on_lease_count: s.error_on_lease_count.max(0) as u32,
         attempt: attempt.max(1),
         elapsed_ms: elapsed,
+        now_ms: now.as_millisecond().max(0) as u64,
+    }
+}
+
+/// A NodeMaintenance phase as the contract names it.
+pub fn maintenance_phase(p: crate::crd::MaintenancePhase) -> types::MaintenancePhase {
+    use crate::crd::MaintenancePhase as Phase;
+    match p {
+        Phase::Running => types::MaintenancePhase::Running,
+        Phase::Succeeded => types::MaintenancePhase::Succeeded,
+        Phase::Failed => types::MaintenancePhase::Failed,
     }
 }

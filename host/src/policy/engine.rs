@@ -7,7 +7,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Instance, Linker, ResourceTable};
+use k8s_openapi::api::core::v1 as k8s;
+use wasmtime::component::{Component, HasSelf, Instance, Linker, Resource, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
     Trap,
@@ -21,10 +22,10 @@ use super::compile::{self, CompileLimits};
 
 use super::bindings::{DrainPolicy, DrainPolicyImports, DrainPolicyPre};
 use super::error::{Error, Result};
+use super::inputs::{Fleet, Inputs, Settings};
 use super::output::CappedOutput;
-use super::types::{self, DrainPlan, Failure, Level, Maintenance, Node, Pod};
-use super::validate::{self, Plan, Verdict};
-use super::view::{NodeView, PodView};
+use super::types::{self, DrainPlan, Failure, KeyValue, Level, Maintenance};
+use super::validate::{self, Admission, Plan, Verdict};
 use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, WORLD};
 use crate::metrics::Metrics;
 
@@ -341,6 +342,7 @@ impl PolicyEngine {
                 from_cache,
             }),
             now: None,
+            settings: Settings::default(),
         })
     }
 
@@ -493,6 +495,9 @@ pub struct Policy {
     /// The time the policy's clocks show; `None`: the time each decision
     /// starts.
     now: Option<SystemTime>,
+    /// What the `settings` import answers (checked by the policy's
+    /// `validate-settings` when they were set).
+    settings: Settings,
 }
 
 struct PolicyInner {
@@ -555,49 +560,111 @@ impl Policy {
         Policy {
             inner: self.inner.clone(),
             now: Some(now),
+            settings: self.settings.clone(),
         }
     }
 
-    /// Asks the policy how to drain `node`, and validates the answer against
-    /// `pods` (see [`validate::plan`]).
-    pub fn plan_drain(&self, maintenance: &Maintenance, node: &Node, pods: &[Pod]) -> Result<Plan> {
-        let views: Vec<PodView<'_>> = pods.iter().map(PodView::from).collect();
-        self.plan_drain_views(maintenance, &NodeView::from(node), &views)
+    /// This policy with `settings` for every decision, once the policy's
+    /// `validate-settings` accepts them ([`Error::Settings`] when it does
+    /// not, with the policy's own message).
+    pub fn with_settings(&self, settings: Settings) -> Result<Policy> {
+        self.validate_settings(settings.pairs())?;
+        Ok(Policy {
+            inner: self.inner.clone(),
+            now: self.now,
+            settings,
+        })
     }
 
-    /// [`Policy::plan_drain`] on Kubernetes objects, without building owned
-    /// records first.
-    pub fn plan_drain_k8s(
-        &self,
-        maintenance: &Maintenance,
-        node: &k8s_openapi::api::core::v1::Node,
-        pods: &[k8s_openapi::api::core::v1::Pod],
-    ) -> Result<Plan> {
-        let views: Vec<PodView<'_>> = pods.iter().map(PodView::from).collect();
-        self.plan_drain_views(maintenance, &NodeView::from(node), &views)
+    /// The settings the decisions get.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
-    /// [`Policy::plan_drain`] on borrowed views.
-    pub fn plan_drain_views(
-        &self,
-        maintenance: &Maintenance,
-        node: &NodeView<'_>,
-        pods: &[PodView<'_>],
-    ) -> Result<Plan> {
-        const FUNCTION: &str = "plan-drain";
+    /// Asks the policy whether it accepts `settings`.
+    pub fn validate_settings(&self, settings: &[KeyValue]) -> Result<()> {
+        const FUNCTION: &str = "validate-settings";
         let started = std::time::Instant::now();
         let result = self
-            .call(FUNCTION, async |instance, store| {
+            .call(FUNCTION, Inputs::default(), async |instance, store| {
                 let f = instance
-                    .get_typed_func::<(&Maintenance, &NodeView<'_>, &[PodView<'_>]), (DrainPlan,)>(
+                    .get_typed_func::<(&[KeyValue],), (std::result::Result<(), String>,)>(
                         &mut *store,
                         FUNCTION,
                     )?;
-                Ok(f.call_async(&mut *store, (maintenance, node, pods))
+                Ok(f.call_async(&mut *store, (settings,)).await?.0)
+            })
+            .and_then(|raw| validate::settings(&self.inner.name, raw));
+        observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
+        result
+    }
+
+    /// Asks the policy whether the maintenance of `fleet.nodes[node]` may
+    /// start, and validates the answer.
+    pub fn admit(&self, maintenance: &Maintenance, node: usize, fleet: &Fleet) -> Result<Admission> {
+        const FUNCTION: &str = "admit";
+        let started = std::time::Instant::now();
+        let inputs = Inputs::new(Arc::from([]), fleet.nodes.clone(), self.settings.clone());
+        let handles = || (0..fleet.nodes.len()).map(|i| Resource::new_own(i as u32));
+        let result = self
+            .call(FUNCTION, inputs, async |instance, store| {
+                let record = types::Fleet {
+                    nodes: handles().collect(),
+                    maintenances: fleet.maintenances.clone(),
+                    etcd: fleet.etcd,
+                };
+                let f = instance.get_typed_func::<(
+                    &Maintenance,
+                    Resource<types::Node>,
+                    &types::Fleet,
+                ), (types::Admission,)>(&mut *store, FUNCTION)?;
+                let node = Resource::new_own(node as u32);
+                Ok(f.call_async(&mut *store, (maintenance, node, &record))
                     .await?
                     .0)
             })
-            .and_then(|raw| validate::plan(&self.inner.name, pods, raw));
+            .and_then(|raw| validate::admission(&self.inner.name, raw));
+        observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
+        result
+    }
+
+    /// Asks the policy how to drain `node`, and validates the answer against
+    /// `pods` (see [`validate::plan`]). Copies the objects; see
+    /// [`Policy::plan_drain_shared`] to hand them over instead.
+    pub fn plan_drain(
+        &self,
+        maintenance: &Maintenance,
+        node: &k8s::Node,
+        pods: &[k8s::Pod],
+    ) -> Result<Plan> {
+        self.plan_drain_shared(maintenance, node.clone(), Arc::from(pods))
+    }
+
+    /// [`Policy::plan_drain`] on objects the caller hands over (no copy).
+    pub fn plan_drain_shared(
+        &self,
+        maintenance: &Maintenance,
+        node: k8s::Node,
+        pods: Arc<[k8s::Pod]>,
+    ) -> Result<Plan> {
+        const FUNCTION: &str = "plan-drain";
+        let started = std::time::Instant::now();
+        let count = pods.len();
+        let inputs = Inputs::new(pods.clone(), Arc::from([node]), self.settings.clone());
+        let result = self
+            .call(FUNCTION, inputs, async |instance, store| {
+                let f = instance.get_typed_func::<(
+                    &Maintenance,
+                    Resource<types::Node>,
+                    &[Resource<types::Pod>],
+                ), (DrainPlan,)>(&mut *store, FUNCTION)?;
+                let handles: Vec<Resource<types::Pod>> =
+                    (0..count).map(|i| Resource::new_own(i as u32)).collect();
+                Ok(f.call_async(&mut *store, (maintenance, Resource::new_own(0), &handles))
+                    .await?
+                    .0)
+            })
+            .and_then(|raw| validate::plan(&self.inner.name, &pods, raw));
         observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
         result
     }
@@ -607,7 +674,7 @@ impl Policy {
         const FUNCTION: &str = "on-failure";
         let started = std::time::Instant::now();
         let result = self
-            .call(FUNCTION, async |instance, store| {
+            .call(FUNCTION, Inputs::default(), async |instance, store| {
                 let f = instance.get_typed_func::<(&Maintenance, &Failure), (types::Verdict,)>(
                     &mut *store,
                     FUNCTION,
@@ -628,6 +695,7 @@ impl Policy {
     fn call<R>(
         &self,
         function: &'static str,
+        inputs: Inputs,
         f: impl AsyncFnOnce(&Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R> {
         let engine = &self.inner.engine.inner;
@@ -656,6 +724,7 @@ impl Policy {
             },
             policy: self.inner.name.clone(),
             log_lines: 0,
+            inputs,
         };
         let mut store = Store::new(&engine.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -801,12 +870,14 @@ fn forward_output(policy: &str, stream: &'static str, out: &CappedOutput) -> Vec
 }
 
 /// The per-decision store state.
-struct HostState {
+pub(crate) struct HostState {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: MemoryLimiter,
     policy: String,
     log_lines: u32,
+    /// What the decision's handles and the `settings` import read.
+    pub(crate) inputs: Inputs,
 }
 
 impl WasiView for HostState {
@@ -821,6 +892,10 @@ impl WasiView for HostState {
 impl types::Host for HostState {}
 
 impl DrainPolicyImports for HostState {
+    fn settings(&mut self) -> Vec<KeyValue> {
+        self.inputs.settings.pairs().to_vec()
+    }
+
     fn log(&mut self, level: Level, message: String) {
         self.log_lines += 1;
         if self.log_lines > MAX_LOG_LINES {

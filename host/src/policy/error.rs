@@ -15,10 +15,10 @@ pub enum Error {
     Load { policy: String, reason: String },
 
     /// The file is WebAssembly but not a component of our world
-    /// (`medik8s:node-maintenance/drain-policy@0.1.0`): a core module, other
+    /// (`medik8s:node-maintenance/drain-policy@0.2.0`): a core module, other
     /// exports, or imports the host does not provide.
     #[error(
-        "policy {policy}: not a medik8s:node-maintenance/drain-policy@0.1.0 component: {reason}"
+        "policy {policy}: not a medik8s:node-maintenance/drain-policy@0.2.0 component: {reason}"
     )]
     WrongWorld { policy: String, reason: String },
 
@@ -30,8 +30,9 @@ pub enum Error {
     /// The policy was built against another minor version of the contract.
     #[error(
         "policy {policy}: built against medik8s:node-maintenance@{found}, but this operator \
-         implements @{expected}; rebuild the policy against the WIT package (or SDK) of \
-         version {expected}"
+         implements @{expected}; rebuild the policy against version {expected}: update its \
+         nmo-policy-sdk (or the WIT package) to the one this operator ships (`nmo policy new` \
+         writes a crate that has it), then `cargo build --target wasm32-wasip2 --release`"
     )]
     ContractVersion {
         policy: String,
@@ -82,6 +83,10 @@ pub enum Error {
         reason: String,
     },
 
+    /// The policy refused the settings `policies.yaml` gives it.
+    #[error("policy {policy} refused its settings: {reason}")]
+    Settings { policy: String, reason: String },
+
     /// A NodeMaintenance asked (by annotation) for a policy the operator
     /// does not have.
     #[error("policy {name:?} is not loaded (loaded: {available})")]
@@ -122,6 +127,7 @@ impl Error {
             Error::MemoryLimit { .. } => "memory_limit",
             Error::InvalidDecision { .. } => "invalid_decision",
             Error::NotFound { .. } => "not_found",
+            Error::Settings { .. } => "settings",
             Error::Engine(_) => "engine",
             Error::Set(_) | Error::Cache(_) | Error::Scenario(_) | Error::Scaffold(_) => "config",
         }

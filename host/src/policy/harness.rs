@@ -495,7 +495,7 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
     let e = &s.expect;
     let answer: Result<std::result::Result<Plan, Verdict>> = match &s.failure {
         Some(f) => policy.on_failure(&m, f).map(Err),
-        None => policy.plan_drain_k8s(&m, &s.node, &s.pods).map(Ok),
+        None => policy.plan_drain(&m, &s.node, &s.pods).map(Ok),
     };
     match (answer, &e.error) {
         (Err(err), Some(cat)) if err.category() == cat => {}

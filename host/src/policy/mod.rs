@@ -25,6 +25,7 @@ mod cache;
 mod compile;
 mod engine;
 mod error;
+mod inputs;
 mod output;
 
 pub mod convert;
@@ -37,7 +38,6 @@ pub mod selfcheck;
 pub mod set;
 pub mod store;
 pub mod validate;
-pub mod view;
 
 /// Host bindings generated from `wit/node-maintenance.wit`.
 #[allow(missing_docs, clippy::all)]
@@ -57,10 +57,11 @@ pub mod types {
 pub use cache::PolicyCache;
 pub use compile::{CompileLimits, worker_main as compile_worker_main};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
+pub use inputs::{Fleet, Settings};
 pub use error::{Error, Result};
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
 pub use store::{PolicyStore, Reload};
-pub use validate::{Action, Plan, Step, Verdict};
+pub use validate::{Action, Admission, Plan, Step, Verdict};
 
 /// The default policy, built from `policies/default` by the host's build
 /// script and embedded so the operator works with no policy directory.
@@ -73,8 +74,8 @@ pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(concat!(
 pub const DEFAULT_POLICY_NAME: &str = "default";
 
 /// The WIT world a policy must implement, for messages.
-pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.1.0";
+pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.2.0";
 
 /// The contract version this host implements; policies built against
 /// another minor version are refused.
-pub const CONTRACT_VERSION: &str = "0.1.0";
+pub const CONTRACT_VERSION: &str = "0.2.0";

@@ -125,6 +125,12 @@ impl Policy for {type_name} {{
     fn on_failure(maintenance: Maintenance, failure: Failure) -> Verdict {{
         defaults::on_failure(&maintenance, &failure)
     }}
+
+    /// May the maintenance start now? `fleet` has every node and the other
+    /// maintenances; answer `Admission::wait(..)` to hold it back.
+    fn admit(maintenance: Maintenance, node: Node, fleet: Fleet) -> Admission {{
+        defaults::admit(&maintenance, &node, &fleet)
+    }}
 }}
 
 export_policy!({type_name});

@@ -14,6 +14,12 @@
 //!   - nodeSelector:            # a metav1.LabelSelector, or "k=v,k2 in (a,b)"
 //!       matchLabels: {storage: local}
 //!     policy: stateful-last
+//! # Settings per policy, checked by the policy itself when the set loads
+//! # (its `validate-settings`); values are strings (numbers and booleans
+//! # are read as their text).
+//! settings:
+//!   give-up:
+//!     timeout: 30m
 //! ```
 //!
 //! A NodeMaintenance may name its policy itself with the annotation
@@ -35,6 +41,7 @@ use sha2::{Digest, Sha256};
 
 use super::engine::{Policy, PolicyEngine};
 use super::error::{Error, Result};
+use super::inputs::Settings;
 use super::selfcheck;
 use kube::core::{Selector, SelectorExt};
 
@@ -53,6 +60,33 @@ struct ConfigFile {
     default: Option<String>,
     #[serde(default)]
     rules: Vec<RuleFile>,
+    #[serde(default)]
+    settings: BTreeMap<String, BTreeMap<String, serde_yaml::Value>>,
+}
+
+/// A policy's settings from `policies.yaml`, every value as its text.
+fn settings_of(name: &str, raw: &BTreeMap<String, serde_yaml::Value>) -> Result<Settings> {
+    let mut out = BTreeMap::new();
+    for (key, value) in raw {
+        let text = match value {
+            serde_yaml::Value::String(s) => s.clone(),
+            serde_yaml::Value::Number(n) => n.to_string(),
+            serde_yaml::Value::Bool(b) => b.to_string(),
+            other => {
+                return Err(Error::Set(format!(
+                    "{CONFIG_FILE}: settings of {name}: {key} must be a string, number or \
+                     boolean, not {}",
+                    match other {
+                        serde_yaml::Value::Null => "empty",
+                        serde_yaml::Value::Sequence(_) => "a list",
+                        _ => "a map",
+                    }
+                )));
+            }
+        };
+        out.insert(key.clone(), text);
+    }
+    Ok(Settings::from_map(&out))
 }
 
 #[derive(Debug, Deserialize)]
@@ -276,6 +310,18 @@ impl PolicySet {
                 shown,
                 policy: r.policy,
             });
+        }
+        for name in config.settings.keys() {
+            known(name, "settings")?;
+        }
+        // Every policy checks its settings (none, for most): one that needs
+        // a setting it was not given refuses the set too.
+        for (name, policy) in policies.iter_mut() {
+            let settings = match config.settings.get(name) {
+                Some(raw) => settings_of(name, raw)?,
+                None => Settings::default(),
+            };
+            *policy = policy.with_settings(settings)?;
         }
         if let Some(cache) = cache {
             cache.prune(policies.values());

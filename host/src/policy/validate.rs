@@ -6,13 +6,13 @@
 //! every number must be possible. Anything else is
 //! [`Error::InvalidDecision`], and nothing in the plan is acted on.
 
-use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::error::{Error, Result};
 use super::types::{self, DrainPlan, PodAction};
-use super::view::PodView;
+use super::convert;
+use k8s_openapi::api::core::v1 as k8s;
 
 /// Longest attempt timeout or retry delay a policy may ask for.
 pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
@@ -144,7 +144,7 @@ impl Check<'_> {
 }
 
 /// Checks a plan against the pods the policy was given.
-pub fn plan(policy: &str, pods: &[PodView<'_>], raw: DrainPlan) -> Result<Plan> {
+pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
     let check = Check {
         policy,
         function: "plan-drain",
@@ -161,48 +161,33 @@ pub fn plan(policy: &str, pods: &[PodView<'_>], raw: DrainPlan) -> Result<Plan> 
             check.invalid("max-concurrent-evictions is 0: nothing could ever be evicted".into())
         })?),
     };
-    // Policies usually answer in the order they were asked: the decision
-    // at position n is for pod n. Only when one is not is the index built.
-    let mut index: Option<HashMap<(&str, &str), usize>> = None;
     let mut seen = vec![false; pods.len()];
     let mut steps = Vec::with_capacity(raw.decisions.len());
-    for (position, d) in raw.decisions.into_iter().enumerate() {
-        let key = || format!("{}/{}", d.pod.namespace, d.pod.name);
-        let in_order = pods
-            .get(position)
-            .is_some_and(|p| p.name == d.pod.name && p.namespace == d.pod.namespace);
-        let found = if in_order {
-            Some(position)
-        } else {
-            index
-                .get_or_insert_with(|| {
-                    pods.iter()
-                        .enumerate()
-                        .map(|(i, p)| ((p.namespace, p.name), i))
-                        .collect()
-                })
-                .get(&(d.pod.namespace.as_str(), d.pod.name.as_str()))
-                .copied()
-        };
-        let Some(i) = found else {
+    for d in raw.decisions {
+        let i = d.pod as usize;
+        let Some(pod) = pods.get(i) else {
             return Err(check.invalid(format!(
-                "decision for pod {} which is not on the node (it was not given to the policy)",
-                crate::text::clean(&key(), 256)
+                "decision for pod #{} but only {} pod(s) were given (positions 0 to {})",
+                d.pod,
+                pods.len(),
+                pods.len().saturating_sub(1)
             )));
         };
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let key = || format!("{namespace}/{name}");
         if std::mem::replace(&mut seen[i], true) {
             return Err(check.invalid(format!("pod {} is decided more than once", key())));
         }
-        let pod = &pods[i];
         let action = match d.action {
-            PodAction::Evict(_) | PodAction::Delete(_) if pod.mirror => {
+            PodAction::Evict(_) | PodAction::Delete(_) if convert::is_mirror(pod) => {
                 return Err(check.invalid(format!(
                     "pod {} is a mirror (static) pod: the kubelet recreates it at once, \
                      so it cannot be evicted or deleted; skip it",
                     key()
                 )));
             }
-            PodAction::Evict(_) | PodAction::Delete(_) if pod.daemonset_managed() => {
+            PodAction::Evict(_) | PodAction::Delete(_) if convert::is_daemonset_managed(pod) => {
                 return Err(check.invalid(format!(
                     "pod {} is managed by a DaemonSet, which puts it straight back on \
                      this node; skip it",
@@ -236,18 +221,19 @@ pub fn plan(policy: &str, pods: &[PodView<'_>], raw: DrainPlan) -> Result<Plan> 
         };
         steps.push(Step {
             pod: i,
-            namespace: d.pod.namespace,
-            name: d.pod.name,
+            namespace,
+            name,
             action,
             order: d.order,
         });
     }
     if let Some(missing) = seen.iter().position(|s| !s) {
-        let p = &pods[missing];
+        let p = &pods[missing].metadata;
         let count = seen.iter().filter(|s| !**s).count();
         return Err(check.invalid(format!(
             "no decision for pod {}/{} ({count} pod(s) left out)",
-            p.namespace, p.name
+            p.namespace.as_deref().unwrap_or_default(),
+            p.name.as_deref().unwrap_or_default()
         )));
     }
     steps.sort_by_key(|s| (s.order, s.pod));
@@ -280,4 +266,82 @@ pub fn verdict(policy: &str, raw: types::Verdict) -> Result<Verdict> {
             )))
         }
     }
+}
+
+/// A checked answer to `admit`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Start now.
+    Admit,
+    /// Not yet: ask again when the fleet changes, or after `recheck_after`.
+    Wait {
+        reason: String,
+        recheck_after: Option<Duration>,
+    },
+    /// Never: refuse (the webhook) or fail (a maintenance that exists).
+    Deny(String),
+}
+
+impl std::fmt::Display for Admission {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Admission::Admit => write!(f, "admit"),
+            Admission::Wait {
+                reason,
+                recheck_after: Some(d),
+            } => write!(f, "wait ({reason}; again in {})", crate::text::duration(*d)),
+            Admission::Wait { reason, .. } => write!(f, "wait ({reason})"),
+            Admission::Deny(m) => write!(f, "deny: {m}"),
+        }
+    }
+}
+
+/// Checks an `admit` answer.
+pub fn admission(policy: &str, raw: types::Admission) -> Result<Admission> {
+    let check = Check {
+        policy,
+        function: "admit",
+    };
+    match raw {
+        types::Admission::Admit => Ok(Admission::Admit),
+        types::Admission::Wait(w) => {
+            check.message("the wait reason", &w.reason)?;
+            let recheck_after = match w.recheck_after_ms {
+                Some(ms) if ms == 0 || ms > MAX_DURATION_MS => {
+                    return Err(check.invalid(format!(
+                        "recheck-after-ms {ms} is outside 1..={MAX_DURATION_MS}"
+                    )));
+                }
+                Some(ms) => Some(Duration::from_millis(ms).max(MIN_RETRY)),
+                None => None,
+            };
+            Ok(Admission::Wait {
+                reason: crate::text::clean(&w.reason, MAX_MESSAGE_BYTES),
+                recheck_after,
+            })
+        }
+        types::Admission::Deny(message) => {
+            check.message("the deny message", &message)?;
+            Ok(Admission::Deny(crate::text::clean(
+                &message,
+                MAX_MESSAGE_BYTES,
+            )))
+        }
+    }
+}
+
+/// Checks a `validate-settings` answer: an error is the policy refusing
+/// its settings, with its own message.
+pub fn settings(policy: &str, raw: std::result::Result<(), String>) -> Result<()> {
+    raw.map_err(|reason| {
+        let reason = if reason.trim().is_empty() {
+            "(no reason given)".to_owned()
+        } else {
+            crate::text::clean(&reason, MAX_MESSAGE_BYTES)
+        };
+        Error::Settings {
+            policy: policy.to_owned(),
+            reason,
+        }
+    })
 }

@@ -16,13 +16,20 @@
 //!     fn on_failure(m: Maintenance, f: Failure) -> Verdict {
 //!         Verdict::RetryWithBackoff
 //!     }
+//!     // `admit` (may the maintenance start?) and `validate_settings` have
+//!     // defaults: the Go operator's admission rule, and no settings.
 //! }
 //!
 //! export_policy!(MyPolicy);
 //! ```
 //!
-//! The types are generated from `wit/node-maintenance.wit`, where every field
-//! is documented; this crate adds the helpers a policy keeps needing.
+//! The contract is `wit/node-maintenance.wit` (version 0.2.0), where every
+//! field is documented. Pods and nodes come as handles: each accessor
+//! ([`Pod::label`], [`Pod::controller_kind`], ...) asks the host for that
+//! one thing, so read only what the decision needs. This crate adds the
+//! helpers a policy keeps needing, the Go operator's rules ([`defaults`]),
+//! settings ([`Settings`]) and, for native unit tests, builders
+//! ([`testing`]).
 
 #[cfg(all(target_family = "wasm", feature = "bump-allocator"))]
 pub mod alloc;
@@ -32,25 +39,113 @@ pub mod alloc;
 static ALLOCATOR: alloc::BumpAllocator = alloc::BumpAllocator::new();
 
 #[allow(missing_docs, clippy::all)]
+#[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
         path: "../../wit",
         world: "drain-policy",
         default_bindings_module: "nmo_policy_sdk::bindings",
         pub_export_macro: true,
-        export_macro_name: "export_policy",
+        export_macro_name: "__export_guest",
     });
 }
 
-pub use bindings::Guest as Policy;
-pub use bindings::export_policy;
+use std::cell::OnceCell;
+
 pub use bindings::medik8s::node_maintenance::types::{
-    DrainPlan, DrainReport, Failure, KeyValue, Level, Maintenance, MaintenancePhase, Node, Owner,
-    Pod, PodAction, PodDecision, PodPhase, PodRef, Removal, Taint, TaintEffect, Verdict,
+    Admission, DrainPlan, DrainReport, EtcdGuard, Failure, FleetMaintenance, KeyValue, Level,
+    Maintenance, MaintenancePhase, Owner, PodAction, PodDecision, PodPhase, PodRef, Removal, Taint,
+    TaintEffect, Verdict, Waiting,
 };
 
 /// The annotation the kubelet puts on mirror (static) pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+/// The contract version this SDK builds policies for.
+pub const CONTRACT_VERSION: &str = "0.2.0";
+
+/// A drain policy: the decisions the operator asks for.
+///
+/// Every function is called in a fresh instance: nothing survives from one
+/// call to the next.
+pub trait Policy {
+    /// How to drain `node`: one decision per pod of `pods` (every pod
+    /// bound to the node), made with [`Pod::decide`].
+    fn plan_drain(maintenance: Maintenance, node: Node, pods: Vec<Pod>) -> DrainPlan;
+
+    /// What happens after a failure: retry, or give up.
+    fn on_failure(maintenance: Maintenance, failure: Failure) -> Verdict;
+
+    /// Whether the maintenance may start now, given the rest of the fleet.
+    /// Default: [`defaults::admit`] (admit, except the Go operator's etcd
+    /// quorum rule on OpenShift control-plane nodes).
+    fn admit(maintenance: Maintenance, node: Node, fleet: Fleet) -> Admission {
+        defaults::admit(&maintenance, &node, &fleet)
+    }
+
+    /// Checks the settings `policies.yaml` gives the policy, when the
+    /// policy set is loaded; an error refuses the set with its message.
+    /// Default: no settings are accepted.
+    fn validate_settings(settings: Settings) -> Result<(), String> {
+        settings.allow_only(&[])
+    }
+}
+
+/// Exports a [`Policy`] as the component's implementation of the contract.
+#[macro_export]
+macro_rules! export_policy {
+    ($policy:ty) => {
+        #[cfg(target_family = "wasm")]
+        const _: () = {
+            struct NmoPolicyExport;
+            use $crate::bindings::medik8s::node_maintenance::types as host;
+            impl $crate::bindings::Guest for NmoPolicyExport {
+                fn validate_settings(
+                    settings: ::std::vec::Vec<$crate::KeyValue>,
+                ) -> ::std::result::Result<(), ::std::string::String> {
+                    <$policy as $crate::Policy>::validate_settings($crate::Settings::new(settings))
+                }
+                fn admit(
+                    maintenance: $crate::Maintenance,
+                    node: host::Node,
+                    fleet: host::Fleet,
+                ) -> $crate::Admission {
+                    <$policy as $crate::Policy>::admit(
+                        maintenance,
+                        $crate::Node::from_host(node),
+                        $crate::Fleet::from_host(fleet),
+                    )
+                }
+                fn plan_drain(
+                    maintenance: $crate::Maintenance,
+                    node: host::Node,
+                    pods: ::std::vec::Vec<host::Pod>,
+                ) -> $crate::DrainPlan {
+                    <$policy as $crate::Policy>::plan_drain(
+                        maintenance,
+                        $crate::Node::from_host(node),
+                        $crate::Pod::from_host_list(pods),
+                    )
+                }
+                fn on_failure(
+                    maintenance: $crate::Maintenance,
+                    failure: $crate::Failure,
+                ) -> $crate::Verdict {
+                    <$policy as $crate::Policy>::on_failure(maintenance, failure)
+                }
+            }
+            $crate::bindings::__export_guest!(NmoPolicyExport with_types_in $crate::bindings);
+        };
+        // A native build (the policy's own unit tests) exports nothing, but
+        // the policy is still its code in use.
+        #[cfg(not(target_family = "wasm"))]
+        const _: () = {
+            let _ = <$policy as $crate::Policy>::plan_drain as fn(_, _, _) -> _;
+            let _ = <$policy as $crate::Policy>::on_failure as fn(_, _) -> _;
+            let _ = <$policy as $crate::Policy>::admit as fn(_, _, _) -> _;
+            let _ = <$policy as $crate::Policy>::validate_settings as fn(_) -> _;
+        };
+    };
+}
 
 /// Writes a line to the operator's log, tagged with the policy's name.
 ///
@@ -71,16 +166,212 @@ pub fn lookup<'a>(pairs: &'a [KeyValue], key: &str) -> Option<&'a str> {
         .map(|kv| kv.value.as_str())
 }
 
+/// `90s`, `15m`, `2h`, `500ms` or a bare number of seconds, in
+/// milliseconds; `None` for anything else (or zero).
+pub fn duration_ms(text: &str) -> Option<u64> {
+    let s = text.trim();
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(ms).filter(|&ms| ms > 0)
+}
+
+/// Milliseconds as a short duration (`10m`, `90s`, `1500ms`), for messages.
+pub fn show_ms(ms: u64) -> String {
+    match ms {
+        ms if ms >= 3_600_000 && ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms >= 60_000 && ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms >= 1_000 && ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
+    }
+}
+
+/// A policy's settings: the `settings` of its entry in `policies.yaml`,
+/// values as strings, sorted by key.
+#[derive(Clone, Debug, Default)]
+pub struct Settings(Vec<KeyValue>);
+
+impl Settings {
+    /// Settings from the contract's list.
+    pub fn new(pairs: Vec<KeyValue>) -> Self {
+        Settings(pairs)
+    }
+
+    /// The settings the operator gives this decision (checked by
+    /// [`Policy::validate_settings`] when the policy set was loaded).
+    ///
+    /// Outside WebAssembly: those set by [`testing::set_settings`] on this
+    /// thread.
+    pub fn current() -> Self {
+        #[cfg(target_family = "wasm")]
+        return Settings(bindings::settings());
+        #[cfg(not(target_family = "wasm"))]
+        return testing::current_settings();
+    }
+
+    /// One setting's value.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        lookup(&self.0, key)
+    }
+
+    /// Every setting.
+    pub fn pairs(&self) -> &[KeyValue] {
+        &self.0
+    }
+
+    /// An error naming the first setting not in `known` (a typo would
+    /// otherwise be ignored).
+    pub fn allow_only(&self, known: &[&str]) -> Result<(), String> {
+        match self.0.iter().find(|kv| !known.contains(&kv.key.as_str())) {
+            None => Ok(()),
+            Some(kv) if known.is_empty() => Err(format!(
+                "unknown setting {:?}: this policy takes no settings",
+                kv.key
+            )),
+            Some(kv) => Err(format!(
+                "unknown setting {:?} (known: {})",
+                kv.key,
+                known.join(", ")
+            )),
+        }
+    }
+
+    /// A duration setting (`90s`, `15m`, `2h`): `Ok(None)` when absent, an
+    /// error naming the setting when it cannot be read.
+    pub fn duration_ms(&self, key: &str) -> Result<Option<u64>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => duration_ms(v).map(Some).ok_or_else(|| {
+                format!("setting {key}: cannot read {v:?} as a duration (use 90s, 15m, 2h)")
+            }),
+        }
+    }
+
+    /// A whole-number setting: `Ok(None)` when absent.
+    pub fn number(&self, key: &str) -> Result<Option<u64>, String> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("setting {key}: {v:?} is not a whole number")),
+        }
+    }
+}
+
+/// Where a pod's or node's facts come from: the host's handle in a
+/// policy, a plain record in a native unit test.
+mod source {
+    #[cfg(target_family = "wasm")]
+    pub use crate::bindings::medik8s::node_maintenance::types::{Node, Pod};
+
+    #[cfg(not(target_family = "wasm"))]
+    pub use crate::testing::{NodeRecord as Node, PodRecord as Pod};
+}
+
+/// A pod on the node under maintenance. Each accessor asks the host once;
+/// the name, namespace and controller kind are kept after the first ask.
+pub struct Pod {
+    index: u32,
+    source: source::Pod,
+    namespace: OnceCell<String>,
+    name: OnceCell<String>,
+    controller_kind: OnceCell<Option<String>>,
+}
+
+impl std::fmt::Debug for Pod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pod({} #{})", self.key(), self.index)
+    }
+}
+
 impl Pod {
+    fn wrap(index: u32, source: source::Pod) -> Self {
+        Pod {
+            index,
+            source,
+            namespace: OnceCell::new(),
+            name: OnceCell::new(),
+            controller_kind: OnceCell::new(),
+        }
+    }
+
+    #[doc(hidden)]
+    #[cfg(target_family = "wasm")]
+    pub fn from_host_list(pods: Vec<source::Pod>) -> Vec<Pod> {
+        pods.into_iter()
+            .enumerate()
+            .map(|(i, p)| Pod::wrap(i as u32, p))
+            .collect()
+    }
+
+    /// The pod's position in the list `plan_drain` was given.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// `metadata.namespace`
+    pub fn namespace(&self) -> &str {
+        self.namespace.get_or_init(|| self.source.namespace())
+    }
+
+    /// `metadata.name`
+    pub fn name(&self) -> &str {
+        self.name.get_or_init(|| self.source.name())
+    }
+
+    /// `metadata.uid`
+    pub fn uid(&self) -> String {
+        self.source.uid()
+    }
+
+    /// The value of a label.
+    pub fn label(&self, key: &str) -> Option<String> {
+        self.source.label(key)
+    }
+
+    /// The value of an annotation.
+    pub fn annotation(&self, key: &str) -> Option<String> {
+        self.source.annotation(key)
+    }
+
+    /// Every label, sorted by key.
+    pub fn labels(&self) -> Vec<KeyValue> {
+        self.source.labels()
+    }
+
+    /// Every annotation, sorted by key.
+    pub fn annotations(&self) -> Vec<KeyValue> {
+        self.source.annotations()
+    }
+
+    /// `metadata.ownerReferences`, in order.
+    pub fn owners(&self) -> Vec<Owner> {
+        self.source.owners()
+    }
+
     /// The owner that controls this pod (`controller: true`), if any.
-    pub fn controller(&self) -> Option<&Owner> {
-        self.owners.iter().find(|o| o.controller)
+    pub fn controller(&self) -> Option<Owner> {
+        self.owners().into_iter().find(|o| o.controller)
     }
 
     /// The kind of the controlling owner (`ReplicaSet`, `StatefulSet`,
     /// `DaemonSet`, `Job`...), if any.
     pub fn controller_kind(&self) -> Option<&str> {
-        self.controller().map(|o| o.kind.as_str())
+        self.controller_kind
+            .get_or_init(|| self.source.controller_kind())
+            .as_deref()
     }
 
     /// Managed by a DaemonSet: its controller is a DaemonSet.
@@ -90,59 +381,197 @@ impl Pod {
 
     /// A static pod's mirror (see [`MIRROR_ANNOTATION`]).
     pub fn is_mirror(&self) -> bool {
-        self.mirror
+        self.source.mirror()
     }
 
     /// No controller: nothing recreates this pod once it is removed.
     pub fn is_unmanaged(&self) -> bool {
-        self.controller().is_none()
+        self.controller_kind().is_none()
     }
 
     /// Uses an `emptyDir` volume, whose data is lost when the pod goes.
     pub fn has_local_storage(&self) -> bool {
-        self.local_storage
+        self.source.local_storage()
+    }
+
+    /// `status.phase`
+    pub fn phase(&self) -> PodPhase {
+        self.source.phase()
     }
 
     /// Finished: phase `Succeeded` or `Failed`.
     pub fn is_finished(&self) -> bool {
-        matches!(self.phase, PodPhase::Succeeded | PodPhase::Failed)
+        matches!(self.phase(), PodPhase::Succeeded | PodPhase::Failed)
+    }
+
+    /// The Ready condition is True.
+    pub fn is_ready(&self) -> bool {
+        self.source.ready()
     }
 
     /// Already being deleted (`deletionTimestamp` set).
     pub fn is_terminating(&self) -> bool {
-        self.terminating
+        self.source.terminating()
     }
 
-    /// The value of a label.
-    pub fn label(&self, key: &str) -> Option<&str> {
-        lookup(&self.labels, key)
+    /// `spec.terminationGracePeriodSeconds` (none: the API default, 30).
+    pub fn grace_period_seconds(&self) -> Option<i64> {
+        self.source.grace_period_seconds()
     }
 
-    /// The value of an annotation.
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        lookup(&self.annotations, key)
+    /// `spec.priority`
+    pub fn priority(&self) -> Option<i32> {
+        self.source.priority()
+    }
+
+    /// `spec.priorityClassName`, empty when unset.
+    pub fn priority_class_name(&self) -> String {
+        self.source.priority_class_name()
     }
 
     /// `namespace/name`, for messages.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
+        format!("{}/{}", self.namespace(), self.name())
     }
 
     /// This pod as a [`PodRef`].
     pub fn pod_ref(&self) -> PodRef {
         PodRef {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
+            namespace: self.namespace().to_owned(),
+            name: self.name().to_owned(),
         }
     }
 
     /// A decision about this pod, in wave `order`.
     pub fn decide(&self, action: PodAction, order: u32) -> PodDecision {
         PodDecision {
-            pod: self.pod_ref(),
+            pod: self.index,
             action,
             order,
         }
+    }
+}
+
+/// A node: the one under maintenance, or one of the fleet.
+pub struct Node {
+    source: source::Node,
+    name: OnceCell<String>,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Node({})", self.name())
+    }
+}
+
+impl Node {
+    fn wrap(source: source::Node) -> Self {
+        Node {
+            source,
+            name: OnceCell::new(),
+        }
+    }
+
+    #[doc(hidden)]
+    #[cfg(target_family = "wasm")]
+    pub fn from_host(node: source::Node) -> Node {
+        Node::wrap(node)
+    }
+
+    /// `metadata.name`
+    pub fn name(&self) -> &str {
+        self.name.get_or_init(|| self.source.name())
+    }
+
+    /// The value of a label.
+    pub fn label(&self, key: &str) -> Option<String> {
+        self.source.label(key)
+    }
+
+    /// The value of an annotation.
+    pub fn annotation(&self, key: &str) -> Option<String> {
+        self.source.annotation(key)
+    }
+
+    /// Every label, sorted by key.
+    pub fn labels(&self) -> Vec<KeyValue> {
+        self.source.labels()
+    }
+
+    /// Every annotation, sorted by key.
+    pub fn annotations(&self) -> Vec<KeyValue> {
+        self.source.annotations()
+    }
+
+    /// `spec.taints`
+    pub fn taints(&self) -> Vec<Taint> {
+        self.source.taints()
+    }
+
+    /// Carries a taint with this key (any value, any effect).
+    pub fn has_taint(&self, key: &str) -> bool {
+        self.taints().iter().any(|t| t.key == key)
+    }
+
+    /// Cordoned (`spec.unschedulable`).
+    pub fn is_unschedulable(&self) -> bool {
+        self.source.unschedulable()
+    }
+
+    /// The Ready condition is True.
+    pub fn is_ready(&self) -> bool {
+        self.source.ready()
+    }
+
+    /// A control-plane node (the `node-role.kubernetes.io/master` or
+    /// `node-role.kubernetes.io/control-plane` label, any value).
+    pub fn is_control_plane(&self) -> bool {
+        self.labels().iter().any(|kv| {
+            kv.key == "node-role.kubernetes.io/master"
+                || kv.key == "node-role.kubernetes.io/control-plane"
+        })
+    }
+}
+
+/// The cluster around a maintenance that asks to start.
+#[derive(Debug)]
+pub struct Fleet {
+    /// Every node of the cluster, the one under maintenance included.
+    pub nodes: Vec<Node>,
+    /// Every other NodeMaintenance that is not finished.
+    pub maintenances: Vec<FleetMaintenance>,
+    /// OpenShift only: the etcd quorum guard.
+    pub etcd: Option<EtcdGuard>,
+}
+
+impl Fleet {
+    #[doc(hidden)]
+    #[cfg(target_family = "wasm")]
+    pub fn from_host(fleet: bindings::medik8s::node_maintenance::types::Fleet) -> Fleet {
+        Fleet {
+            nodes: fleet.nodes.into_iter().map(Node::wrap).collect(),
+            maintenances: fleet.maintenances,
+            etcd: fleet.etcd,
+        }
+    }
+
+    /// The other maintenances already admitted (started, not finished).
+    pub fn admitted(&self) -> impl Iterator<Item = &FleetMaintenance> {
+        self.maintenances.iter().filter(|m| m.admitted)
+    }
+
+    /// The node of this name.
+    pub fn node(&self, name: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.name() == name)
+    }
+
+    /// Whether a maintenance waiting for admission was created before
+    /// `m` (the order waiting maintenances are admitted in).
+    pub fn waiting_before(&self, m: &Maintenance) -> impl Iterator<Item = &FleetMaintenance> {
+        let created = m.now_ms.saturating_sub(m.elapsed_ms);
+        self.maintenances
+            .iter()
+            .filter(move |o| !o.admitted && (o.created_ms, &o.name) < (created, &m.name))
     }
 }
 
@@ -173,20 +602,13 @@ impl PodAction {
     }
 }
 
-impl Node {
-    /// The value of a label.
-    pub fn label(&self, key: &str) -> Option<&str> {
-        lookup(&self.labels, key)
-    }
-
-    /// The value of an annotation.
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        lookup(&self.annotations, key)
-    }
-
-    /// Carries a taint with this key (any value, any effect).
-    pub fn has_taint(&self, key: &str) -> bool {
-        self.taints.iter().any(|t| t.key == key)
+impl Admission {
+    /// Wait, asking again when the fleet changes or after `recheck_after_ms`.
+    pub fn wait(reason: impl Into<String>, recheck_after_ms: Option<u64>) -> Self {
+        Admission::Wait(Waiting {
+            reason: reason.into(),
+            recheck_after_ms,
+        })
     }
 }
 
@@ -204,6 +626,12 @@ impl Maintenance {
     /// The drain has begun removing pods (`drainProgress` above 0).
     pub fn drain_started(&self) -> bool {
         self.drain_progress > 0
+    }
+
+    /// When the NodeMaintenance was created, in milliseconds since the
+    /// Unix epoch.
+    pub fn created_ms(&self) -> u64 {
+        self.now_ms.saturating_sub(self.elapsed_ms)
     }
 }
 
@@ -282,19 +710,47 @@ pub mod defaults {
             other => on_failure(maintenance, other),
         }
     }
+
+    /// The Go operator's admission: every maintenance starts at once,
+    /// except that on OpenShift a control-plane node is refused when taking
+    /// it down would break etcd quorum (its webhook's rule, with its
+    /// message).
+    pub fn admit(maintenance: &Maintenance, node: &Node, fleet: &Fleet) -> Admission {
+        match &fleet.etcd {
+            Some(etcd) if node.is_control_plane() && !etcd_can_lose_one(etcd) => {
+                Admission::Deny(format!(
+                    "can not put master/control-plane node into maintenance at this moment, \
+                     disrupting node {} will violate etcd quorum",
+                    maintenance.node_name
+                ))
+            }
+            _ => Admission::Admit,
+        }
+    }
+
+    /// medik8s common's etcd check: exactly one guard budget; it allows a
+    /// disruption, or the node runs no Ready guard pod (a guard that is
+    /// already down costs no quorum).
+    pub fn etcd_can_lose_one(etcd: &EtcdGuard) -> bool {
+        etcd.budgets == 1 && (etcd.disruptions_allowed > 0 || !etcd.guard_ready_on_node)
+    }
 }
 
-/// Builders for the records a policy gets, for a policy's own native unit
-/// tests (`cargo test`, no WebAssembly, no operator):
+/// Builders for what a policy gets, for a policy's own native unit tests
+/// (`cargo test`, no WebAssembly, no operator):
 ///
 /// ```
-/// use nmo_policy_sdk::testing::{maintenance, node, pod};
+/// use nmo_policy_sdk::testing::{maintenance, node, pod, positions};
 /// use nmo_policy_sdk::*;
 ///
-/// let web = pod("default", "web-1").owned_by("ReplicaSet", "web-5d4f");
-/// let agent = pod("kube-system", "agent-x").owned_by("DaemonSet", "agent");
-/// assert!(matches!(defaults::pod_action(&web), PodAction::Evict(_)));
-/// assert!(matches!(defaults::pod_action(&agent), PodAction::Skip(_)));
+/// let pods = positions(vec![
+///     pod("default", "web-1").owned_by("ReplicaSet", "web-5d4f"),
+///     pod("kube-system", "agent-x").owned_by("DaemonSet", "agent"),
+/// ]);
+/// assert!(matches!(defaults::pod_action(&pods[0]), PodAction::Evict(_)));
+/// assert!(matches!(defaults::pod_action(&pods[1]), PodAction::Skip(_)));
+/// let plan = defaults::plan(&pods, defaults::pod_action);
+/// assert_eq!(plan.decisions[1].pod, 1);
 /// let m = maintenance("node-1").attempt(3);
 /// assert_eq!(m.attempt, 3);
 /// assert_eq!(node("node-1").label("missing"), None);
@@ -304,40 +760,192 @@ pub mod defaults {
 #[cfg(not(target_family = "wasm"))]
 pub mod testing {
     use super::*;
+    use std::cell::RefCell;
 
-    /// A running, ready pod with no owner, labels or annotations.
-    pub fn pod(namespace: &str, name: &str) -> Pod {
-        Pod {
-            namespace: namespace.into(),
-            name: name.into(),
-            uid: format!("uid-{namespace}-{name}"),
-            labels: Vec::new(),
-            annotations: Vec::new(),
-            owners: Vec::new(),
-            phase: PodPhase::Running,
-            ready: true,
-            mirror: false,
-            local_storage: false,
-            terminating: false,
-            grace_period_seconds: None,
-            priority: None,
-            priority_class_name: String::new(),
+    /// A pod's facts, as the host would answer them.
+    #[derive(Clone, Debug, Default)]
+    pub struct PodRecord {
+        pub namespace: String,
+        pub name: String,
+        pub uid: String,
+        pub labels: Vec<KeyValue>,
+        pub annotations: Vec<KeyValue>,
+        pub owners: Vec<Owner>,
+        pub phase: Option<PodPhase>,
+        pub ready: bool,
+        pub mirror: bool,
+        pub local_storage: bool,
+        pub terminating: bool,
+        pub grace_period_seconds: Option<i64>,
+        pub priority: Option<i32>,
+        pub priority_class_name: String,
+    }
+
+    impl PodRecord {
+        pub fn namespace(&self) -> String {
+            self.namespace.clone()
+        }
+        pub fn name(&self) -> String {
+            self.name.clone()
+        }
+        pub fn uid(&self) -> String {
+            self.uid.clone()
+        }
+        pub fn label(&self, key: &str) -> Option<String> {
+            lookup(&self.labels, key).map(str::to_owned)
+        }
+        pub fn annotation(&self, key: &str) -> Option<String> {
+            lookup(&self.annotations, key).map(str::to_owned)
+        }
+        pub fn labels(&self) -> Vec<KeyValue> {
+            self.labels.clone()
+        }
+        pub fn annotations(&self) -> Vec<KeyValue> {
+            self.annotations.clone()
+        }
+        pub fn owners(&self) -> Vec<Owner> {
+            self.owners.clone()
+        }
+        pub fn controller_kind(&self) -> Option<String> {
+            let controller = self.owners.iter().find(|o| o.controller);
+            controller.map(|o| o.kind.clone())
+        }
+        pub fn phase(&self) -> PodPhase {
+            self.phase.unwrap_or(PodPhase::Running)
+        }
+        pub fn ready(&self) -> bool {
+            self.ready
+        }
+        pub fn mirror(&self) -> bool {
+            self.mirror
+        }
+        pub fn local_storage(&self) -> bool {
+            self.local_storage
+        }
+        pub fn terminating(&self) -> bool {
+            self.terminating
+        }
+        pub fn grace_period_seconds(&self) -> Option<i64> {
+            self.grace_period_seconds
+        }
+        pub fn priority(&self) -> Option<i32> {
+            self.priority
+        }
+        pub fn priority_class_name(&self) -> String {
+            self.priority_class_name.clone()
         }
     }
 
-    /// A cordoned node with no labels, annotations or taints.
+    /// A node's facts, as the host would answer them.
+    #[derive(Clone, Debug, Default)]
+    pub struct NodeRecord {
+        pub name: String,
+        pub labels: Vec<KeyValue>,
+        pub annotations: Vec<KeyValue>,
+        pub taints: Vec<Taint>,
+        pub unschedulable: bool,
+        pub ready: bool,
+    }
+
+    impl NodeRecord {
+        pub fn name(&self) -> String {
+            self.name.clone()
+        }
+        pub fn label(&self, key: &str) -> Option<String> {
+            lookup(&self.labels, key).map(str::to_owned)
+        }
+        pub fn annotation(&self, key: &str) -> Option<String> {
+            lookup(&self.annotations, key).map(str::to_owned)
+        }
+        pub fn labels(&self) -> Vec<KeyValue> {
+            self.labels.clone()
+        }
+        pub fn annotations(&self) -> Vec<KeyValue> {
+            self.annotations.clone()
+        }
+        pub fn taints(&self) -> Vec<Taint> {
+            self.taints.clone()
+        }
+        pub fn unschedulable(&self) -> bool {
+            self.unschedulable
+        }
+        pub fn ready(&self) -> bool {
+            self.ready
+        }
+    }
+
+    thread_local! {
+        static SETTINGS: RefCell<Settings> = RefCell::new(Settings::default());
+    }
+
+    /// What [`Settings::current`] answers on this thread, for a test.
+    pub fn set_settings(pairs: &[(&str, &str)]) {
+        let settings = Settings::new(pairs.iter().map(|(k, v)| pair(k, v)).collect());
+        SETTINGS.with(|s| *s.borrow_mut() = settings);
+    }
+
+    pub(crate) fn current_settings() -> Settings {
+        SETTINGS.with(|s| s.borrow().clone())
+    }
+
+    /// A running, ready pod with no owner, labels or annotations, at
+    /// position 0 (see [`positions`]).
+    pub fn pod(namespace: &str, name: &str) -> Pod {
+        Pod::wrap(
+            0,
+            PodRecord {
+                namespace: namespace.into(),
+                name: name.into(),
+                uid: format!("uid-{namespace}-{name}"),
+                phase: Some(PodPhase::Running),
+                ready: true,
+                ..PodRecord::default()
+            },
+        )
+    }
+
+    /// The pods numbered by their position, as `plan_drain` gets them.
+    pub fn positions(pods: Vec<Pod>) -> Vec<Pod> {
+        pods.into_iter()
+            .enumerate()
+            .map(|(i, p)| Pod::wrap(i as u32, p.source))
+            .collect()
+    }
+
+    /// A cordoned, Ready node with no labels, annotations or taints.
     pub fn node(name: &str) -> Node {
-        Node {
+        Node::wrap(NodeRecord {
             name: name.into(),
-            labels: Vec::new(),
-            annotations: Vec::new(),
-            taints: Vec::new(),
             unschedulable: true,
+            ready: true,
+            ..NodeRecord::default()
+        })
+    }
+
+    /// A fleet of these nodes and maintenances, not on OpenShift.
+    pub fn fleet(nodes: Vec<Node>, maintenances: Vec<FleetMaintenance>) -> Fleet {
+        Fleet {
+            nodes,
+            maintenances,
+            etcd: None,
+        }
+    }
+
+    /// Another maintenance of `node_name`, admitted `since_ms` (and created
+    /// then).
+    pub fn other(node_name: &str, admitted: bool, since_ms: u64) -> FleetMaintenance {
+        FleetMaintenance {
+            name: format!("nm-{node_name}"),
+            node_name: node_name.into(),
+            phase: admitted.then_some(MaintenancePhase::Running),
+            admitted,
+            since_ms,
+            created_ms: since_ms,
         }
     }
 
     /// A NodeMaintenance of `node_name` on its first attempt, just
-    /// created.
+    /// created (at 2026-01-05T10:00:00Z, a Monday).
     pub fn maintenance(node_name: &str) -> Maintenance {
         Maintenance {
             name: format!("nm-{node_name}"),
@@ -350,6 +958,7 @@ pub mod testing {
             error_on_lease_count: 0,
             attempt: 1,
             elapsed_ms: 0,
+            now_ms: 1_767_607_200_000,
         }
     }
 
@@ -361,96 +970,112 @@ pub mod testing {
     }
 
     impl Pod {
+        fn edit(mut self, f: impl FnOnce(&mut PodRecord)) -> Self {
+            f(&mut self.source);
+            Pod::wrap(self.index, self.source)
+        }
+
         /// Controlled by an owner of `kind` (`ReplicaSet`, `StatefulSet`,
         /// `DaemonSet`, `Job`...).
-        pub fn owned_by(mut self, kind: &str, name: &str) -> Self {
+        pub fn owned_by(self, kind: &str, name: &str) -> Self {
             let api_version = match kind {
                 "Job" | "CronJob" => "batch/v1",
                 "Node" => "v1",
                 _ => "apps/v1",
             };
-            self.owners.push(Owner {
-                api_version: api_version.into(),
-                kind: kind.into(),
-                name: name.into(),
-                uid: format!("uid-{name}"),
-                controller: true,
-            });
-            self
+            self.edit(|p| {
+                p.owners.push(Owner {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    name: name.into(),
+                    uid: format!("uid-{name}"),
+                    controller: true,
+                })
+            })
         }
 
         /// With a label.
-        pub fn with_label(mut self, key: &str, value: &str) -> Self {
-            self.labels.push(pair(key, value));
-            self
+        pub fn with_label(self, key: &str, value: &str) -> Self {
+            self.edit(|p| p.labels.push(pair(key, value)))
         }
 
         /// With an annotation.
-        pub fn with_annotation(mut self, key: &str, value: &str) -> Self {
-            self.annotations.push(pair(key, value));
-            self
+        pub fn with_annotation(self, key: &str, value: &str) -> Self {
+            self.edit(|p| p.annotations.push(pair(key, value)))
         }
 
         /// A static pod's mirror.
-        pub fn as_mirror(mut self) -> Self {
-            self.mirror = true;
-            self.annotations.push(pair(MIRROR_ANNOTATION, "hash"));
-            self
+        pub fn as_mirror(self) -> Self {
+            self.edit(|p| {
+                p.mirror = true;
+                p.annotations.push(pair(MIRROR_ANNOTATION, "hash"));
+            })
         }
 
         /// With an emptyDir volume.
-        pub fn with_local_storage(mut self) -> Self {
-            self.local_storage = true;
-            self
+        pub fn with_local_storage(self) -> Self {
+            self.edit(|p| p.local_storage = true)
         }
 
         /// In this phase.
-        pub fn in_phase(mut self, phase: PodPhase) -> Self {
-            self.phase = phase;
-            self
+        pub fn in_phase(self, phase: PodPhase) -> Self {
+            self.edit(|p| p.phase = Some(phase))
         }
 
         /// Already being deleted.
-        pub fn as_terminating(mut self) -> Self {
-            self.terminating = true;
-            self
+        pub fn as_terminating(self) -> Self {
+            self.edit(|p| p.terminating = true)
         }
 
         /// With `terminationGracePeriodSeconds`.
-        pub fn with_grace_period(mut self, seconds: i64) -> Self {
-            self.grace_period_seconds = Some(seconds);
-            self
+        pub fn with_grace_period(self, seconds: i64) -> Self {
+            self.edit(|p| p.grace_period_seconds = Some(seconds))
         }
 
         /// With a priority and its class.
-        pub fn with_priority(mut self, class: &str, priority: i32) -> Self {
-            self.priority_class_name = class.into();
-            self.priority = Some(priority);
-            self
+        pub fn with_priority(self, class: &str, priority: i32) -> Self {
+            self.edit(|p| {
+                p.priority_class_name = class.into();
+                p.priority = Some(priority);
+            })
         }
     }
 
     impl Node {
+        fn edit(mut self, f: impl FnOnce(&mut NodeRecord)) -> Self {
+            f(&mut self.source);
+            Node::wrap(self.source)
+        }
+
         /// With a label.
-        pub fn with_label(mut self, key: &str, value: &str) -> Self {
-            self.labels.push(pair(key, value));
-            self
+        pub fn with_label(self, key: &str, value: &str) -> Self {
+            self.edit(|n| n.labels.push(pair(key, value)))
         }
 
         /// With an annotation.
-        pub fn with_annotation(mut self, key: &str, value: &str) -> Self {
-            self.annotations.push(pair(key, value));
-            self
+        pub fn with_annotation(self, key: &str, value: &str) -> Self {
+            self.edit(|n| n.annotations.push(pair(key, value)))
         }
 
         /// With a taint of this key and effect, no value.
-        pub fn with_taint(mut self, key: &str, effect: TaintEffect) -> Self {
-            self.taints.push(Taint {
-                key: key.into(),
-                value: String::new(),
-                effect,
-            });
-            self
+        pub fn with_taint(self, key: &str, effect: TaintEffect) -> Self {
+            self.edit(|n| {
+                n.taints.push(Taint {
+                    key: key.into(),
+                    value: String::new(),
+                    effect,
+                })
+            })
+        }
+
+        /// NotReady.
+        pub fn not_ready(self) -> Self {
+            self.edit(|n| n.ready = false)
+        }
+
+        /// Schedulable (not cordoned).
+        pub fn schedulable(self) -> Self {
+            self.edit(|n| n.unschedulable = false)
         }
     }
 
@@ -464,6 +1089,12 @@ pub mod testing {
         /// Created this long ago.
         pub fn elapsed(mut self, elapsed: std::time::Duration) -> Self {
             self.elapsed_ms = elapsed.as_millis() as u64;
+            self
+        }
+
+        /// Decided at this time (milliseconds since the Unix epoch).
+        pub fn at(mut self, now_ms: u64) -> Self {
+            self.now_ms = now_ms;
             self
         }
 

@@ -7,7 +7,8 @@
 //! cordoned indefinitely, and nobody is told. With this policy the
 //! maintenance fails once it has been running for the limit (10 minutes,
 //! or the NodeMaintenance's `nmo.medik8s.io/give-up-after` annotation:
-//! `90s`, `15m`, `2h`). Failing puts the node back into service
+//! `90s`, `15m`, `2h`; the `timeout` setting in `policies.yaml` changes the
+//! 10-minute default for every maintenance). Failing puts the node back into service
 //! (uncordoned, untainted) and raises a `FailedMaintenance` event and the
 //! `NodeMaintenanceFailed` alert, with `lastError` saying what was left.
 
@@ -20,43 +21,29 @@ pub const DEFAULT_LIMIT_MS: u64 = 10 * 60 * 1000;
 
 struct GiveUp;
 
-/// `90s`, `15m`, `2h` or a bare number of seconds, in milliseconds.
-fn parse_duration(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((i, _)) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = digits.parse().ok()?;
-    let ms = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return None,
-    };
-    n.checked_mul(ms).filter(|&ms| ms > 0)
-}
+/// The setting that changes the limit for every maintenance.
+pub const SETTING: &str = "timeout";
 
+/// The limit: the maintenance's annotation, else the `timeout` setting,
+/// else 10 minutes.
 fn limit_ms(m: &Maintenance) -> u64 {
+    let configured = Settings::current()
+        .duration_ms(SETTING)
+        .ok()
+        .flatten()
+        .unwrap_or(DEFAULT_LIMIT_MS);
     match m.annotation(ANNOTATION) {
-        None => DEFAULT_LIMIT_MS,
-        Some(v) => parse_duration(v).unwrap_or_else(|| {
+        None => configured,
+        Some(v) => duration_ms(v).unwrap_or_else(|| {
             log(
                 Level::Warn,
-                &format!("{ANNOTATION}: cannot read {v:?} (use 90s, 15m, 2h); using 10m"),
+                &format!(
+                    "{ANNOTATION}: cannot read {v:?} (use 90s, 15m, 2h); using {}",
+                    show_ms(configured)
+                ),
             );
-            DEFAULT_LIMIT_MS
+            configured
         }),
-    }
-}
-
-fn show(ms: u64) -> String {
-    match ms {
-        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
-        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
-        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
-        ms => format!("{ms}ms"),
     }
 }
 
@@ -76,7 +63,7 @@ impl Policy for GiveUp {
                     .collect();
                 Verdict::Fail(format!(
                     "gave up after {}: {} pods still on the node ({}): {}",
-                    show(limit),
+                    show_ms(limit),
                     left.len(),
                     left.join(", "),
                     report.message
@@ -84,6 +71,11 @@ impl Policy for GiveUp {
             }
             _ => defaults::on_failure(&m, &failure),
         }
+    }
+
+    fn validate_settings(settings: Settings) -> Result<(), String> {
+        settings.allow_only(&[SETTING])?;
+        settings.duration_ms(SETTING).map(|_| ())
     }
 }
 

@@ -18,7 +18,7 @@ fn action_for(pod: &Pod) -> PodAction {
         && !pod.is_daemonset_managed()
         && !pod.is_mirror()
         && !pod.is_finished()
-        && pod.annotation(ALLOW) != Some("true")
+        && pod.annotation(ALLOW).as_deref() != Some("true")
     {
         PodAction::block(format!(
             "pod {} has no controller: nothing would recreate it; move it by hand or annotate it {ALLOW}=true",

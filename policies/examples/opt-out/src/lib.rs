@@ -12,25 +12,51 @@
 //! - A NodeMaintenance annotated `nmo.medik8s.io/ignore-opt-outs: "true"`
 //!   drains everything the default policy would (an emergency: the node is
 //!   going away).
+//!
+//! Settings (`policies.yaml`): `annotation`, the pod annotation to read
+//! instead of `nmo.medik8s.io/drain` (a team that already marks its pods
+//! another way).
 
 use nmo_policy_sdk::*;
 
-/// The pod annotation that opts out.
+/// The pod annotation that opts out, unless the `annotation` setting
+/// names another.
 pub const POD_ANNOTATION: &str = "nmo.medik8s.io/drain";
+/// The setting that renames the pod annotation.
+pub const SETTING: &str = "annotation";
 /// The maintenance annotation that overrides every opt-out.
 pub const OVERRIDE: &str = "nmo.medik8s.io/ignore-opt-outs";
 
 struct OptOut;
 
-fn action_for(pod: &Pod) -> PodAction {
+/// An annotation key as Kubernetes accepts one: an optional DNS prefix
+/// and `/`, then a name of letters, digits, `-`, `_`, `.` (at most 63).
+fn valid_key(key: &str) -> bool {
+    let name = key.rsplit_once('/').map_or(key, |(prefix, name)| {
+        if prefix.is_empty() || prefix.len() > 253 {
+            ""
+        } else {
+            name
+        }
+    });
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+fn action_for(pod: &Pod, key: &str) -> PodAction {
     let default = defaults::pod_action(pod);
     if !matches!(default, PodAction::Evict(_) | PodAction::Delete(_)) || pod.is_finished() {
         return default;
     }
-    match pod.annotation(POD_ANNOTATION) {
-        Some("skip") => PodAction::skip(format!("opted out ({POD_ANNOTATION}: skip)")),
+    match pod.annotation(key).as_deref() {
+        Some("skip") => PodAction::skip(format!("opted out ({key}: skip)")),
         Some("wait") => PodAction::block(format!(
-            "pod {} asked the drain to wait for it ({POD_ANNOTATION}: wait)",
+            "pod {} asked the drain to wait for it ({key}: wait)",
             pod.key()
         )),
         _ => default,
@@ -46,7 +72,19 @@ impl Policy for OptOut {
             );
             return defaults::plan(&pods, defaults::pod_action);
         }
-        defaults::plan(&pods, action_for)
+        let settings = Settings::current();
+        let key = settings.get(SETTING).unwrap_or(POD_ANNOTATION);
+        defaults::plan(&pods, |p| action_for(p, key))
+    }
+
+    fn validate_settings(settings: Settings) -> Result<(), String> {
+        settings.allow_only(&[SETTING])?;
+        match settings.get(SETTING) {
+            Some(key) if !valid_key(key) => Err(format!(
+                "setting {SETTING}: {key:?} is not an annotation key (prefix/name, e.g. example.com/drain)"
+            )),
+            _ => Ok(()),
+        }
     }
 
     fn on_failure(m: Maintenance, failure: Failure) -> Verdict {

@@ -14,7 +14,7 @@ struct StatefulLast;
 
 /// The ordinal at the end of a StatefulSet pod's name (`db-2` → 2).
 fn ordinal(pod: &Pod) -> u64 {
-    pod.name
+    pod.name()
         .rsplit_once('-')
         .and_then(|(_, n)| n.parse().ok())
         .unwrap_or(0)
@@ -39,8 +39,8 @@ impl Policy for StatefulLast {
         stateful.sort_by(|&a, &b| {
             let (pa, pb) = (&pods[a], &pods[b]);
             let set = |p: &Pod| p.controller().map(|o| o.name.clone()).unwrap_or_default();
-            (&pa.namespace, set(pa), std::cmp::Reverse(ordinal(pa))).cmp(&(
-                &pb.namespace,
+            (pa.namespace(), set(pa), std::cmp::Reverse(ordinal(pa))).cmp(&(
+                pb.namespace(),
                 set(pb),
                 std::cmp::Reverse(ordinal(pb)),
             ))

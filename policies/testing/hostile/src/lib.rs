@@ -39,7 +39,7 @@ fn spin(iterations: u64) -> u64 {
 }
 
 impl Policy for Hostile {
-    fn plan_drain(m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
+    fn plan_drain(m: Maintenance, node: Node, pods: Vec<Pod>) -> DrainPlan {
         let mut plan = well_formed(&pods);
         match m.reason.as_str() {
             "trap" => std::process::abort(),
@@ -67,13 +67,32 @@ impl Policy for Hostile {
                 plan.decisions = vec![first; 50_000];
             }
             "unknown-pod" => plan.decisions.push(PodDecision {
-                pod: PodRef {
-                    namespace: "kube-system".into(),
-                    name: "not-on-this-node".into(),
-                },
+                pod: pods.len() as u32 + 7,
                 action: PodAction::evict(),
                 order: 0,
             }),
+            "settings" => {
+                // Tells what settings it was given, in the first pod's reason.
+                let text: Vec<String> = Settings::current()
+                    .pairs()
+                    .iter()
+                    .map(|kv| format!("{}={}", kv.key, kv.value))
+                    .collect();
+                if let Some(d) = plan.decisions.first_mut() {
+                    d.action = PodAction::skip(format!("settings: {}", text.join(",")));
+                }
+            }
+            "now" => {
+                // Tells the decision's time and what it read of the node.
+                if let Some(d) = plan.decisions.first_mut() {
+                    d.action = PodAction::skip(format!(
+                        "now={} node={} ready={}",
+                        m.now_ms,
+                        node.name(),
+                        node.is_ready()
+                    ));
+                }
+            }
             "duplicate" => {
                 let first = plan.decisions[0].clone();
                 plan.decisions.push(first);
@@ -199,6 +218,39 @@ impl Policy for Hostile {
             _ => {}
         }
         plan
+    }
+
+    fn validate_settings(settings: Settings) -> Result<(), String> {
+        if let Some(message) = settings.get("refuse") {
+            return Err(message.to_owned());
+        }
+        if settings.get("loop").is_some() {
+            loop {
+                std::hint::black_box(spin(1_000));
+            }
+        }
+        Ok(())
+    }
+
+    fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
+        match m.reason.as_str() {
+            "admit-trap" => panic!("hostile policy panics in admit"),
+            "admit-loop" => loop {
+                std::hint::black_box(spin(1_000));
+            },
+            "admit-wait-zero" => Admission::wait("zero", Some(0)),
+            "admit-deny-empty" => Admission::Deny(String::new()),
+            "admit-wait" => Admission::wait(
+                format!(
+                    "{} sees {} node(s), {} other maintenance(s)",
+                    node.name(),
+                    fleet.nodes.len(),
+                    fleet.maintenances.len()
+                ),
+                None,
+            ),
+            _ => defaults::admit(&m, &node, &fleet),
+        }
     }
 
     fn on_failure(m: Maintenance, _failure: Failure) -> Verdict {

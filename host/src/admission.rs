@@ -1,0 +1,163 @@
+//! The fleet around a maintenance, as the policy's `admit` sees it: every
+//! node, the other unfinished NodeMaintenances, and on OpenShift the etcd
+//! quorum guard. Read from the API server (not a cache), so two admissions
+//! made one after the other always see each other.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
+use crate::crd::{MaintenancePhase, NodeMaintenance};
+use crate::error::{Error, Result};
+use crate::policy::Fleet;
+use crate::policy::types::{EtcdGuard, FleetMaintenance};
+
+/// The namespace of OpenShift's etcd guard.
+pub const ETCD_NAMESPACE: &str = "openshift-etcd";
+
+/// Whether the cluster is OpenShift (it serves `config.openshift.io`).
+pub async fn is_openshift(client: &Client) -> bool {
+    client
+        .list_api_groups()
+        .await
+        .map(|g| g.groups.iter().any(|g| g.name == "config.openshift.io"))
+        .unwrap_or(false)
+}
+
+/// Milliseconds since the Unix epoch of an API time.
+fn millis(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> u64 {
+    t.map_or(0, |t| t.0.as_millisecond().max(0) as u64)
+}
+
+/// Reads the fleet around the maintenance `nm`: returns it and the
+/// position of `nm`'s node in its nodes (`None`: the node does not exist).
+/// `admitted` says whether another maintenance was admitted (its phase
+/// set, or admitted by this process and not yet written).
+pub async fn fleet(
+    client: &Client,
+    nm: &NodeMaintenance,
+    openshift: bool,
+    admitted: impl Fn(&NodeMaintenance) -> bool,
+) -> Result<(Fleet, Option<usize>)> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing the nodes for admission"))?
+        .items;
+    let others = Api::<NodeMaintenance>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing the NodeMaintenances for admission"))?
+        .items;
+    let me = nm.uid();
+    let maintenances = others
+        .iter()
+        .filter(|o| o.uid() != me && o.metadata.deletion_timestamp.is_none())
+        .filter(|o| {
+            let phase = o.status.as_ref().and_then(|s| s.phase);
+            !matches!(
+                phase,
+                Some(MaintenancePhase::Succeeded | MaintenancePhase::Failed)
+            )
+        })
+        .map(|o| fleet_maintenance(o, admitted(o)))
+        .collect();
+    let position = nodes
+        .iter()
+        .position(|n| n.metadata.name.as_deref() == Some(nm.spec.node_name.as_str()));
+    let etcd = if openshift {
+        Some(etcd_guard(client, &nm.spec.node_name).await?)
+    } else {
+        None
+    };
+    let fleet = Fleet {
+        nodes: Arc::from(nodes),
+        maintenances,
+        etcd,
+    };
+    Ok((fleet, position))
+}
+
+/// Another maintenance as `admit` sees it.
+pub fn fleet_maintenance(o: &NodeMaintenance, admitted: bool) -> FleetMaintenance {
+    let status = o.status.as_ref();
+    let created = millis(o.metadata.creation_timestamp.as_ref());
+    let since = if admitted {
+        status
+            .and_then(|s| s.admitted_at.as_ref().or(s.last_update.as_ref()))
+            .map_or(created, |t| millis(Some(t)))
+    } else {
+        status
+            .and_then(|s| s.waiting.as_ref())
+            .map_or(created, |w| millis(w.since.as_ref()))
+    };
+    FleetMaintenance {
+        name: o.name_any(),
+        node_name: o.spec.node_name.clone(),
+        phase: status
+            .and_then(|s| s.phase)
+            .map(crate::policy::convert::maintenance_phase),
+        admitted,
+        since_ms: since,
+        created_ms: created,
+    }
+}
+
+/// The etcd guard as medik8s common reads it: the budgets in
+/// `openshift-etcd`, the one budget's allowed disruptions, and whether
+/// `node` runs a Ready guard pod.
+pub async fn etcd_guard(client: &Client, node: &str) -> Result<EtcdGuard> {
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ETCD_NAMESPACE);
+    let list = pdbs
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing the etcd guard PodDisruptionBudgets"))?;
+    let budgets = u32::try_from(list.items.len()).unwrap_or(u32::MAX);
+    let [pdb] = list.items.as_slice() else {
+        return Ok(EtcdGuard {
+            budgets,
+            disruptions_allowed: 0,
+            guard_ready_on_node: false,
+        });
+    };
+    let disruptions_allowed = pdb
+        .status
+        .as_ref()
+        .map_or(0, |s| s.disruptions_allowed.max(0) as u32);
+    let selector = pdb
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .map(crate::webhook::selector_string);
+    // A budget that selects nothing cannot say which pods guard etcd: as
+    // the Go operator, assume this node runs one.
+    let guard_ready_on_node = match selector {
+        None => true,
+        Some(selector) => Api::<Pod>::namespaced(client.clone(), ETCD_NAMESPACE)
+            .list(
+                &ListParams::default()
+                    .labels(&selector)
+                    .fields(&format!("spec.nodeName={node}")),
+            )
+            .await
+            .map_err(Error::kube("listing the etcd guard pods"))?
+            .items
+            .iter()
+            .any(crate::policy::convert::pod_ready),
+    };
+    Ok(EtcdGuard {
+        budgets,
+        disruptions_allowed,
+        guard_ready_on_node,
+    })
+}
+
+/// medik8s common's etcd check, as the default policy applies it: exactly
+/// one guard budget, and it allows a disruption or the node runs no Ready
+/// guard pod (a guard that is already down costs no quorum).
+pub fn etcd_can_lose_one(g: &EtcdGuard) -> bool {
+    g.budgets == 1 && (g.disruptions_allowed > 0 || !g.guard_ready_on_node)
+}

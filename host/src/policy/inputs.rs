@@ -1,0 +1,244 @@
+//! What a decision reads: the Kubernetes objects behind the contract's
+//! `pod` and `node` resources, and the policy's settings.
+//!
+//! The host hands the guest handles, not copies: a handle's
+//! representation is the object's position in the decision's input, and
+//! each accessor the guest calls copies only what it returns. A policy that
+//! reads owners and flags never pays for labels and annotations.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as k8s;
+use wasmtime::component::Resource;
+
+use super::convert;
+use super::engine::HostState;
+use super::types::{self, EtcdGuard, FleetMaintenance, KeyValue, Owner, PodPhase, Taint};
+
+/// The objects one decision's handles point into.
+#[derive(Clone, Default)]
+pub(crate) struct Inputs {
+    pub pods: Arc<[k8s::Pod]>,
+    pub nodes: Arc<[k8s::Node]>,
+    pub settings: Settings,
+    empty_pod: k8s::Pod,
+    empty_node: k8s::Node,
+}
+
+impl Inputs {
+    pub fn new(pods: Arc<[k8s::Pod]>, nodes: Arc<[k8s::Node]>, settings: Settings) -> Self {
+        Inputs {
+            pods,
+            nodes,
+            settings,
+            ..Inputs::default()
+        }
+    }
+}
+
+/// A policy's settings, as `policies.yaml` gives them: values as strings,
+/// sorted by key.
+#[derive(Clone, Debug, Default)]
+pub struct Settings(Arc<[KeyValue]>);
+
+impl Settings {
+    /// Settings from a map (sorted by key, as the map is).
+    pub fn from_map(map: &BTreeMap<String, String>) -> Self {
+        Settings(
+            map.iter()
+                .map(|(k, v)| KeyValue {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+        )
+    }
+
+    /// The settings as the contract's list.
+    pub fn pairs(&self) -> &[KeyValue] {
+        &self.0
+    }
+
+    /// No settings given.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// The cluster around a maintenance that asks to start, for `admit`.
+#[derive(Clone, Debug, Default)]
+pub struct Fleet {
+    /// Every node of the cluster.
+    pub nodes: Arc<[k8s::Node]>,
+    /// The other NodeMaintenances that are not finished.
+    pub maintenances: Vec<FleetMaintenance>,
+    /// The etcd quorum guard (OpenShift only).
+    pub etcd: Option<EtcdGuard>,
+}
+
+fn key_value(k: &str, v: &str) -> KeyValue {
+    KeyValue {
+        key: k.to_owned(),
+        value: v.to_owned(),
+    }
+}
+
+fn pairs(map: Option<&BTreeMap<String, String>>) -> Vec<KeyValue> {
+    map.into_iter()
+        .flatten()
+        .map(|(k, v)| key_value(k, v))
+        .collect()
+}
+
+fn lookup(map: Option<&BTreeMap<String, String>>, key: &str) -> Option<String> {
+    map.and_then(|m| m.get(key)).cloned()
+}
+
+/// The Ready condition of a node is True.
+pub fn node_ready(node: &k8s::Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+// The handles are made by the host from positions in the same input, so a
+// lookup cannot miss; were it to, the accessor answers as for an empty
+// object rather than panic.
+impl HostState {
+    fn pod(&self, handle: &Resource<types::Pod>) -> &k8s::Pod {
+        let i = &self.inputs;
+        i.pods.get(handle.rep() as usize).unwrap_or(&i.empty_pod)
+    }
+
+    fn node(&self, handle: &Resource<types::Node>) -> &k8s::Node {
+        let i = &self.inputs;
+        i.nodes.get(handle.rep() as usize).unwrap_or(&i.empty_node)
+    }
+}
+
+impl types::HostPod for HostState {
+    fn namespace(&mut self, pod: Resource<types::Pod>) -> String {
+        self.pod(&pod).metadata.namespace.clone().unwrap_or_default()
+    }
+
+    fn name(&mut self, pod: Resource<types::Pod>) -> String {
+        self.pod(&pod).metadata.name.clone().unwrap_or_default()
+    }
+
+    fn uid(&mut self, pod: Resource<types::Pod>) -> String {
+        self.pod(&pod).metadata.uid.clone().unwrap_or_default()
+    }
+
+    fn label(&mut self, pod: Resource<types::Pod>, key: String) -> Option<String> {
+        lookup(self.pod(&pod).metadata.labels.as_ref(), &key)
+    }
+
+    fn annotation(&mut self, pod: Resource<types::Pod>, key: String) -> Option<String> {
+        lookup(self.pod(&pod).metadata.annotations.as_ref(), &key)
+    }
+
+    fn labels(&mut self, pod: Resource<types::Pod>) -> Vec<KeyValue> {
+        pairs(self.pod(&pod).metadata.labels.as_ref())
+    }
+
+    fn annotations(&mut self, pod: Resource<types::Pod>) -> Vec<KeyValue> {
+        pairs(self.pod(&pod).metadata.annotations.as_ref())
+    }
+
+    fn owners(&mut self, pod: Resource<types::Pod>) -> Vec<Owner> {
+        let owners = self.pod(&pod).metadata.owner_references.iter().flatten();
+        owners
+            .map(|o| Owner {
+                api_version: o.api_version.clone(),
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+                uid: o.uid.clone(),
+                controller: o.controller == Some(true),
+            })
+            .collect()
+    }
+
+    fn controller_kind(&mut self, pod: Resource<types::Pod>) -> Option<String> {
+        convert::controller_kind(self.pod(&pod)).map(str::to_owned)
+    }
+
+    fn phase(&mut self, pod: Resource<types::Pod>) -> PodPhase {
+        convert::pod_phase(self.pod(&pod))
+    }
+
+    fn ready(&mut self, pod: Resource<types::Pod>) -> bool {
+        convert::pod_ready(self.pod(&pod))
+    }
+
+    fn mirror(&mut self, pod: Resource<types::Pod>) -> bool {
+        convert::is_mirror(self.pod(&pod))
+    }
+
+    fn local_storage(&mut self, pod: Resource<types::Pod>) -> bool {
+        convert::has_local_storage(self.pod(&pod))
+    }
+
+    fn terminating(&mut self, pod: Resource<types::Pod>) -> bool {
+        self.pod(&pod).metadata.deletion_timestamp.is_some()
+    }
+
+    fn grace_period_seconds(&mut self, pod: Resource<types::Pod>) -> Option<i64> {
+        let spec = self.pod(&pod).spec.as_ref();
+        spec.and_then(|s| s.termination_grace_period_seconds)
+    }
+
+    fn priority(&mut self, pod: Resource<types::Pod>) -> Option<i32> {
+        self.pod(&pod).spec.as_ref().and_then(|s| s.priority)
+    }
+
+    fn priority_class_name(&mut self, pod: Resource<types::Pod>) -> String {
+        let spec = self.pod(&pod).spec.as_ref();
+        spec.and_then(|s| s.priority_class_name.clone())
+            .unwrap_or_default()
+    }
+
+    fn drop(&mut self, _pod: Resource<types::Pod>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
+
+impl types::HostNode for HostState {
+    fn name(&mut self, node: Resource<types::Node>) -> String {
+        self.node(&node).metadata.name.clone().unwrap_or_default()
+    }
+
+    fn label(&mut self, node: Resource<types::Node>, key: String) -> Option<String> {
+        lookup(self.node(&node).metadata.labels.as_ref(), &key)
+    }
+
+    fn annotation(&mut self, node: Resource<types::Node>, key: String) -> Option<String> {
+        lookup(self.node(&node).metadata.annotations.as_ref(), &key)
+    }
+
+    fn labels(&mut self, node: Resource<types::Node>) -> Vec<KeyValue> {
+        pairs(self.node(&node).metadata.labels.as_ref())
+    }
+
+    fn annotations(&mut self, node: Resource<types::Node>) -> Vec<KeyValue> {
+        pairs(self.node(&node).metadata.annotations.as_ref())
+    }
+
+    fn taints(&mut self, node: Resource<types::Node>) -> Vec<Taint> {
+        convert::taints(self.node(&node))
+    }
+
+    fn unschedulable(&mut self, node: Resource<types::Node>) -> bool {
+        let spec = self.node(&node).spec.as_ref();
+        spec.and_then(|s| s.unschedulable).unwrap_or(false)
+    }
+
+    fn ready(&mut self, node: Resource<types::Node>) -> bool {
+        node_ready(self.node(&node))
+    }
+
+    fn drop(&mut self, _node: Resource<types::Node>) -> wasmtime::Result<()> {
+        Ok(())
+    }
+}
