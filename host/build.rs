@@ -18,6 +18,9 @@ const POLICIES: &[&str] = &[
     "nmo-policy-stateful-last",
     "nmo-policy-opt-out",
     "nmo-policy-give-up",
+    "nmo-policy-one-per-zone",
+    "nmo-policy-max-unavailable",
+    "nmo-policy-window",
 ];
 
 fn main() {

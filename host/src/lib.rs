@@ -15,9 +15,9 @@
 //! - [`error`]: the operator's error type (wrapping [`policy::Error`]), with
 //!   metric categories.
 
+pub mod admission;
 pub mod client;
 pub mod controller;
-pub mod admission;
 pub mod crd;
 pub mod error;
 #[cfg(feature = "test-support")]

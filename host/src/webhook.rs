@@ -164,7 +164,8 @@ impl Validator {
         let Some(position) = position else {
             return Ok(None);
         };
-        let record = crate::policy::convert::maintenance(nm, 1, k8s_openapi::jiff::Timestamp::now());
+        let record =
+            crate::policy::convert::maintenance(nm, 1, k8s_openapi::jiff::Timestamp::now());
         let policy = selected.policy.clone();
         let answer =
             tokio::task::spawn_blocking(move || policy.admit(&record, position, &fleet)).await;
@@ -368,7 +369,9 @@ pub(crate) fn self_signed(names: Vec<String>) -> Result<Arc<CertifiedKey>> {
 /// The namespace of OpenShift's etcd guard.
 
 /// A metav1.LabelSelector as the API's `labelSelector` query string.
-pub(crate) fn selector_string(s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector) -> String {
+pub(crate) fn selector_string(
+    s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+) -> String {
     let mut parts: Vec<String> = s
         .match_labels
         .iter()

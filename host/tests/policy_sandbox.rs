@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::{Node, Pod};
 use nmo::fixtures::{self, PodKind};
 use nmo::policy::Error;
-use k8s_openapi::api::core::v1::{Node, Pod};
 use nmo::policy::types::{Failure, Maintenance};
 use nmo::policy::{EngineConfig, Policy, PolicyEngine, Verdict};
 
@@ -97,9 +97,7 @@ fn a_panic_on_one_input_only_fails_that_input() {
     assert_eq!(err.category(), "trap");
     // The same policy on a node without bare pods answers.
     let managed: Vec<Pod> = (0..5)
-        .map(|i| {
-            fixtures::pod(PodKind::Deployment, "a", "web", i, "worker-1")
-        })
+        .map(|i| fixtures::pod(PodKind::Deployment, "a", "web", i, "worker-1"))
         .collect();
     let plan = policy
         .plan_drain(&maintenance("panic-on-bare"), &node(), &managed)
@@ -161,7 +159,10 @@ fn malformed_plans_are_invalid_decisions_never_actions() {
     let engine = engine();
     let policy = hostile(&engine);
     for (reason, expected) in [
-        ("unknown-pod", "decision for pod #37 but only 30 pod(s) were given"),
+        (
+            "unknown-pod",
+            "decision for pod #37 but only 30 pod(s) were given",
+        ),
         // 50,000 decisions for 30 pods.
         ("huge-list", "decided more than once"),
         ("duplicate", "decided more than once"),

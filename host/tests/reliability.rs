@@ -320,7 +320,7 @@ async fn ten_hostile_policies_through_the_operator() {
             "huge-reason",
             "larger than the 4194304 bytes the host accepts",
         ),
-        ("unknown-pod", "not-on-this-node"),
+        ("unknown-pod", "but only 4 pod(s) were given"),
         ("evict-everything", "gave an invalid answer in plan-drain"),
         ("panic-on-bare", "cannot handle pod without a controller"),
     ];

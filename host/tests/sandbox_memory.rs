@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use nmo::fixtures;
 use k8s_openapi::api::core::v1::Pod;
+use nmo::fixtures;
 use nmo::policy::types::Maintenance;
 use nmo::policy::{EngineConfig, PolicyEngine};
 

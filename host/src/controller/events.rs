@@ -25,7 +25,10 @@ pub mod reasons {
     /// reason).
     pub const WAITING: &str = "WaitingMaintenance";
     /// Ours: the policy admitted a maintenance that was waiting.
-    pub const ADMITTED: (&str, &str) = ("AdmittedMaintenance", "The policy admitted the node maintenance");
+    pub const ADMITTED: (&str, &str) = (
+        "AdmittedMaintenance",
+        "The policy admitted the node maintenance",
+    );
 }
 
 /// Normal or Warning.

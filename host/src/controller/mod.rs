@@ -529,7 +529,9 @@ fn frees_a_place(e: &watcher::Event<NodeMaintenance>) -> bool {
 fn recheck_waiting(
     ctx: &Context,
     store: &Store<NodeMaintenance>,
-    tx: &futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<NodeMaintenance>>,
+    tx: &futures::channel::mpsc::UnboundedSender<
+        kube::runtime::reflector::ObjectRef<NodeMaintenance>,
+    >,
 ) {
     let mut waiting: Vec<Arc<NodeMaintenance>> = store
         .state()
@@ -537,8 +539,14 @@ fn recheck_waiting(
         .filter(|nm| !is_admitted(nm) && nm.metadata.deletion_timestamp.is_none())
         .collect();
     waiting.sort_by(|a, b| {
-        (a.metadata.creation_timestamp.as_ref().map(|t| t.0), a.name_any())
-            .cmp(&(b.metadata.creation_timestamp.as_ref().map(|t| t.0), b.name_any()))
+        (
+            a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            a.name_any(),
+        )
+            .cmp(&(
+                b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                b.name_any(),
+            ))
     });
     for nm in waiting {
         // The pass must look, though the object is at our own last write.

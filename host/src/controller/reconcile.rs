@@ -253,7 +253,9 @@ impl Pass {
                     tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, reason = %reason, "the policy holds the maintenance back");
                 }
                 let most = self.ctx.settings.admission_recheck;
-                Ok(Some(Next::After(recheck_after.map_or(most, |d| d.min(most)))))
+                Ok(Some(Next::After(
+                    recheck_after.map_or(most, |d| d.min(most)),
+                )))
             }
             Ok(Admission::Deny(message)) => {
                 let old = self

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
-use sha2::{Digest, Sha256};
 use k8s_openapi::api::core::v1 as k8s;
+use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Instance, Linker, Resource, ResourceTable};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
@@ -576,6 +576,11 @@ impl Policy {
         })
     }
 
+    /// A decision's inputs with no pods or nodes: its settings only.
+    fn inputs_without_objects(&self) -> Inputs {
+        Inputs::new(Arc::from([]), Arc::from([]), self.settings.clone())
+    }
+
     /// The settings the decisions get.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -587,6 +592,8 @@ impl Policy {
         let started = std::time::Instant::now();
         let result = self
             .call(FUNCTION, Inputs::default(), async |instance, store| {
+                // The `settings` import answers what is being checked.
+                store.data_mut().inputs.settings = Settings::from_pairs(settings);
                 let f = instance
                     .get_typed_func::<(&[KeyValue],), (std::result::Result<(), String>,)>(
                         &mut *store,
@@ -601,7 +608,12 @@ impl Policy {
 
     /// Asks the policy whether the maintenance of `fleet.nodes[node]` may
     /// start, and validates the answer.
-    pub fn admit(&self, maintenance: &Maintenance, node: usize, fleet: &Fleet) -> Result<Admission> {
+    pub fn admit(
+        &self,
+        maintenance: &Maintenance,
+        node: usize,
+        fleet: &Fleet,
+    ) -> Result<Admission> {
         const FUNCTION: &str = "admit";
         let started = std::time::Instant::now();
         let inputs = Inputs::new(Arc::from([]), fleet.nodes.clone(), self.settings.clone());
@@ -660,9 +672,11 @@ impl Policy {
                 ), (DrainPlan,)>(&mut *store, FUNCTION)?;
                 let handles: Vec<Resource<types::Pod>> =
                     (0..count).map(|i| Resource::new_own(i as u32)).collect();
-                Ok(f.call_async(&mut *store, (maintenance, Resource::new_own(0), &handles))
-                    .await?
-                    .0)
+                Ok(
+                    f.call_async(&mut *store, (maintenance, Resource::new_own(0), &handles))
+                        .await?
+                        .0,
+                )
             })
             .and_then(|raw| validate::plan(&self.inner.name, &pods, raw));
         observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
@@ -674,13 +688,18 @@ impl Policy {
         const FUNCTION: &str = "on-failure";
         let started = std::time::Instant::now();
         let result = self
-            .call(FUNCTION, Inputs::default(), async |instance, store| {
-                let f = instance.get_typed_func::<(&Maintenance, &Failure), (types::Verdict,)>(
-                    &mut *store,
-                    FUNCTION,
-                )?;
-                Ok(f.call_async(&mut *store, (maintenance, failure)).await?.0)
-            })
+            .call(
+                FUNCTION,
+                self.inputs_without_objects(),
+                async |instance, store| {
+                    let f = instance
+                        .get_typed_func::<(&Maintenance, &Failure), (types::Verdict,)>(
+                            &mut *store,
+                            FUNCTION,
+                        )?;
+                    Ok(f.call_async(&mut *store, (maintenance, failure)).await?.0)
+                },
+            )
             .and_then(|raw| validate::verdict(&self.inner.name, raw));
         observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
         result

@@ -25,6 +25,15 @@
 //! failure:                # optional: ask on-failure instead of plan-drain
 //!   drainIncomplete: {pending: [default/db-0], timedOut: true, message: "..."}
 //!   # or: nodeNotFound, {leaseHeld: holder}, {leaseError: msg}, {apiError: msg}
+//! fleet:                  # optional: ask admit instead (may the maintenance start?)
+//!   nodes:                # Nodes (Ready unless their status says otherwise); the
+//!     - metadata: {name: node-2, labels: {topology.kubernetes.io/zone: a}}
+//!                         # maintenance's node is added when not listed
+//!   maintenances:         # the other unfinished NodeMaintenances
+//!     - {node: node-2, admitted: true, since: 5m}   # name, phase, created: optional
+//!     - {node: node-3, admitted: false, created: 1m}
+//!   openshiftEtcd: {budgets: 1, disruptionsAllowed: 0, guardReadyOnNode: true}
+//! settings: {timeout: 30m}  # optional: the policy's settings (policies.yaml's)
 //! expect:
 //!   decisions:            # by namespace/name (or name, for namespace default)
 //!     default/web-1: evict            # evict | delete | skip | block
@@ -33,7 +42,9 @@
 //!   attemptTimeoutMs: 30000
 //!   maxConcurrentEvictions: 2         # or null for no limit
 //!   verdict: retryWithBackoff         # | {retryAfterMs: 5000} | fail | {fail: "substring"}
+//!   admission: admit                  # | wait | deny | {wait: "substring"} | {deny: "substring"}
 //!   error: invalid_decision           # the policy must fail, in this category
+//!                                     # (settings: it refused its settings)
 //! ```
 //!
 //! Only what `expect` names is checked; pods it does not list may get any
@@ -50,8 +61,9 @@ use serde_json::{Value, json};
 
 use super::engine::Policy;
 use super::error::{Error, Result};
-use super::types::{DrainReport, Failure, PodRef};
-use super::validate::{Action, Plan, Verdict};
+use super::inputs::{Fleet, Settings};
+use super::types::{DrainReport, EtcdGuard, Failure, FleetMaintenance, PodRef};
+use super::validate::{Action, Admission, Plan, Verdict};
 use crate::crd::NodeMaintenance;
 
 /// One scenario, as read from a file.
@@ -68,7 +80,55 @@ pub struct Scenario {
     node: core::Node,
     pods: Vec<core::Pod>,
     failure: Option<Failure>,
+    fleet: Option<ScenarioFleet>,
+    settings: Settings,
     expect: Expect,
+}
+
+/// A scenario's fleet, its times relative to the decision's.
+#[derive(Debug, Clone)]
+struct ScenarioFleet {
+    nodes: Vec<core::Node>,
+    maintenances: Vec<RawFleetMaintenance>,
+    etcd: Option<EtcdGuard>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawFleet {
+    #[serde(default)]
+    nodes: Vec<Value>,
+    #[serde(default)]
+    maintenances: Vec<RawFleetMaintenance>,
+    openshift_etcd: Option<RawEtcd>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawFleetMaintenance {
+    name: Option<String>,
+    node: String,
+    #[serde(default = "yes")]
+    admitted: bool,
+    phase: Option<String>,
+    /// How long ago it was admitted (or, waiting, created).
+    since: Option<Value>,
+    /// How long ago it was created (default: `since`).
+    created: Option<Value>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawEtcd {
+    budgets: u32,
+    #[serde(default)]
+    disruptions_allowed: u32,
+    #[serde(default)]
+    guard_ready_on_node: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -80,6 +140,7 @@ struct Expect {
     #[serde(default, deserialize_with = "present")]
     max_concurrent_evictions: Option<Option<u32>>,
     verdict: Option<Value>,
+    admission: Option<Value>,
     error: Option<String>,
 }
 
@@ -101,6 +162,9 @@ struct RawScenario {
     pods: Value,
     pods_from: Option<PathBuf>,
     failure: Option<Value>,
+    fleet: Option<RawFleet>,
+    #[serde(default)]
+    settings: BTreeMap<String, Value>,
     expect: Expect,
 }
 
@@ -271,8 +335,31 @@ impl Scenario {
         if failure.is_none() && e.verdict.is_some() {
             return Err("expect: a verdict needs a `failure` to answer".into());
         }
-        if !plan_expected && e.verdict.is_none() && e.error.is_none() {
-            return Err("expect: nothing to check (decisions, verdict or error)".into());
+        if raw.fleet.is_some() && (failure.is_some() || plan_expected) {
+            return Err(
+                "a scenario with a fleet asks admit: expect an admission, not decisions or a \
+                 verdict"
+                    .into(),
+            );
+        }
+        if raw.fleet.is_none() && e.admission.is_some() {
+            return Err("expect: an admission needs a `fleet` to decide in".into());
+        }
+        if !plan_expected && e.verdict.is_none() && e.admission.is_none() && e.error.is_none() {
+            return Err("expect: nothing to check (decisions, verdict, admission or error)".into());
+        }
+        let fleet = match raw.fleet {
+            None => None,
+            Some(f) => Some(scenario_fleet(f, &node)?),
+        };
+        let mut settings = BTreeMap::new();
+        for (k, v) in &raw.settings {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Number(_) | Value::Bool(_) => v.to_string(),
+                _ => return Err(format!("settings: {k} must be a string, number or boolean")),
+            };
+            settings.insert(k.clone(), text);
         }
         let elapsed_ms = match &raw.elapsed {
             None => 0,
@@ -296,8 +383,125 @@ impl Scenario {
             node,
             pods,
             failure,
+            fleet,
+            settings: Settings::from_map(&settings),
             expect: raw.expect,
         })
+    }
+}
+
+/// The fleet of a scenario: its nodes (Ready unless their status says
+/// otherwise; the maintenance's node added when not listed).
+fn scenario_fleet(f: RawFleet, node: &core::Node) -> std::result::Result<ScenarioFleet, String> {
+    let mut nodes = Vec::new();
+    for (i, n) in f.nodes.into_iter().enumerate() {
+        let mut n = typed(n, "v1", "Node");
+        if n.get("status").is_none() && n.is_object() {
+            n["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+        }
+        let n: core::Node =
+            serde_json::from_value(n).map_err(|e| format!("fleet.nodes[{i}]: {e}"))?;
+        nodes.push(n);
+    }
+    if !nodes.iter().any(|n| n.metadata.name == node.metadata.name) {
+        let mut own = node.clone();
+        if own.status.is_none() {
+            own.status = serde_json::from_value(
+                json!({"conditions": [{"type": "Ready", "status": "True"}]}),
+            )
+            .ok();
+        }
+        nodes.push(own);
+    }
+    for (i, m) in f.maintenances.iter().enumerate() {
+        for v in [&m.since, &m.created].into_iter().flatten() {
+            duration_ms(v).map_err(|e| format!("fleet.maintenances[{i}]: {e}"))?;
+        }
+        if let Some(p) = &m.phase
+            && !["Running", "Succeeded", "Failed"].contains(&p.as_str())
+        {
+            return Err(format!(
+                "fleet.maintenances[{i}]: phase {p:?} (Running, Succeeded or Failed)"
+            ));
+        }
+    }
+    Ok(ScenarioFleet {
+        nodes,
+        maintenances: f.maintenances,
+        etcd: f.openshift_etcd.map(|e| EtcdGuard {
+            budgets: e.budgets,
+            disruptions_allowed: e.disruptions_allowed,
+            guard_ready_on_node: e.guard_ready_on_node,
+        }),
+    })
+}
+
+impl ScenarioFleet {
+    /// The fleet at `now_ms`, and the position of `node_name` in it.
+    fn at(&self, now_ms: u64, node_name: &str) -> (Fleet, usize) {
+        let ago = |v: &Option<Value>| {
+            now_ms.saturating_sub(v.as_ref().and_then(|v| duration_ms(v).ok()).unwrap_or(0))
+        };
+        let maintenances = self
+            .maintenances
+            .iter()
+            .map(|m| {
+                let since = ago(&m.since);
+                FleetMaintenance {
+                    name: m.name.clone().unwrap_or_else(|| format!("nm-{}", m.node)),
+                    node_name: m.node.clone(),
+                    phase: m.phase.as_deref().and_then(|p| {
+                        serde_json::from_value(json!(p))
+                            .ok()
+                            .map(super::convert::maintenance_phase)
+                    }),
+                    admitted: m.admitted,
+                    since_ms: since,
+                    created_ms: if m.created.is_some() {
+                        ago(&m.created)
+                    } else {
+                        since
+                    },
+                }
+            })
+            .collect();
+        let position = self
+            .nodes
+            .iter()
+            .position(|n| n.metadata.name.as_deref() == Some(node_name))
+            .unwrap_or(0);
+        let fleet = Fleet {
+            nodes: self.nodes.clone().into(),
+            maintenances,
+            etcd: self.etcd,
+        };
+        (fleet, position)
+    }
+}
+
+fn check_admission(want: &Value, got: &Admission) -> bool {
+    match (want, got) {
+        (Value::String(s), Admission::Admit) => s == "admit",
+        (Value::String(s), Admission::Wait { .. }) => s == "wait",
+        (Value::String(s), Admission::Deny(_)) => s == "deny",
+        (
+            Value::Object(o),
+            Admission::Wait {
+                reason,
+                recheck_after,
+            },
+        ) => {
+            o.get("wait")
+                .and_then(Value::as_str)
+                .is_some_and(|w| reason.contains(w))
+                && o.get("recheckAfterMs")
+                    .is_none_or(|r| r.as_u64() == recheck_after.map(|d| d.as_millis() as u64))
+        }
+        (Value::Object(o), Admission::Deny(m)) => o
+            .get("deny")
+            .and_then(Value::as_str)
+            .is_some_and(|w| m.contains(w)),
+        _ => false,
     }
 }
 
@@ -484,6 +688,13 @@ fn show_verdict(v: &Verdict) -> String {
     }
 }
 
+/// What the policy answered.
+enum Answer {
+    Plan(Plan),
+    Verdict(Verdict),
+    Admission(Admission),
+}
+
 /// Runs one scenario.
 pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
     let mut diffs = Vec::new();
@@ -491,12 +702,18 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
     let at = jiff::Timestamp::try_from(now).unwrap_or_else(|_| jiff::Timestamp::now());
     let mut m = super::convert::maintenance(&s.maintenance, s.attempt, at);
     m.elapsed_ms = s.elapsed_ms;
-    let policy = &policy.at(now);
     let e = &s.expect;
-    let answer: Result<std::result::Result<Plan, Verdict>> = match &s.failure {
-        Some(f) => policy.on_failure(&m, f).map(Err),
-        None => policy.plan_drain(&m, &s.node, &s.pods).map(Ok),
-    };
+    let answer = policy
+        .at(now)
+        .with_settings(s.settings.clone())
+        .and_then(|policy| match (&s.fleet, &s.failure) {
+            (Some(fleet), _) => {
+                let (fleet, position) = fleet.at(m.now_ms, &m.node_name);
+                policy.admit(&m, position, &fleet).map(Answer::Admission)
+            }
+            (None, Some(f)) => policy.on_failure(&m, f).map(Answer::Verdict),
+            (None, None) => policy.plan_drain(&m, &s.node, &s.pods).map(Answer::Plan),
+        });
     match (answer, &e.error) {
         (Err(err), Some(cat)) if err.category() == cat => {}
         (Err(err), Some(cat)) => diffs.push((
@@ -510,7 +727,16 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
             format!("error {}: {err}", err.category()),
         )),
         (Ok(_), Some(cat)) => diffs.push(("error".into(), cat.clone(), "a valid answer".into())),
-        (Ok(Ok(plan)), None) => {
+        (Ok(Answer::Admission(got)), None) => {
+            if let Some(want) = e.admission.as_ref().filter(|w| !check_admission(w, &got)) {
+                let want = match want {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                diffs.push(("admission".into(), want, got.to_string()));
+            }
+        }
+        (Ok(Answer::Plan(plan)), None) => {
             let by_key: BTreeMap<String, (&Action, u32)> = plan
                 .steps
                 .iter()
@@ -554,7 +780,7 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
                 }
             }
         }
-        (Ok(Err(verdict)), None) => {
+        (Ok(Answer::Verdict(verdict)), None) => {
             if let Some(want) = e.verdict.as_ref().filter(|w| !check_verdict(w, &verdict)) {
                 let want = match want {
                     Value::String(s) => s.clone(),

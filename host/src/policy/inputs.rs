@@ -55,6 +55,11 @@ impl Settings {
         )
     }
 
+    /// Settings from the contract's list.
+    pub fn from_pairs(pairs: &[KeyValue]) -> Self {
+        Settings(pairs.iter().cloned().collect())
+    }
+
     /// The settings as the contract's list.
     pub fn pairs(&self) -> &[KeyValue] {
         &self.0
@@ -120,7 +125,11 @@ impl HostState {
 
 impl types::HostPod for HostState {
     fn namespace(&mut self, pod: Resource<types::Pod>) -> String {
-        self.pod(&pod).metadata.namespace.clone().unwrap_or_default()
+        self.pod(&pod)
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_default()
     }
 
     fn name(&mut self, pod: Resource<types::Pod>) -> String {

@@ -57,8 +57,8 @@ pub mod types {
 pub use cache::PolicyCache;
 pub use compile::{CompileLimits, worker_main as compile_worker_main};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
-pub use inputs::{Fleet, Settings};
 pub use error::{Error, Result};
+pub use inputs::{Fleet, Settings};
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
 pub use store::{PolicyStore, Reload};
 pub use validate::{Action, Admission, Plan, Step, Verdict};

@@ -9,9 +9,9 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use super::convert;
 use super::error::{Error, Result};
 use super::types::{self, DrainPlan, PodAction};
-use super::convert;
 use k8s_openapi::api::core::v1 as k8s;
 
 /// Longest attempt timeout or retry delay a policy may ask for.

@@ -133,7 +133,7 @@ macro_rules! export_policy {
                     <$policy as $crate::Policy>::on_failure(maintenance, failure)
                 }
             }
-            $crate::bindings::__export_guest!(NmoPolicyExport with_types_in $crate::bindings);
+    $crate::bindings::__export_guest!(NmoPolicyExport with_types_in $crate::bindings);
         };
         // A native build (the policy's own unit tests) exports nothing, but
         // the policy is still its code in use.

@@ -1,0 +1,181 @@
+//! max-unavailable: the default policy's drain, but never more than N (or
+//! N%) of a group of nodes unavailable at once.
+//!
+//! The group is the nodes the `selector` setting picks (`key=value` pairs,
+//! comma-separated, all must match; default: every node). A node of the
+//! group is unavailable while it is NotReady or under an admitted,
+//! unfinished maintenance. A maintenance of a group node starts only if,
+//! counting it and the group's maintenances created before it that still
+//! wait, no more than `max` would be unavailable; a maintenance of a node
+//! outside the group is not held. `max` is a number (`2`) or a percentage
+//! of the group (`25%`, rounded down, at least 1). A node already NotReady
+//! makes nothing worse: its maintenance starts.
+//!
+//! Settings (`policies.yaml`): `max` (default 1), `selector`.
+
+use nmo_policy_sdk::*;
+
+struct MaxUnavailable;
+
+/// `max`: a count, or a percentage of the group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Max {
+    Count(u64),
+    Percent(u64),
+}
+
+impl Max {
+    pub fn parse(text: &str) -> Result<Max, String> {
+        let t = text.trim();
+        let bad =
+            || format!("setting max: {text:?} is neither a number (2) nor a percentage (25%)");
+        match t.strip_suffix('%') {
+            Some(p) => match p.trim().parse::<u64>() {
+                Ok(p) if (1..=100).contains(&p) => Ok(Max::Percent(p)),
+                Ok(_) => Err(format!("setting max: {text:?} must be between 1% and 100%")),
+                Err(_) => Err(bad()),
+            },
+            None => match t.parse::<u64>() {
+                Ok(0) => Err("setting max: 0 would never let a maintenance start".into()),
+                Ok(n) => Ok(Max::Count(n)),
+                Err(_) => Err(bad()),
+            },
+        }
+    }
+
+    /// How many of `group` nodes may be unavailable.
+    pub fn of(self, group: usize) -> u64 {
+        match self {
+            Max::Count(n) => n,
+            Max::Percent(p) => (group as u64 * p / 100).max(1),
+        }
+    }
+}
+
+/// `key=value,key2=value2`: every pair must match.
+pub fn parse_selector(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_owned(), v.trim().to_owned())),
+            _ => Err(format!("setting selector: {pair:?} is not key=value")),
+        })
+        .collect()
+}
+
+fn picks(selector: &[(String, String)], node: &Node) -> bool {
+    selector
+        .iter()
+        .all(|(k, v)| node.label(k).as_deref() == Some(v.as_str()))
+}
+
+/// The answer for a maintenance of `node`.
+pub fn admit_within(
+    m: &Maintenance,
+    node: &Node,
+    fleet: &Fleet,
+    max: Max,
+    selector: &[(String, String)],
+) -> Admission {
+    if !picks(selector, node) || !node.is_ready() {
+        return Admission::Admit;
+    }
+    let group: Vec<&Node> = fleet.nodes.iter().filter(|n| picks(selector, n)).collect();
+    let in_group = |name: &str| group.iter().any(|n| n.name() == name);
+    let allowed = max.of(group.len());
+    let admitted: Vec<&str> = fleet
+        .admitted()
+        .filter(|o| o.node_name != m.node_name && in_group(&o.node_name))
+        .map(|o| o.node_name.as_str())
+        .collect();
+    let not_ready = group
+        .iter()
+        .filter(|n| n.name() != m.node_name && !n.is_ready() && !admitted.contains(&n.name()))
+        .count();
+    let ahead = fleet
+        .waiting_before(m)
+        .filter(|o| in_group(&o.node_name))
+        .count();
+    let down = admitted.len() + not_ready;
+    if (down + ahead + 1) as u64 <= allowed {
+        return Admission::Admit;
+    }
+    let mut why = format!(
+        "{down} of {} node(s) unavailable ({} in maintenance, {not_ready} NotReady)",
+        group.len(),
+        admitted.len()
+    );
+    if ahead > 0 {
+        why.push_str(&format!(", {ahead} waiting maintenance(s) created earlier"));
+    }
+    Admission::wait(format!("{why}; at most {allowed} at once"), None)
+}
+
+fn configured() -> (Max, Vec<(String, String)>) {
+    let s = Settings::current();
+    let max = s
+        .get("max")
+        .and_then(|m| Max::parse(m).ok())
+        .unwrap_or(Max::Count(1));
+    let selector = s
+        .get("selector")
+        .and_then(|t| parse_selector(t).ok())
+        .unwrap_or_default();
+    (max, selector)
+}
+
+impl Policy for MaxUnavailable {
+    fn plan_drain(_m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
+        defaults::plan(&pods, defaults::pod_action)
+    }
+
+    fn on_failure(m: Maintenance, failure: Failure) -> Verdict {
+        defaults::on_failure(&m, &failure)
+    }
+
+    fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
+        if let deny @ Admission::Deny(_) = defaults::admit(&m, &node, &fleet) {
+            return deny;
+        }
+        let (max, selector) = configured();
+        admit_within(&m, &node, &fleet, max, &selector)
+    }
+
+    fn validate_settings(settings: Settings) -> Result<(), String> {
+        settings.allow_only(&["max", "selector"])?;
+        if let Some(m) = settings.get("max") {
+            Max::parse(m)?;
+        }
+        if let Some(s) = settings.get("selector") {
+            parse_selector(s)?;
+        }
+        Ok(())
+    }
+}
+
+export_policy!(MaxUnavailable);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentages_round_down_but_allow_one() {
+        assert_eq!(Max::parse("25%").unwrap().of(12), 3);
+        assert_eq!(Max::parse("10%").unwrap().of(5), 1);
+        assert_eq!(Max::parse("2").unwrap().of(100), 2);
+        for bad in ["0", "0%", "150%", "many", "-1"] {
+            assert!(Max::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn selectors_are_key_value_pairs() {
+        assert_eq!(
+            parse_selector("pool=gpu, zone=a").unwrap(),
+            vec![("pool".into(), "gpu".into()), ("zone".into(), "a".into())]
+        );
+        assert!(parse_selector("pool").is_err());
+    }
+}

@@ -1,0 +1,138 @@
+//! one-per-zone: the default policy's drain, but at most one node of a zone
+//! in maintenance at a time.
+//!
+//! A maintenance whose node is in a zone (the `topology.kubernetes.io/zone`
+//! label, or the label the `label` setting names) waits while another
+//! maintenance of that zone is admitted and unfinished, or while another
+//! node of the zone is NotReady (the zone is already short of a node).
+//! Maintenances of one zone start in the order they were created; other
+//! zones are not held up. A node without the label is in a zone of its own
+//! name: it never waits for others.
+//!
+//! Settings (`policies.yaml`): `label` (the zone label), `max-per-zone`
+//! (default 1).
+
+use nmo_policy_sdk::*;
+
+/// The zone label, unless the `label` setting names another.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+struct OnePerZone;
+
+/// The zone of a node: its label, or, without one, the node's own name.
+fn zone(node: &Node, label: &str) -> String {
+    node.label(label)
+        .unwrap_or_else(|| format!("(node {})", node.name()))
+}
+
+fn limits() -> (String, u64) {
+    let s = Settings::current();
+    let label = s.get("label").unwrap_or(ZONE_LABEL).to_owned();
+    let max = s.number("max-per-zone").ok().flatten().unwrap_or(1);
+    (label, max)
+}
+
+/// The answer for a maintenance of `node`, given the fleet.
+pub fn admit_in_zone(
+    m: &Maintenance,
+    node: &Node,
+    fleet: &Fleet,
+    label: &str,
+    max: u64,
+) -> Admission {
+    let mine = zone(node, label);
+    let in_zone = |name: &str| fleet.node(name).is_some_and(|n| zone(n, label) == mine);
+    let busy: Vec<&FleetMaintenance> = fleet
+        .admitted()
+        .filter(|o| o.node_name != m.node_name && in_zone(&o.node_name))
+        .collect();
+    let under_maintenance = |n: &str| busy.iter().any(|o| o.node_name == n);
+    let not_ready: Vec<&str> = fleet
+        .nodes
+        .iter()
+        .filter(|n| n.name() != m.node_name && !n.is_ready() && zone(n, label) == mine)
+        .map(|n| n.name())
+        .filter(|n| !under_maintenance(n))
+        .collect();
+    let ahead: Vec<&FleetMaintenance> = fleet
+        .waiting_before(m)
+        .filter(|o| in_zone(&o.node_name))
+        .collect();
+    let down = (busy.len() + not_ready.len()) as u64;
+    if down + ahead.len() as u64 + 1 <= max {
+        return Admission::Admit;
+    }
+    let why = if let Some(o) = busy.first() {
+        format!(
+            "{} of zone {mine} is in maintenance ({})",
+            o.node_name, o.name
+        )
+    } else if let Some(n) = not_ready.first() {
+        format!("{n} of zone {mine} is NotReady")
+    } else {
+        let o = ahead[0];
+        format!(
+            "{} ({}) of zone {mine} was created first",
+            o.node_name, o.name
+        )
+    };
+    Admission::wait(
+        format!("{why}; at most {max} node(s) per zone at once"),
+        None,
+    )
+}
+
+impl Policy for OnePerZone {
+    fn plan_drain(_m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
+        defaults::plan(&pods, defaults::pod_action)
+    }
+
+    fn on_failure(m: Maintenance, failure: Failure) -> Verdict {
+        defaults::on_failure(&m, &failure)
+    }
+
+    fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
+        // The Go operator's etcd rule first: it refuses outright.
+        if let deny @ Admission::Deny(_) = defaults::admit(&m, &node, &fleet) {
+            return deny;
+        }
+        let (label, max) = limits();
+        admit_in_zone(&m, &node, &fleet, &label, max)
+    }
+
+    fn validate_settings(settings: Settings) -> Result<(), String> {
+        settings.allow_only(&["label", "max-per-zone"])?;
+        match settings.number("max-per-zone")? {
+            Some(0) => Err("setting max-per-zone: 0 would never let a maintenance start".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+export_policy!(OnePerZone);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nmo_policy_sdk::testing::{fleet, maintenance, node, other};
+
+    fn zoned(name: &str, zone: &str) -> Node {
+        node(name).with_label(ZONE_LABEL, zone).schedulable()
+    }
+
+    #[test]
+    fn another_zone_is_not_held_up_but_the_same_zone_is() {
+        let m = maintenance("a-2");
+        let nodes = || vec![zoned("a-1", "a"), zoned("a-2", "a"), zoned("b-1", "b")];
+        let busy_b = fleet(nodes(), vec![other("b-1", true, 0)]);
+        assert!(matches!(
+            admit_in_zone(&m, &zoned("a-2", "a"), &busy_b, ZONE_LABEL, 1),
+            Admission::Admit
+        ));
+        let busy_a = fleet(nodes(), vec![other("a-1", true, 0)]);
+        assert!(matches!(
+            admit_in_zone(&m, &zoned("a-2", "a"), &busy_a, ZONE_LABEL, 1),
+            Admission::Wait(w) if w.reason.contains("a-1 of zone a is in maintenance")
+        ));
+    }
+}
