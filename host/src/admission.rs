@@ -1,5 +1,6 @@
 //! The fleet around a maintenance, as the policy's `admit` sees it: every
-//! node, the other unfinished NodeMaintenances, and on OpenShift the etcd
+//! node, the other NodeMaintenances that hold (or wait for) a node, and on
+//! OpenShift the etcd
 //! quorum guard. Read from the API server (not a cache), so two admissions
 //! made one after the other always see each other.
 
@@ -32,16 +33,26 @@ fn millis(t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>) -> u
     t.map_or(0, |t| t.0.as_millisecond().max(0) as u64)
 }
 
-/// Reads the fleet around the maintenance `nm`: returns it and the
-/// position of `nm`'s node in its nodes (`None`: the node does not exist).
-/// `admitted` says whether another maintenance was admitted (its phase
-/// set, or admitted by this process and not yet written).
+/// The fleet around one maintenance, as read.
+#[derive(Debug)]
+pub struct Around {
+    pub fleet: Fleet,
+    /// The position of the maintenance's node in `fleet.nodes` (`None`:
+    /// the node does not exist).
+    pub node: Option<usize>,
+    /// The maintenance itself, as the API server has it now, was admitted
+    /// already (a pass that started from an older copy).
+    pub already_admitted: bool,
+}
+
+/// Reads the fleet around the maintenance `nm`. `admitted` says whether a
+/// maintenance was admitted.
 pub async fn fleet(
     client: &Client,
     nm: &NodeMaintenance,
     openshift: bool,
     admitted: impl Fn(&NodeMaintenance) -> bool,
-) -> Result<(Fleet, Option<usize>)> {
+) -> Result<Around> {
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -53,16 +64,14 @@ pub async fn fleet(
         .map_err(Error::kube("listing the NodeMaintenances for admission"))?
         .items;
     let me = nm.uid();
+    let already_admitted = others.iter().any(|o| o.uid() == me && admitted(o));
     let maintenances = others
         .iter()
-        .filter(|o| o.uid() != me && o.metadata.deletion_timestamp.is_none())
-        .filter(|o| {
-            let phase = o.status.as_ref().and_then(|s| s.phase);
-            !matches!(
-                phase,
-                Some(MaintenancePhase::Succeeded | MaintenancePhase::Failed)
-            )
-        })
+        // A Succeeded maintenance holds its node (cordoned, drained) until
+        // it is deleted, and one being deleted until its node is restored;
+        // a Failed one has given its node back.
+        .filter(|o| o.uid() != me)
+        .filter(|o| o.status.as_ref().and_then(|s| s.phase) != Some(MaintenancePhase::Failed))
         .map(|o| fleet_maintenance(o, admitted(o)))
         .collect();
     let position = nodes
@@ -73,12 +82,15 @@ pub async fn fleet(
     } else {
         None
     };
-    let fleet = Fleet {
-        nodes: Arc::from(nodes),
-        maintenances,
-        etcd,
-    };
-    Ok((fleet, position))
+    Ok(Around {
+        fleet: Fleet {
+            nodes: Arc::from(nodes),
+            maintenances,
+            etcd,
+        },
+        node: position,
+        already_admitted,
+    })
 }
 
 /// Another maintenance as `admit` sees it.

@@ -254,7 +254,14 @@ pub fn node(name: &str) -> Node {
             }]),
             ..Default::default()
         }),
-        status: None,
+        status: Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
     }
 }
 
@@ -273,5 +280,6 @@ pub fn maintenance(reason: &str) -> crate::policy::types::Maintenance {
         attempt: 1,
         elapsed_ms: 0,
         now_ms: 1_767_607_200_000,
+        created_ms: 1_767_607_200_000,
     }
 }

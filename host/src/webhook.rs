@@ -150,10 +150,13 @@ impl Validator {
             return Ok(None);
         }
         let phase_set = |o: &NodeMaintenance| o.status.as_ref().is_some_and(|s| s.phase.is_some());
-        let (fleet, position) =
-            crate::admission::fleet(&self.client, nm, self.openshift, phase_set)
-                .await
-                .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
+        let crate::admission::Around {
+            fleet,
+            node: position,
+            ..
+        } = crate::admission::fleet(&self.client, nm, self.openshift, phase_set)
+            .await
+            .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
         let Some(selected) = selected else {
             let allowed = fleet
                 .etcd
@@ -365,8 +368,6 @@ pub(crate) fn self_signed(names: Vec<String>) -> Result<Arc<CertifiedKey>> {
         signing,
     )))
 }
-
-/// The namespace of OpenShift's etcd guard.
 
 /// A metav1.LabelSelector as the API's `labelSelector` query string.
 pub(crate) fn selector_string(

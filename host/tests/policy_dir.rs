@@ -168,6 +168,21 @@ fn bad_policy_directories_are_refused_with_a_reason() {
             &[("builtin.wasm", b"\0asm\x0d\0\x01\0")],
             "the name \"builtin\" is reserved",
         ),
+        (
+            "settings for a policy that is not there",
+            &[("policies.yaml", b"settings: {give-up: {timeout: 5m}}")],
+            r#"policies.yaml: settings names policy "give-up", which is not in the directory"#,
+        ),
+        (
+            "a setting that is a list",
+            &[("policies.yaml", b"settings: {builtin: {nodes: [a, b]}}")],
+            "settings of builtin: nodes must be a string, number or boolean, not a list",
+        ),
+        (
+            "settings the policy refuses",
+            &[("policies.yaml", b"settings: {builtin: {timeout: 5m}}")],
+            r#"policy builtin refused its settings: unknown setting "timeout": this policy takes no settings"#,
+        ),
     ];
     for (what, files, want) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -645,4 +660,47 @@ async fn a_restarted_operator_keeps_the_recorded_policy() {
     assert_eq!(s.policy.as_deref(), Some(recorded.as_str()));
     assert_eq!(env.pods_on("worker-1").await.len(), 1);
     env.stop().await;
+}
+
+#[test]
+fn settings_in_policies_yaml_reach_the_policy_and_a_bad_one_refuses_the_set() {
+    let engine = engine();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("give-up.wasm"), built_policy("give_up")).unwrap();
+    std::fs::write(
+        dir.path().join("policies.yaml"),
+        "default: give-up\nsettings:\n  give-up: {timeout: 30m}\n",
+    )
+    .unwrap();
+    let set = PolicySet::load(&engine, &Snapshot::read(dir.path()).unwrap(), None).unwrap();
+    let selected = set.select(None, None).unwrap();
+    assert_eq!(selected.name, "give-up");
+    let mut m = nmo::fixtures::maintenance("x");
+    m.elapsed_ms = 31 * 60_000;
+    let failure = nmo::policy::types::Failure::DrainIncomplete(nmo::policy::types::DrainReport {
+        pending: Vec::new(),
+        pdb_blocked: Vec::new(),
+        blocked: Vec::new(),
+        timed_out: true,
+        message: "drain did not complete after 30s".into(),
+    });
+    match selected.policy.on_failure(&m, &failure).unwrap() {
+        nmo::policy::Verdict::Fail(message) => {
+            assert!(message.starts_with("gave up after 30m"), "{message}")
+        }
+        other => panic!("the configured 30m limit is past: {other:?}"),
+    }
+    // The same policy refuses a setting it cannot read, in its own words.
+    std::fs::write(
+        dir.path().join("policies.yaml"),
+        "settings:\n  give-up: {timeout: half an hour}\n",
+    )
+    .unwrap();
+    let err = PolicySet::load(&engine, &Snapshot::read(dir.path()).unwrap(), None)
+        .expect_err("refused")
+        .to_string();
+    assert_eq!(
+        err,
+        "policy give-up refused its settings: setting timeout: cannot read \"half an hour\" as a duration (use 90s, 15m, 2h)"
+    );
 }

@@ -719,3 +719,119 @@ fn a_policy_built_for_contract_0_1_is_refused_with_how_to_rebuild() {
         assert!(msg.contains(part), "{part:?} in {msg}");
     }
 }
+
+fn fleet_of(nodes: usize) -> nmo::policy::Fleet {
+    nmo::policy::Fleet {
+        nodes: (0..nodes)
+            .map(|i| fixtures::node(&format!("worker-{}", i + 1)))
+            .collect::<Vec<_>>()
+            .into(),
+        maintenances: Vec::new(),
+        etcd: None,
+    }
+}
+
+#[test]
+fn hostile_admissions_are_typed_errors_never_an_admission() {
+    let engine = engine();
+    let policy = hostile(&engine);
+    let fleet = fleet_of(3);
+    let admit = |reason: &str| policy.admit(&maintenance(reason), 0, &fleet);
+    for (reason, category, says) in [
+        ("admit-trap", "trap", "panics in admit"),
+        ("admit-loop", "deadline", "deadline"),
+        (
+            "admit-wait-zero",
+            "invalid_decision",
+            "recheck-after-ms 0 is outside",
+        ),
+        (
+            "admit-deny-empty",
+            "invalid_decision",
+            "the deny message is empty",
+        ),
+    ] {
+        let err = admit(reason).expect_err(reason);
+        assert_eq!(err.category(), category, "{reason}: {err}");
+        assert!(err.to_string().contains(says), "{reason}: {err}");
+    }
+    // The policy sees the fleet it is given, and its own node by position.
+    match admit("admit-wait").expect("a wait") {
+        nmo::policy::Admission::Wait {
+            reason,
+            recheck_after: None,
+        } => assert_eq!(reason, "worker-1 sees 3 node(s), 0 other maintenance(s)"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        admit("behave").expect("the default rule"),
+        nmo::policy::Admission::Admit
+    );
+    assert_still_works(&engine, &policy);
+}
+
+#[test]
+fn settings_reach_every_decision_and_a_refusal_carries_the_policys_words() {
+    let engine = engine();
+    let policy = hostile(&engine);
+    let settings = |pairs: &[(&str, &str)]| {
+        nmo::policy::Settings::from_map(
+            &pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    };
+    let configured = policy
+        .with_settings(settings(&[("answer", "42"), ("colour", "blue")]))
+        .expect("the hostile policy takes any settings but `refuse` and `loop`");
+    let plan = configured
+        .plan_drain(&maintenance("settings"), &node(), &pods())
+        .unwrap();
+    assert_eq!(
+        plan.steps[0].action,
+        nmo::policy::Action::Skip {
+            reason: "settings: answer=42,colour=blue".into()
+        }
+    );
+    // Without settings, the same policy sees none.
+    let plan = policy
+        .plan_drain(&maintenance("settings"), &node(), &pods())
+        .unwrap();
+    assert!(
+        matches!(&plan.steps[0].action, nmo::policy::Action::Skip { reason } if reason == "settings: ")
+    );
+
+    let err = policy
+        .with_settings(settings(&[(
+            "refuse",
+            "threshold must be \u{1b}[31ma number",
+        )]))
+        .expect_err("refused");
+    assert_eq!(err.category(), "settings");
+    assert_eq!(
+        err.to_string(),
+        "policy nmo_policy_hostile.wasm refused its settings: threshold must be \\u{1b}[31ma number"
+    );
+    let started = Instant::now();
+    let err = policy
+        .with_settings(settings(&[("loop", "yes")]))
+        .expect_err("stopped");
+    assert_eq!(err.category(), "deadline", "{err}");
+    assert!(started.elapsed() < DEADLINE * 10);
+}
+
+#[test]
+fn the_decision_time_and_the_node_reach_the_policy() {
+    let engine = engine();
+    let policy = hostile(&engine);
+    let mut m = maintenance("now");
+    m.now_ms = 1_767_607_200_000;
+    let plan = policy.plan_drain(&m, &node(), &pods()).unwrap();
+    assert_eq!(
+        plan.steps[0].action,
+        nmo::policy::Action::Skip {
+            reason: "now=1767607200000 node=worker-1 ready=true".into()
+        }
+    );
+}

@@ -509,16 +509,12 @@ fn watch_error(e: &watcher::Error) -> String {
 }
 
 /// Whether a watch event may let a waiting maintenance start: another
-/// one was deleted, is being deleted, or finished.
+/// one is gone (its node restored) or failed (its node given back).
 fn frees_a_place(e: &watcher::Event<NodeMaintenance>) -> bool {
     match e {
         watcher::Event::Delete(_) => true,
         watcher::Event::Apply(nm) => {
-            nm.metadata.deletion_timestamp.is_some()
-                || matches!(
-                    nm.status.as_ref().and_then(|s| s.phase),
-                    Some(MaintenancePhase::Succeeded | MaintenancePhase::Failed)
-                )
+            nm.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Failed)
         }
         _ => false,
     }

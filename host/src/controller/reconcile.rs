@@ -195,14 +195,18 @@ impl Pass {
     async fn admit(&self, selected: &Selected) -> Result<Option<Next>> {
         let _one_at_a_time = self.ctx.admission.lock().await;
         let nm = self.writer.current().await;
-        let (fleet, position) = crate::admission::fleet(
+        let around = crate::admission::fleet(
             &self.ctx.client,
             &nm,
             self.ctx.settings.openshift,
             super::is_admitted,
         )
         .await?;
-        let Some(position) = position else {
+        if around.already_admitted {
+            return Ok(None);
+        }
+        let fleet = around.fleet;
+        let Some(position) = around.node else {
             let message = format!("nodes \"{}\" not found", self.node_name);
             return finish::failed(self, Failure::NodeNotFound, message)
                 .await

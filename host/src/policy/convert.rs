@@ -127,6 +127,11 @@ pub fn maintenance(
         attempt: attempt.max(1),
         elapsed_ms: elapsed,
         now_ms: now.as_millisecond().max(0) as u64,
+        created_ms: nm
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_millisecond().max(0) as u64),
     }
 }
 

@@ -702,6 +702,9 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
     let at = jiff::Timestamp::try_from(now).unwrap_or_else(|_| jiff::Timestamp::now());
     let mut m = super::convert::maintenance(&s.maintenance, s.attempt, at);
     m.elapsed_ms = s.elapsed_ms;
+    if s.maintenance.metadata.creation_timestamp.is_none() {
+        m.created_ms = m.now_ms.saturating_sub(m.elapsed_ms);
+    }
     let e = &s.expect;
     let answer = policy
         .at(now)

@@ -67,6 +67,7 @@ pub fn sample_maintenance() -> Maintenance {
         attempt: 1,
         elapsed_ms: 0,
         now_ms: 1_767_607_200_000,
+        created_ms: 1_767_607_200_000,
     }
 }
 

@@ -538,7 +538,8 @@ impl Node {
 pub struct Fleet {
     /// Every node of the cluster, the one under maintenance included.
     pub nodes: Vec<Node>,
-    /// Every other NodeMaintenance that is not finished.
+    /// Every other NodeMaintenance that holds or waits for a node (Failed
+    /// ones are left out; Succeeded ones hold their node until deleted).
     pub maintenances: Vec<FleetMaintenance>,
     /// OpenShift only: the etcd quorum guard.
     pub etcd: Option<EtcdGuard>,
@@ -555,7 +556,8 @@ impl Fleet {
         }
     }
 
-    /// The other maintenances already admitted (started, not finished).
+    /// The other maintenances already admitted (their node is, or is about
+    /// to be, cordoned).
     pub fn admitted(&self) -> impl Iterator<Item = &FleetMaintenance> {
         self.maintenances.iter().filter(|m| m.admitted)
     }
@@ -568,7 +570,7 @@ impl Fleet {
     /// Whether a maintenance waiting for admission was created before
     /// `m` (the order waiting maintenances are admitted in).
     pub fn waiting_before(&self, m: &Maintenance) -> impl Iterator<Item = &FleetMaintenance> {
-        let created = m.now_ms.saturating_sub(m.elapsed_ms);
+        let created = m.created_ms;
         self.maintenances
             .iter()
             .filter(move |o| !o.admitted && (o.created_ms, &o.name) < (created, &m.name))
@@ -626,12 +628,6 @@ impl Maintenance {
     /// The drain has begun removing pods (`drainProgress` above 0).
     pub fn drain_started(&self) -> bool {
         self.drain_progress > 0
-    }
-
-    /// When the NodeMaintenance was created, in milliseconds since the
-    /// Unix epoch.
-    pub fn created_ms(&self) -> u64 {
-        self.now_ms.saturating_sub(self.elapsed_ms)
     }
 }
 
@@ -959,6 +955,7 @@ pub mod testing {
             attempt: 1,
             elapsed_ms: 0,
             now_ms: 1_767_607_200_000,
+            created_ms: 1_767_607_200_000,
         }
     }
 
@@ -1089,6 +1086,7 @@ pub mod testing {
         /// Created this long ago.
         pub fn elapsed(mut self, elapsed: std::time::Duration) -> Self {
             self.elapsed_ms = elapsed.as_millis() as u64;
+            self.created_ms = self.now_ms.saturating_sub(self.elapsed_ms);
             self
         }
 

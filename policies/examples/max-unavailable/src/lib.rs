@@ -3,8 +3,9 @@
 //!
 //! The group is the nodes the `selector` setting picks (`key=value` pairs,
 //! comma-separated, all must match; default: every node). A node of the
-//! group is unavailable while it is NotReady or under an admitted,
-//! unfinished maintenance. A maintenance of a group node starts only if,
+//! group is unavailable while it is NotReady or under an admitted
+//! maintenance that still holds it (until the NodeMaintenance is deleted). A
+//! maintenance of a group node starts only if,
 //! counting it and the group's maintenances created before it that still
 //! wait, no more than `max` would be unavailable; a maintenance of a node
 //! outside the group is not held. `max` is a number (`2`) or a percentage
@@ -98,7 +99,7 @@ pub fn admit_within(
         .filter(|o| in_group(&o.node_name))
         .count();
     let down = admitted.len() + not_ready;
-    if (down + ahead + 1) as u64 <= allowed {
+    if ((down + ahead) as u64) < allowed {
         return Admission::Admit;
     }
     let mut why = format!(

@@ -3,7 +3,7 @@
 //!
 //! A maintenance whose node is in a zone (the `topology.kubernetes.io/zone`
 //! label, or the label the `label` setting names) waits while another
-//! maintenance of that zone is admitted and unfinished, or while another
+//! maintenance of that zone holds its node (admitted, until deleted), or while another
 //! node of the zone is NotReady (the zone is already short of a node).
 //! Maintenances of one zone start in the order they were created; other
 //! zones are not held up. A node without the label is in a zone of its own
@@ -59,7 +59,7 @@ pub fn admit_in_zone(
         .filter(|o| in_zone(&o.node_name))
         .collect();
     let down = (busy.len() + not_ready.len()) as u64;
-    if down + ahead.len() as u64 + 1 <= max {
+    if down + (ahead.len() as u64) < max {
         return Admission::Admit;
     }
     let why = if let Some(o) = busy.first() {

@@ -1,0 +1,312 @@
+//! Fleet admission end to end: twelve nodes in three zones, twelve
+//! NodeMaintenances created at once, and a policy that says how many may
+//! hold a node at a time. What was cordoned when is read from the API
+//! server's own stream of node versions (a watch the test makes), not from
+//! the operator.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use nmo::crd::{MaintenancePhase, NodeMaintenance};
+use nmo::policy::{EngineConfig, PolicyEngine, PolicyStore, Settings};
+use serde_json::json;
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+fn zone_of(i: usize) -> String {
+    format!("zone-{}", ["a", "b", "c"][(i - 1) % 3])
+}
+
+/// A store of one example policy with these settings.
+fn policy(stem: &str, settings: &[(&str, &str)]) -> Arc<PolicyStore> {
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let policy = engine
+        .load(stem, &built_policy(&stem.replace('-', "_")))
+        .unwrap();
+    let settings: BTreeMap<String, String> = settings
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    PolicyStore::single(policy.with_settings(Settings::from_map(&settings)).unwrap())
+}
+
+/// Twelve workers in three zones, two pods each.
+async fn fleet_env(policies: Arc<PolicyStore>) -> Env {
+    let env = Env::start_store(12, policies).await;
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    for i in 1..=12 {
+        let name = format!("worker-{i}");
+        nodes
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {ZONE: zone_of(i)}}})),
+            )
+            .await
+            .unwrap();
+        for p in 0..2 {
+            let pod = bare(&format!("app-{i}-{p}"), &name, json!({}), 1);
+            pods.create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    env
+}
+
+/// Every version of every node the API server sends, kept as "which
+/// nodes are cordoned" after each one.
+fn record_cordons(client: &kube::Client) -> Arc<Mutex<Vec<BTreeSet<String>>>> {
+    let timeline = Arc::new(Mutex::new(Vec::<BTreeSet<String>>::new()));
+    let nodes: Api<Node> = Api::all(client.clone());
+    let t = timeline.clone();
+    tokio::spawn(async move {
+        let mut cordoned = BTreeSet::new();
+        let mut stream = watcher(nodes, watcher::Config::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(node)) = stream.next().await {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            if node.spec.and_then(|s| s.unschedulable).unwrap_or(false) {
+                cordoned.insert(name);
+            } else {
+                cordoned.remove(&name);
+            }
+            t.lock().unwrap().push(cordoned.clone());
+        }
+    });
+    timeline
+}
+
+/// Creates `nm-01`..`nm-N` for `worker-1`..`worker-N`, one right after
+/// the other (so creation order is name order).
+async fn create_at_once(env: &Env, n: usize) {
+    for i in 1..=n {
+        env.create_nm(&format!("nm-{i:02}"), &format!("worker-{i}"))
+            .await;
+    }
+}
+
+/// Creates the twelve maintenances at once; deletes each as soon as it
+/// succeeds (the work on the node done), until all twelve have succeeded
+/// and are gone. Returns the order in which they were admitted (those
+/// first seen admitted together, by name).
+async fn run_all(env: &Env) -> Vec<String> {
+    let nms = env.nms();
+    create_at_once(env, 12).await;
+    let mut done = Vec::new();
+    let mut admitted: Vec<String> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while done.len() < 12 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {done:?} succeeded"
+        );
+        let list = nms.list(&Default::default()).await.unwrap().items;
+        let mut newly: Vec<String> = list
+            .iter()
+            .filter(|nm| nmo::controller::is_admitted(nm))
+            .filter_map(|nm| nm.metadata.name.clone())
+            .filter(|n| !admitted.contains(n))
+            .collect();
+        newly.sort();
+        admitted.extend(newly);
+        for nm in list {
+            let name = nm.metadata.name.clone().unwrap_or_default();
+            let phase = nm.status.as_ref().and_then(|s| s.phase);
+            assert_ne!(
+                phase,
+                Some(MaintenancePhase::Failed),
+                "{name}: {:?}",
+                nm.status
+            );
+            if phase == Some(MaintenancePhase::Succeeded) && !done.contains(&name) {
+                done.push(name.clone());
+                nms.delete(&name, &DeleteParams::default()).await.unwrap();
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    wait_until(
+        "every maintenance gone",
+        Duration::from_secs(60),
+        || async {
+            nms.list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        },
+    )
+    .await;
+    admitted
+}
+
+fn zone_of_node(name: &str) -> String {
+    zone_of(name.trim_start_matches("worker-").parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_per_zone_never_cordons_two_nodes_of_a_zone() {
+    let env = fleet_env(policy("one-per-zone", &[])).await;
+    let timeline = record_cordons(&env.client);
+    // While the first three drain, the others wait and say why.
+    let order = run_all(&env).await;
+    assert_eq!(order.len(), 12);
+    let timeline = timeline.lock().unwrap().clone();
+    let mut most_at_once = 0;
+    for cordoned in &timeline {
+        let mut per_zone: BTreeMap<String, usize> = BTreeMap::new();
+        for n in cordoned {
+            *per_zone.entry(zone_of_node(n)).or_default() += 1;
+        }
+        assert!(
+            per_zone.values().all(|c| *c <= 1),
+            "two nodes of one zone cordoned together: {cordoned:?}"
+        );
+        most_at_once = most_at_once.max(cordoned.len());
+    }
+    // Zones did not wait for each other.
+    assert_eq!(most_at_once, 3, "one node per zone at a time, three zones");
+    // In each zone, the maintenances went in the order they were created.
+    for zone in ["zone-a", "zone-b", "zone-c"] {
+        let in_zone: Vec<&String> = order
+            .iter()
+            .filter(|nm| zone_of(nm.trim_start_matches("nm-").parse().unwrap()) == zone)
+            .collect();
+        let mut sorted = in_zone.clone();
+        sorted.sort();
+        assert_eq!(in_zone, sorted, "{zone}");
+    }
+    // The last of a zone waited, and said why in an event.
+    let events = env.events_for("nm-12").await;
+    assert!(
+        events.iter().any(
+            |(_, reason, msg)| reason == "WaitingMaintenance" && msg.contains("of zone zone-c")
+        ),
+        "{events:?}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_unavailable_25_percent_keeps_three_of_twelve_at_most() {
+    let env = fleet_env(policy("max-unavailable", &[("max", "25%")])).await;
+    let timeline = record_cordons(&env.client);
+    let nms = env.nms();
+    let order = run_all(&env).await;
+    assert_eq!(order.len(), 12);
+    let most = timeline.lock().unwrap().iter().map(BTreeSet::len).max();
+    assert_eq!(most, Some(3), "at most 25% of 12 at once, and that many");
+    // Admitted in the order they were created, give or take those that
+    // fitted in the same freed places: none is passed by more than the
+    // three that may go at once.
+    let mut sorted = order.clone();
+    sorted.sort();
+    for (position, name) in order.iter().enumerate() {
+        let created = sorted.iter().position(|n| n == name).unwrap();
+        assert!(position.abs_diff(created) < 3, "{order:?}");
+    }
+    drop(nms);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_maintenance_touches_nothing_and_shows_why() {
+    let env = fleet_env(policy("max-unavailable", &[("max", "1")])).await;
+    let nms = env.nms();
+    env.create_nm("first", "worker-1").await;
+    wait_succeeded(&nms, "first", Duration::from_secs(60)).await;
+    env.create_nm("second", "worker-2").await;
+    let s = env
+        .wait_status("second", "wait", |s| s.waiting.is_some())
+        .await;
+    let waiting = s.waiting.unwrap();
+    assert!(
+        waiting
+            .reason
+            .contains("1 of 12 node(s) unavailable (1 in maintenance, 0 NotReady)"),
+        "{waiting:?}"
+    );
+    assert!(waiting.since.is_some());
+    // What a Go-operator client sees: no phase yet, nothing started.
+    assert_eq!(s.phase, None);
+    assert_eq!(s.drain_progress, 0);
+    // The node is untouched: not cordoned, no lease, its pods still there.
+    let node = env.node("worker-2").await;
+    assert_ne!(node.spec.and_then(|s| s.unschedulable), Some(true));
+    assert_eq!(env.pods_on("worker-2").await.len(), 2);
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client.clone(), "medik8s-leases");
+    assert!(leases.get_opt("worker-2").await.unwrap().is_none());
+    // `kubectl get nm` shows why (the Waiting column).
+    let crd = nmo::crd::crd_yaml();
+    assert!(crd.contains("jsonPath: .status.waiting.reason"), "{crd}");
+    // The first one ends: the second starts at once, without waiting out a
+    // recheck.
+    nms.delete("first", &DeleteParams::default()).await.unwrap();
+    wait_succeeded(&nms, "second", Duration::from_secs(30)).await;
+    let s = nms.get("second").await.unwrap().status.unwrap();
+    assert_eq!(s.waiting, None);
+    assert!(s.admitted_at.is_some());
+    let events = env.events_for("second").await;
+    let reasons: Vec<&str> = events.iter().map(|(_, r, _)| r.as_str()).collect();
+    assert!(
+        reasons.contains(&"WaitingMaintenance") && reasons.contains(&"AdmittedMaintenance"),
+        "{reasons:?}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_maintenances_at_once_are_never_admitted_on_a_stale_view() {
+    let env = Env::start_store(20, policy("max-unavailable", &[("max", "2")])).await;
+    let timeline = record_cordons(&env.client);
+    let nms = env.nms();
+    create_at_once(&env, 20).await;
+    wait_until("two admitted", Duration::from_secs(30), || async {
+        nms.list(&Default::default())
+            .await
+            .unwrap()
+            .iter()
+            .filter(|nm| nmo::controller::is_admitted(nm))
+            .count()
+            == 2
+    })
+    .await;
+    // Every other one has been asked and waits; none more is admitted.
+    wait_until("eighteen waiting", Duration::from_secs(30), || async {
+        nms.list(&Default::default())
+            .await
+            .unwrap()
+            .iter()
+            .filter(|nm| nm.status.as_ref().is_some_and(|s| s.waiting.is_some()))
+            .count()
+            == 18
+    })
+    .await;
+    let admitted: Vec<NodeMaintenance> = nms
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(nmo::controller::is_admitted)
+        .collect();
+    assert_eq!(admitted.len(), 2);
+    let most = timeline.lock().unwrap().iter().map(BTreeSet::len).max();
+    assert!(most <= Some(2), "{most:?}");
+    env.stop().await;
+}
