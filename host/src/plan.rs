@@ -71,8 +71,9 @@ pub struct Report {
     pub max_concurrent_removals: u32,
     /// The policy's own limit, if it sets one.
     pub policy_concurrency_limit: Option<u32>,
-    /// Whether a maintenance may start now. This operator's contract has
-    /// no admission decision: every maintenance starts at once.
+    /// Whether the maintenance may start now, as the policy's `admit`
+    /// answers on the cluster as it is: `admit`, `wait: <reason>`,
+    /// `deny: <message>`, or `admitted` for one already started.
     pub admission: String,
     /// Every pod on the node, in the order the drain handles them (by
     /// wave, then as listed).
@@ -190,7 +191,8 @@ pub async fn plan(client: &Client, engine: &PolicyEngine, request: &Request) -> 
     };
     let plan = decide(&selected, &nm, &node, &pods).await?;
     let budgets = budgets(client, &pods).await?;
-    Ok(report(
+    let admission = admission(client, &selected, &nm).await?;
+    let mut report = report(
         &node_name,
         maintenance.as_ref(),
         &selected,
@@ -198,7 +200,30 @@ pub async fn plan(client: &Client, engine: &PolicyEngine, request: &Request) -> 
         &plan,
         &pods,
         &budgets,
-    ))
+    );
+    report.admission = admission;
+    Ok(report)
+}
+
+/// What the policy's `admit` answers for the maintenance now (it has
+/// already admitted one that started).
+async fn admission(client: &Client, selected: &Selected, nm: &NodeMaintenance) -> Result<String> {
+    if crate::controller::is_admitted(nm) {
+        return Ok("admitted".into());
+    }
+    let openshift = crate::admission::is_openshift(client).await;
+    let around = crate::admission::fleet(client, nm, openshift, crate::controller::is_admitted).await?;
+    let Some(position) = around.node else {
+        return Ok("the node does not exist".into());
+    };
+    let record = policy::convert::maintenance(nm, 1, Timestamp::now());
+    let p = selected.policy.clone();
+    let fleet = around.fleet;
+    let answer = crate::controller::decide("the policy's admit call", move || {
+        p.admit(&record, position, &fleet)
+    })
+    .await?;
+    Ok(answer.to_string())
 }
 
 /// Loads the policy set, saying where from.
@@ -386,7 +411,7 @@ fn report(
             n.min(HOST_MAX_CONCURRENT as u32)
         }),
         policy_concurrency_limit: limit,
-        admission: "admitted: every maintenance starts at once".into(),
+        admission: String::new(),
         pods: pod_plans,
         summary,
     }
