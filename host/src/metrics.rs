@@ -7,6 +7,11 @@ use prometheus::{
 };
 
 /// The controller name in controller-runtime's labels.
+/// The `phase` label values of `nmo_node_maintenances`: Pending (not
+/// looked at yet), Waiting (the policy holds it back), and the three
+/// phases.
+pub const PHASES: [&str; 5] = ["Pending", "Waiting", "Running", "Succeeded", "Failed"];
+
 pub const CONTROLLER: &str = "nodemaintenance";
 
 /// The categories of `nmo_policy_errors_total` (see `Error::category`).
@@ -278,7 +283,7 @@ impl Metrics {
         for result in ["success", "failure"] {
             policy_reloads.with_label_values(&[result]);
         }
-        for phase in ["Pending", "Running", "Succeeded", "Failed"] {
+        for phase in PHASES {
             maintenances.with_label_values(&[phase]).set(0);
         }
         // Every counter family is visible, at 0, from the start: a

@@ -212,7 +212,8 @@ async fn admission(client: &Client, selected: &Selected, nm: &NodeMaintenance) -
         return Ok("admitted".into());
     }
     let openshift = crate::admission::is_openshift(client).await;
-    let around = crate::admission::fleet(client, nm, openshift, crate::controller::is_admitted).await?;
+    let around =
+        crate::admission::fleet(client, nm, openshift, crate::controller::is_admitted).await?;
     let Some(position) = around.node else {
         return Ok("the node does not exist".into());
     };

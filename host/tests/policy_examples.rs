@@ -111,7 +111,7 @@ fn nmo_policy_test_exit_codes() {
     let give_up = wasm("give-up");
     let (code, out, _) = nmo(&["policy", "test", give_up.to_str().unwrap(), scenarios]);
     assert_eq!(code, 0, "{out}");
-    assert!(out.contains("5 scenarios: 5 passed, 0 failed"), "{out}");
+    assert!(out.contains("8 scenarios: 8 passed, 0 failed"), "{out}");
 
     // The default policy never gives up: the two give-up scenarios fail.
     let (code, out, _) = nmo(&["policy", "test", "default", scenarios]);
@@ -298,7 +298,7 @@ fn assert_scenarios_passes_a_good_policy() {
         wasm("give-up"),
         root().join("policies/examples/give-up/scenarios"),
     );
-    assert_eq!(report.passed(), 5);
+    assert_eq!(report.passed(), 8);
 }
 
 #[test]

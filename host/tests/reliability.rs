@@ -502,10 +502,14 @@ async fn bad_node_maintenances() {
         s.phase == Some(MaintenancePhase::Succeeded) && s.pending_pods.is_none() && s.total_pods > 0
     })
     .await;
-    assert!(
-        !restored(&env.node("worker-3").await),
-        "worker-3 in maintenance"
-    );
+    // (The status above may still be the one from worker-4: what moved is
+    // the node.)
+    wait_until(
+        "worker-3 in maintenance",
+        Duration::from_secs(30),
+        || async { !restored(&env.node("worker-3").await) },
+    )
+    .await;
     let owners: Vec<String> = nms
         .get("moving")
         .await

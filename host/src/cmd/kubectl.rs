@@ -249,6 +249,8 @@ struct StatusLine {
     pending_pods: Vec<String>,
     policy: Option<String>,
     last_error: Option<String>,
+    /// Why the policy holds it back (phase `Waiting`).
+    waiting: Option<String>,
     age_seconds: i64,
 }
 
@@ -267,11 +269,17 @@ async fn status(cluster: &ClusterArgs, output: Output) -> anyhow::Result<ExitCod
             StatusLine {
                 name: nm.name_any(),
                 node: nm.spec.node_name.clone(),
-                phase: s.phase.map_or("Pending", |p| p.as_str()).to_owned(),
+                phase: match (s.phase, &s.waiting) {
+                    (Some(p), _) => p.as_str(),
+                    (None, Some(_)) => "Waiting",
+                    (None, None) => "Pending",
+                }
+                .to_owned(),
                 drain_progress: s.drain_progress,
                 pending_pods: s.pending_pods.unwrap_or_default(),
                 policy: s.policy,
                 last_error: s.last_error,
+                waiting: s.waiting.map(|w| w.reason),
                 age_seconds: nm
                     .metadata
                     .creation_timestamp
@@ -289,7 +297,7 @@ async fn status(cluster: &ClusterArgs, output: Output) -> anyhow::Result<ExitCod
                 return Ok(ExitCode::SUCCESS);
             }
             println!(
-                "{:<24} {:<20} {:<10} {:>8} {:>8} {:>6}  LAST ERROR",
+                "{:<24} {:<20} {:<10} {:>8} {:>8} {:>6}  LAST ERROR / WAITING FOR",
                 "NAME", "NODE", "PHASE", "PROGRESS", "PENDING", "AGE"
             );
             for l in &lines {
@@ -301,7 +309,13 @@ async fn status(cluster: &ClusterArgs, output: Output) -> anyhow::Result<ExitCod
                     l.drain_progress,
                     l.pending_pods.len(),
                     age(l.age_seconds),
-                    nmo::text::clean(l.last_error.as_deref().unwrap_or("-"), 120)
+                    nmo::text::clean(
+                        l.waiting
+                            .as_deref()
+                            .or(l.last_error.as_deref())
+                            .unwrap_or("-"),
+                        120
+                    )
                 );
             }
         }

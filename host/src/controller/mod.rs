@@ -313,15 +313,17 @@ impl Context {
     pub fn refresh_gauges(&self) {
         let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(store) = store else { return };
-        let mut counts: HashMap<&'static str, i64> = ["Pending", "Running", "Succeeded", "Failed"]
-            .into_iter()
-            .map(|p| (p, 0))
-            .collect();
+        let mut counts: HashMap<&'static str, i64> =
+            crate::metrics::PHASES.into_iter().map(|p| (p, 0)).collect();
         let m = &self.metrics;
         m.drain_progress.reset();
         for nm in store.state() {
             let status = nm.status.clone().unwrap_or_default();
-            let phase = status.phase.map_or("Pending", MaintenancePhase::as_str);
+            let phase = match (status.phase, &status.waiting) {
+                (Some(p), _) => p.as_str(),
+                (None, Some(_)) => "Waiting",
+                (None, None) => "Pending",
+            };
             *counts.entry(phase).or_default() += 1;
             m.drain_progress
                 .with_label_values(&[nm.name_any().as_str(), nm.spec.node_name.as_str()])

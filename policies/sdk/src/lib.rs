@@ -17,7 +17,8 @@
 //!         Verdict::RetryWithBackoff
 //!     }
 //!     // `admit` (may the maintenance start?) and `validate_settings` have
-//!     // defaults: the Go operator's admission rule, and no settings.
+//!     // defaults: the Go operator's admission rule, and no settings; so
+//!     // have `plan_drain` and `on_failure` (the Go operator's rules).
 //! }
 //!
 //! export_policy!(MyPolicy);
@@ -69,11 +70,17 @@ pub const CONTRACT_VERSION: &str = "0.2.0";
 /// call to the next.
 pub trait Policy {
     /// How to drain `node`: one decision per pod of `pods` (every pod
-    /// bound to the node), made with [`Pod::decide`].
-    fn plan_drain(maintenance: Maintenance, node: Node, pods: Vec<Pod>) -> DrainPlan;
+    /// bound to the node), made with [`Pod::decide`]. Default: the Go
+    /// operator's drain ([`defaults::plan`] with [`defaults::pod_action`]).
+    fn plan_drain(_maintenance: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
+        defaults::plan(&pods, defaults::pod_action)
+    }
 
-    /// What happens after a failure: retry, or give up.
-    fn on_failure(maintenance: Maintenance, failure: Failure) -> Verdict;
+    /// What happens after a failure: retry, or give up. Default: the Go
+    /// operator's answers ([`defaults::on_failure`]).
+    fn on_failure(maintenance: Maintenance, failure: Failure) -> Verdict {
+        defaults::on_failure(&maintenance, &failure)
+    }
 
     /// Whether the maintenance may start now, given the rest of the fleet.
     /// Default: [`defaults::admit`] (admit, except the Go operator's etcd
@@ -721,6 +728,20 @@ pub mod defaults {
                 ))
             }
             _ => Admission::Admit,
+        }
+    }
+
+    /// The Go operator's refusal first (the etcd quorum rule), then
+    /// `rule`: what a fleet rule adds to the default admission.
+    pub fn admit_with(
+        maintenance: &Maintenance,
+        node: &Node,
+        fleet: &Fleet,
+        rule: impl FnOnce() -> Admission,
+    ) -> Admission {
+        match admit(maintenance, node, fleet) {
+            deny @ Admission::Deny(_) => deny,
+            _ => rule(),
         }
     }
 

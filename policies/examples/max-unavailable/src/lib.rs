@@ -127,20 +127,14 @@ fn configured() -> (Max, Vec<(String, String)>) {
 }
 
 impl Policy for MaxUnavailable {
-    fn plan_drain(_m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
-        defaults::plan(&pods, defaults::pod_action)
-    }
-
-    fn on_failure(m: Maintenance, failure: Failure) -> Verdict {
-        defaults::on_failure(&m, &failure)
-    }
+    // The drain and the failures: the default policy's (the trait's
+    // defaults).
 
     fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
-        if let deny @ Admission::Deny(_) = defaults::admit(&m, &node, &fleet) {
-            return deny;
-        }
-        let (max, selector) = configured();
-        admit_within(&m, &node, &fleet, max, &selector)
+        defaults::admit_with(&m, &node, &fleet, || {
+            let (max, selector) = configured();
+            admit_within(&m, &node, &fleet, max, &selector)
+        })
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {

@@ -83,21 +83,14 @@ pub fn admit_in_zone(
 }
 
 impl Policy for OnePerZone {
-    fn plan_drain(_m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
-        defaults::plan(&pods, defaults::pod_action)
-    }
-
-    fn on_failure(m: Maintenance, failure: Failure) -> Verdict {
-        defaults::on_failure(&m, &failure)
-    }
+    // The drain and the failures: the default policy's (the trait's
+    // defaults).
 
     fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
-        // The Go operator's etcd rule first: it refuses outright.
-        if let deny @ Admission::Deny(_) = defaults::admit(&m, &node, &fleet) {
-            return deny;
-        }
-        let (label, max) = limits();
-        admit_in_zone(&m, &node, &fleet, &label, max)
+        defaults::admit_with(&m, &node, &fleet, || {
+            let (label, max) = limits();
+            admit_in_zone(&m, &node, &fleet, &label, max)
+        })
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {

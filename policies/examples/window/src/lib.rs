@@ -198,35 +198,11 @@ pub fn admit_at(rules: &Rules, now_ms: u64) -> Admission {
 }
 
 impl Policy for Window {
-    fn plan_drain(_m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
-        defaults::plan(&pods, defaults::pod_action)
-    }
-
-    fn on_failure(m: Maintenance, failure: Failure) -> Verdict {
-        defaults::on_failure(&m, &failure)
-    }
+    // The drain and the failures: the default policy's (the trait's
+    // defaults).
 
     fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
-        if let deny @ Admission::Deny(_) = defaults::admit(&m, &node, &fleet) {
-            return deny;
-        }
-        if m.annotation(IGNORE_ANNOTATION) == Some("true") {
-            log(
-                Level::Info,
-                "the maintenance skips the window (ignore-window)",
-            );
-            return Admission::Admit;
-        }
-        let Ok(mut rules) = Rules::from_settings(&Settings::current()) else {
-            return Admission::Deny("window: the policy's settings cannot be read".into());
-        };
-        if let Some(zone) = m.annotation(OFFSET_ANNOTATION) {
-            match parse_offset(zone) {
-                Ok(offset) => rules.offset = offset,
-                Err(e) => return Admission::Deny(format!("annotation {OFFSET_ANNOTATION}: {e}")),
-            }
-        }
-        admit_at(&rules, m.now_ms)
+        defaults::admit_with(&m, &node, &fleet, || in_window(&m))
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {
@@ -237,6 +213,28 @@ impl Policy for Window {
         }
         Ok(())
     }
+}
+
+/// Admit inside the window (the maintenance's zone, or the settings'), or
+/// when the maintenance skips it.
+fn in_window(m: &Maintenance) -> Admission {
+    if m.annotation(IGNORE_ANNOTATION) == Some("true") {
+        log(
+            Level::Info,
+            "the maintenance skips the window (ignore-window)",
+        );
+        return Admission::Admit;
+    }
+    let Ok(mut rules) = Rules::from_settings(&Settings::current()) else {
+        return Admission::Deny("window: the policy's settings cannot be read".into());
+    };
+    if let Some(zone) = m.annotation(OFFSET_ANNOTATION) {
+        match parse_offset(zone) {
+            Ok(offset) => rules.offset = offset,
+            Err(e) => return Admission::Deny(format!("annotation {OFFSET_ANNOTATION}: {e}")),
+        }
+    }
+    admit_at(&rules, m.now_ms)
 }
 
 export_policy!(Window);
