@@ -123,7 +123,8 @@ type PodEvents = BoxStream<'static, watcher::Result<watcher::Event<Pod>>>;
 /// the list; the drain then follows the watch.
 pub struct NodePods {
     node: String,
-    pods: Vec<Pod>,
+    /// Shared with the policy's decision (handed over, not copied).
+    pods: Arc<[Pod]>,
     events: PodEvents,
 }
 
@@ -149,7 +150,7 @@ impl NodePods {
         }
         Ok(NodePods {
             node: node.to_owned(),
-            pods,
+            pods: pods.into(),
             events,
         })
     }
@@ -157,6 +158,11 @@ impl NodePods {
     /// The pods, as listed.
     pub fn pods(&self) -> &[Pod] {
         &self.pods
+    }
+
+    /// The pods, as listed, to hand to a policy decision without a copy.
+    pub fn shared(&self) -> Arc<[Pod]> {
+        self.pods.clone()
     }
 }
 

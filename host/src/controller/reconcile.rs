@@ -136,7 +136,7 @@ impl Pass {
             return finish::failed(self, Failure::NodeNotFound, message).await;
         };
         let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
-        let plan = match self.plan(&selected, &node, pods.pods()).await {
+        let plan = match self.plan(&selected, &node, pods.shared()).await {
             Ok(plan) => plan,
             Err(e) => return finish::policy_failed(self, e).await,
         };
@@ -403,10 +403,10 @@ impl Pass {
     }
 
     /// Asks the policy for a drain plan (see [`decide`]).
-    async fn plan(&self, selected: &Selected, node: &Node, pods: &[Pod]) -> Result<Plan> {
+    async fn plan(&self, selected: &Selected, node: &Node, pods: Arc<[Pod]>) -> Result<Plan> {
         let record = self.record().await;
         let policy = selected.policy.clone();
-        let (node, pods) = (node.clone(), pods.into());
+        let node = node.clone();
         decide("the policy's plan-drain call", move || {
             policy.plan_drain_shared(&record, node, pods)
         })
