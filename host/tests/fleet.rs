@@ -310,3 +310,41 @@ async fn twenty_maintenances_at_once_are_never_admitted_on_a_stale_view() {
     assert!(most <= Some(2), "{most:?}");
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_admission_the_policy_cannot_make_or_refuses_touches_nothing() {
+    let env = Env::start_with(2, HOSTILE).await;
+    // A trap in admit: a policy error, reported, nothing touched.
+    env.create_nm_with_reason("trapped", "worker-1", "admit-trap")
+        .await;
+    let s = env
+        .wait_status("trapped", "report the policy error", |s| {
+            s.last_error.is_some()
+        })
+        .await;
+    assert!(
+        s.last_error.as_deref().unwrap().contains("panics in admit"),
+        "{s:?}"
+    );
+    assert_eq!(s.phase, None);
+    // A deny: the maintenance fails with the policy's message.
+    env.create_nm_with_reason("denied", "worker-2", "admit-deny")
+        .await;
+    let nm = env.wait_phase("denied", MaintenancePhase::Failed).await;
+    assert_eq!(
+        nm.status.unwrap().last_error.as_deref(),
+        Some("denied by the hostile policy")
+    );
+    for node in ["worker-1", "worker-2"] {
+        let n = env.node(node).await;
+        assert_ne!(n.spec.and_then(|s| s.unschedulable), Some(true), "{node}");
+    }
+    let events = env.events_for("denied").await;
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, _)| t == "Warning" && r == "FailedMaintenance"),
+        "{events:?}"
+    );
+    env.stop().await;
+}

@@ -151,10 +151,14 @@ async fn on_failure(pass: &Pass, failure: Failure, attempt: u32) -> Result<Verdi
 pub(super) async fn policy_failed(pass: &Pass, e: Error) -> Result<Next> {
     let message = e.to_string();
     tracing::error!(logger = "controller", nodeMaintenance = %pass.name, category = e.category(), "{message}");
-    let old = pass
-        .writer
-        .update(|s| s.last_error = Some(message.clone()))
-        .await?;
+    // Before the policy admitted the maintenance nothing has started: the
+    // phase stays unset.
+    let record = |s: &mut crate::crd::NodeMaintenanceStatus| s.last_error = Some(message.clone());
+    let old = if super::is_admitted(&pass.writer.current().await) {
+        pass.writer.update(record).await?
+    } else {
+        pass.writer.update_before_admission(record).await?
+    };
     if old.last_error.as_deref() != Some(message.as_str()) {
         pass.event(EventType::Warning, reasons::POLICY_ERROR, &message)
             .await;

@@ -203,6 +203,12 @@ kubectl create configmap node-maintenance-operator-policies \
 `--from-file`). Then choose it in `policies.yaml`, or for one maintenance
 with the annotation `nodemaintenance.medik8s.io/policy: {name}`.
 
+Settings: give the policy a `settings` map in `policies.yaml`
+(`settings: {{{name}: {{timeout: 30m}}}}`), read it with
+`Settings::current()`, and check it in `validate_settings` (the default
+refuses any setting). Scenarios can set it too (`settings: {{...}}`), and
+can describe a fleet (`fleet:`) to test `admit`.
+
 `nmo-policy-sdk/` is the SDK and WIT package of the `nmo` that wrote this
 crate (contract {contract}); a newer `nmo policy new` writes the matching
 ones.

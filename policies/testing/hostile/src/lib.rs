@@ -240,6 +240,7 @@ impl Policy for Hostile {
             },
             "admit-wait-zero" => Admission::wait("zero", Some(0)),
             "admit-deny-empty" => Admission::Deny(String::new()),
+            "admit-deny" => Admission::Deny("denied by the hostile policy".into()),
             "admit-wait" => Admission::wait(
                 format!(
                     "{} sees {} node(s), {} other maintenance(s)",
