@@ -45,44 +45,74 @@ pub struct Around {
     pub already_admitted: bool,
 }
 
-/// Reads the fleet around the maintenance `nm`. `admitted` says whether a
-/// maintenance was admitted.
+/// Reads the fleet around the maintenance `nm` from the API server.
+/// `admitted` says whether a maintenance was admitted.
 pub async fn fleet(
     client: &Client,
     nm: &NodeMaintenance,
     openshift: bool,
     admitted: impl Fn(&NodeMaintenance) -> bool,
 ) -> Result<Around> {
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("listing the nodes for admission"))?
-        .items;
+    let nodes = nodes(client).await?;
     let others = Api::<NodeMaintenance>::all(client.clone())
         .list(&ListParams::default())
         .await
         .map_err(Error::kube("listing the NodeMaintenances for admission"))?
         .items;
+    let etcd = etcd(client, nm, openshift).await?;
+    Ok(assemble(nodes, &others, nm, etcd, admitted))
+}
+
+/// Every node, from the API server.
+pub async fn nodes(client: &Client) -> Result<Vec<Node>> {
+    Ok(Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing the nodes for admission"))?
+        .items)
+}
+
+/// The etcd guard around `nm`'s node, on OpenShift.
+pub async fn etcd(
+    client: &Client,
+    nm: &NodeMaintenance,
+    openshift: bool,
+) -> Result<Option<EtcdGuard>> {
+    if openshift {
+        Ok(Some(etcd_guard(client, &nm.spec.node_name).await?))
+    } else {
+        Ok(None)
+    }
+}
+
+/// The fleet around `nm`, from the nodes and NodeMaintenances read.
+pub fn assemble<'a>(
+    nodes: Vec<Node>,
+    all: impl IntoIterator<Item = &'a NodeMaintenance>,
+    nm: &NodeMaintenance,
+    etcd: Option<EtcdGuard>,
+    admitted: impl Fn(&NodeMaintenance) -> bool,
+) -> Around {
     let me = nm.uid();
-    let already_admitted = others.iter().any(|o| o.uid() == me && admitted(o));
-    let maintenances = others
-        .iter()
+    let mut already_admitted = false;
+    let mut maintenances = Vec::new();
+    for o in all {
+        if o.uid() == me {
+            already_admitted |= admitted(o);
+            continue;
+        }
         // A Succeeded maintenance holds its node (cordoned, drained) until
         // it is deleted, and one being deleted until its node is restored;
         // a Failed one has given its node back.
-        .filter(|o| o.uid() != me)
-        .filter(|o| o.status.as_ref().and_then(|s| s.phase) != Some(MaintenancePhase::Failed))
-        .map(|o| fleet_maintenance(o, admitted(o)))
-        .collect();
+        if o.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Failed) {
+            continue;
+        }
+        maintenances.push(fleet_maintenance(o, admitted(o)));
+    }
     let position = nodes
         .iter()
         .position(|n| n.metadata.name.as_deref() == Some(nm.spec.node_name.as_str()));
-    let etcd = if openshift {
-        Some(etcd_guard(client, &nm.spec.node_name).await?)
-    } else {
-        None
-    };
-    Ok(Around {
+    Around {
         fleet: Fleet {
             nodes: Arc::from(nodes),
             maintenances,
@@ -90,7 +120,7 @@ pub async fn fleet(
         },
         node: position,
         already_admitted,
-    })
+    }
 }
 
 /// Another maintenance as `admit` sees it.

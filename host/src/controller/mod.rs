@@ -126,6 +126,9 @@ pub struct Context {
     /// (`status.admittedAt`): two admissions never see a stale view of
     /// each other.
     pub(crate) admission: tokio::sync::Mutex<()>,
+    /// Maintenances this process admitted (by uid), which the cache may
+    /// not show admitted yet.
+    admitted_here: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Our recent writes to one maintenance.
@@ -159,7 +162,41 @@ impl Context {
             pins: Mutex::new(HashMap::new()),
             own: Mutex::new(HashMap::new()),
             admission: tokio::sync::Mutex::new(()),
+            admitted_here: Mutex::new(std::collections::HashSet::new()),
         })
+    }
+
+    /// Whether `nm` was admitted, by its status or by this process (whose
+    /// write the cache may not have seen yet).
+    pub fn admitted(&self, nm: &NodeMaintenance) -> bool {
+        is_admitted(nm)
+            || self
+                .admitted_here
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&nm.uid().unwrap_or_default())
+    }
+
+    /// Records that this process admitted the maintenance `uid`.
+    pub(crate) fn admitted_now(&self, uid: &str) {
+        self.admitted_here
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_owned());
+    }
+
+    /// Forgets that this process admitted `uid` (it starts over).
+    pub(crate) fn readmit(&self, uid: &str) {
+        self.admitted_here
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
+    }
+
+    /// Every NodeMaintenance in the controller's cache.
+    pub(crate) fn cached_maintenances(&self) -> Vec<Arc<NodeMaintenance>> {
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        store.map(|s| s.state()).unwrap_or_default()
     }
 
     /// The policy that decides for `nm`: the one it started with, or, at
@@ -264,6 +301,7 @@ impl Context {
     fn forget(&self, uid: &str) {
         self.succeeded(uid);
         self.unpin(uid);
+        self.readmit(uid);
         self.own
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -120,7 +120,7 @@ impl Pass {
         if !self.still_current().await? {
             return Ok(Next::After(Duration::from_secs(1)));
         }
-        if !super::is_admitted(&self.writer.current().await)
+        if !self.ctx.admitted(&self.writer.current().await)
             && let Some(next) = self.admit(&selected).await?
         {
             return Ok(next);
@@ -182,6 +182,8 @@ impl Pass {
         self.writer.start_over().await?;
         self.ctx.succeeded(&self.uid);
         self.ctx.unpin(&self.uid);
+        // On its new node the maintenance is admitted again.
+        self.ctx.readmit(&self.uid);
         tracing::warn!(logger = "controller", nodeMaintenance = %self.name, from = ?moved_from, to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
         Ok(())
     }
@@ -189,19 +191,22 @@ impl Pass {
     /// Asks the policy whether the maintenance may start (its first pass,
     /// and every pass while it waits), before anything is touched.
     /// `Some(next)`: not now (waiting, denied, or the policy could not
-    /// decide). Admissions are decided one at a time on a fresh read of
-    /// the fleet, and recorded (`status.admittedAt`) before the next one
-    /// reads it.
+    /// decide). Admissions are decided one at a time, each on the nodes as
+    /// the API server has them and the NodeMaintenances as the cache has
+    /// them plus those this process admitted (which the cache may not show
+    /// yet), and recorded (`status.admittedAt`) before the next one is
+    /// decided.
     async fn admit(&self, selected: &Selected) -> Result<Option<Next>> {
         let _one_at_a_time = self.ctx.admission.lock().await;
         let nm = self.writer.current().await;
-        let around = crate::admission::fleet(
-            &self.ctx.client,
-            &nm,
-            self.ctx.settings.openshift,
-            super::is_admitted,
-        )
-        .await?;
+        let client = &self.ctx.client;
+        let nodes = crate::admission::nodes(client).await?;
+        let etcd = crate::admission::etcd(client, &nm, self.ctx.settings.openshift).await?;
+        let all = self.ctx.cached_maintenances();
+        let around =
+            crate::admission::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
+                self.ctx.admitted(o)
+            });
         if around.already_admitted {
             return Ok(None);
         }
@@ -228,6 +233,7 @@ impl Pass {
                         s.waiting = None;
                     })
                     .await?;
+                self.ctx.admitted_now(&self.uid);
                 if let Some(w) = was_waiting {
                     let (reason, message) = reasons::ADMITTED;
                     self.event(EventType::Normal, reason, message).await;
