@@ -197,11 +197,13 @@ impl Pass {
     /// yet), and recorded (`status.admittedAt`) before the next one is
     /// decided.
     async fn admit(&self, selected: &Selected) -> Result<Option<Next>> {
-        let _one_at_a_time = self.ctx.admission.lock().await;
-        let nm = self.writer.current().await;
+        // The nodes are read before taking the lock: what must not be
+        // stale is the other admissions, not the nodes' readiness.
         let client = &self.ctx.client;
+        let nm = self.writer.current().await;
         let nodes = crate::admission::nodes(client).await?;
         let etcd = crate::admission::etcd(client, &nm, self.ctx.settings.openshift).await?;
+        let _one_at_a_time = self.ctx.admission.lock().await;
         let all = self.ctx.cached_maintenances();
         let around =
             crate::admission::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
