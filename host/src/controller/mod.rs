@@ -129,6 +129,9 @@ pub struct Context {
     /// Maintenances this process admitted (by uid), which the cache may
     /// not show admitted yet.
     admitted_here: Mutex<std::collections::HashSet<String>>,
+    /// Maintenances whose next pass must look even if it was woken by our
+    /// own write (a place freed for a waiting one), by uid.
+    forced: Mutex<std::collections::HashSet<String>>,
 }
 
 /// Our recent writes to one maintenance.
@@ -163,6 +166,7 @@ impl Context {
             own: Mutex::new(HashMap::new()),
             admission: tokio::sync::Mutex::new(()),
             admitted_here: Mutex::new(std::collections::HashSet::new()),
+            forced: Mutex::new(std::collections::HashSet::new()),
         })
     }
 
@@ -175,6 +179,22 @@ impl Context {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(&nm.uid().unwrap_or_default())
+    }
+
+    /// The next pass of `uid` looks, whatever woke it.
+    fn force(&self, uid: &str) {
+        self.forced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_owned());
+    }
+
+    /// Whether the pass starting now was forced (and clears it).
+    fn take_forced(&self, uid: &str) -> bool {
+        self.forced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid)
     }
 
     /// Records that this process admitted the maintenance `uid`.
@@ -585,8 +605,10 @@ fn recheck_waiting(
             ))
     });
     for nm in waiting {
-        // The pass must look, though the object is at our own last write.
-        ctx.forget_next(&nm.uid().unwrap_or_default());
+        // The pass must look, though the object is at our own last write
+        // (and though a pass of it may be running now and remember a wait
+        // when it ends).
+        ctx.force(&nm.uid().unwrap_or_default());
         let _ = tx.unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(&*nm));
     }
 }

@@ -71,8 +71,10 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     if phase(&nm) == Some(MaintenancePhase::Failed) {
         return Ok(Action::await_change());
     }
-    // Woken by our own write: nothing changed that we did not do.
-    if let Some(next) = ctx.after_own_write(&uid, nm.resource_version().as_deref()) {
+    // Woken by our own write: nothing changed that we did not do (unless
+    // a place freed for this waiting maintenance).
+    let forced = ctx.take_forced(&uid);
+    if !forced && let Some(next) = ctx.after_own_write(&uid, nm.resource_version().as_deref()) {
         tracing::debug!(logger = "controller", nodeMaintenance = %nm.name_any(), "our own write; nothing to do");
         return Ok(next.into());
     }
