@@ -139,18 +139,7 @@ async fn run_all(env: &Env) -> Vec<String> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    wait_until(
-        "every maintenance gone",
-        Duration::from_secs(60),
-        || async {
-            nms.list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .is_empty()
-        },
-    )
-    .await;
+    wait_all_gone(&nms, Duration::from_secs(60)).await;
     admitted
 }
 

@@ -612,18 +612,7 @@ async fn deletions_during_start_up_do_not_keep_the_operator_unready() {
     })
     .await;
     let nms: kube::Api<nmo::crd::NodeMaintenance> = kube::Api::all(client.clone());
-    wait_until(
-        "every maintenance gone",
-        Duration::from_secs(15),
-        || async {
-            nms.list(&Default::default())
-                .await
-                .unwrap()
-                .items
-                .is_empty()
-        },
-    )
-    .await;
+    wait_all_gone(&nms, Duration::from_secs(15)).await;
     run.abort();
     cluster.stop().await;
 }

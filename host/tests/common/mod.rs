@@ -478,3 +478,15 @@ pub fn free_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// Waits until no NodeMaintenance is left.
+pub async fn wait_all_gone(nms: &Api<NodeMaintenance>, limit: Duration) {
+    wait_until("every maintenance gone", limit, || async {
+        nms.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    })
+    .await;
+}

@@ -287,6 +287,32 @@ mod source {
     pub use crate::testing::{NodeRecord as Node, PodRecord as Pod};
 }
 
+/// `label`, `annotation`, `labels`, `annotations`: asked of the host (or
+/// the test record) each time.
+macro_rules! metadata_accessors {
+    () => {
+        /// The value of a label.
+        pub fn label(&self, key: &str) -> Option<String> {
+            self.source.label(key)
+        }
+
+        /// The value of an annotation.
+        pub fn annotation(&self, key: &str) -> Option<String> {
+            self.source.annotation(key)
+        }
+
+        /// Every label, sorted by key.
+        pub fn labels(&self) -> Vec<KeyValue> {
+            self.source.labels()
+        }
+
+        /// Every annotation, sorted by key.
+        pub fn annotations(&self) -> Vec<KeyValue> {
+            self.source.annotations()
+        }
+    };
+}
+
 /// A pod on the node under maintenance. Each accessor asks the host once;
 /// the name, namespace and controller kind are kept after the first ask.
 pub struct Pod {
@@ -343,25 +369,7 @@ impl Pod {
         self.source.uid()
     }
 
-    /// The value of a label.
-    pub fn label(&self, key: &str) -> Option<String> {
-        self.source.label(key)
-    }
-
-    /// The value of an annotation.
-    pub fn annotation(&self, key: &str) -> Option<String> {
-        self.source.annotation(key)
-    }
-
-    /// Every label, sorted by key.
-    pub fn labels(&self) -> Vec<KeyValue> {
-        self.source.labels()
-    }
-
-    /// Every annotation, sorted by key.
-    pub fn annotations(&self) -> Vec<KeyValue> {
-        self.source.annotations()
-    }
+    metadata_accessors!();
 
     /// `metadata.ownerReferences`, in order.
     pub fn owners(&self) -> Vec<Owner> {
@@ -490,25 +498,7 @@ impl Node {
         self.name.get_or_init(|| self.source.name())
     }
 
-    /// The value of a label.
-    pub fn label(&self, key: &str) -> Option<String> {
-        self.source.label(key)
-    }
-
-    /// The value of an annotation.
-    pub fn annotation(&self, key: &str) -> Option<String> {
-        self.source.annotation(key)
-    }
-
-    /// Every label, sorted by key.
-    pub fn labels(&self) -> Vec<KeyValue> {
-        self.source.labels()
-    }
-
-    /// Every annotation, sorted by key.
-    pub fn annotations(&self) -> Vec<KeyValue> {
-        self.source.annotations()
-    }
+    metadata_accessors!();
 
     /// `spec.taints`
     pub fn taints(&self) -> Vec<Taint> {
