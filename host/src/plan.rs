@@ -241,7 +241,7 @@ async fn load_set(
         }
         Source::Embedded => Ok((PolicySet::builtin(engine, None)?, "embedded default".into())),
         Source::File(path) => {
-            let policy = engine.load_file(path)?;
+            let policy = engine.load_file(path)?.alone()?;
             Ok((
                 PolicySet::single(policy),
                 format!("policy file {}", path.display()),

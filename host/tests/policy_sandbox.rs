@@ -835,3 +835,28 @@ fn the_decision_time_and_the_node_reach_the_policy() {
         }
     );
 }
+
+#[test]
+fn a_policy_that_needs_settings_refuses_to_run_alone_and_says_where_they_go() {
+    let engine = engine();
+    let window = engine
+        .load(
+            "window.wasm",
+            &std::fs::read(concat!(
+                env!("NMO_POLICY_WASM_DIR"),
+                "/nmo_policy_window.wasm"
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+    let err = window.alone().expect_err("window needs start and end");
+    assert_eq!(err.category(), "settings");
+    assert_eq!(
+        err.to_string(),
+        "policy window.wasm refused its settings: setting start is required (HH:MM, e.g. \
+         22:00) (a policy file given alone gets no settings: put it in a policy directory \
+         whose policies.yaml gives them)"
+    );
+    // One that takes none runs alone.
+    hostile(&engine).alone().expect("no settings needed");
+}

@@ -257,7 +257,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     let mut interrupt = Interrupt::listen();
     let engine = PolicyEngine::new(EngineConfig::default())?;
     let policy = match &opts.policy {
-        Some(path) => engine.load_file(path)?,
+        Some(path) => engine.load_file(path)?.alone()?,
         None => engine.default_policy()?,
     };
     println!(

@@ -290,7 +290,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
     let cache = policy_cache(std::path::Path::new(&cli.policy_cache_dir));
     let policies = match &cli.policy {
         Some(path) => {
-            let policy = engine.load_file(path)?;
+            let policy = engine.load_file(path)?.alone()?;
             selfcheck::run(&policy)?;
             tracing::info!(
                 logger = "setup",

@@ -581,6 +581,23 @@ impl Policy {
         Inputs::new(Arc::from([]), Arc::from([]), self.settings.clone())
     }
 
+    /// This policy with no settings, as a policy file given alone
+    /// (`--policy FILE.wasm`) runs: one that needs settings refuses here,
+    /// with its own message and where settings go.
+    pub fn alone(&self) -> Result<Policy> {
+        self.with_settings(Settings::default())
+            .map_err(|e| match e {
+                Error::Settings { policy, reason } => Error::Settings {
+                    policy,
+                    reason: format!(
+                        "{reason} (a policy file given alone gets no settings: put it in a policy \
+                     directory whose policies.yaml gives them)"
+                    ),
+                },
+                other => other,
+            })
+    }
+
     /// The settings the decisions get.
     pub fn settings(&self) -> &Settings {
         &self.settings
