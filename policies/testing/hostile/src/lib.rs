@@ -63,8 +63,10 @@ impl Policy for Hostile {
                 }
             }
             "huge-list" => {
+                // 200,000 small decisions: about 6 MiB to copy out, over
+                // the host's 4 MiB, so never lifted into host memory.
                 let first = plan.decisions[0].clone();
-                plan.decisions = vec![first; 50_000];
+                plan.decisions = vec![first; 200_000];
             }
             "unknown-pod" => plan.decisions.push(PodDecision {
                 pod: pods.len() as u32 + 7,
