@@ -149,14 +149,18 @@ impl Validator {
         if selected.is_none() && !(self.openshift && is_control_plane(node)) {
             return Ok(None);
         }
-        let phase_set = |o: &NodeMaintenance| o.status.as_ref().is_some_and(|s| s.phase.is_some());
         let crate::admission::Around {
             fleet,
             node: position,
             ..
-        } = crate::admission::fleet(&self.client, nm, self.openshift, phase_set)
-            .await
-            .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
+        } = crate::admission::fleet(
+            &self.client,
+            nm,
+            self.openshift,
+            crate::controller::is_admitted,
+        )
+        .await
+        .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
         let Some(selected) = selected else {
             let allowed = fleet
                 .etcd

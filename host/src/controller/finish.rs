@@ -120,6 +120,12 @@ async fn give_up(pass: &Pass, failure: &Failure, message: String) -> Result<Next
     if !matches!(failure, Failure::NodeNotFound) {
         restore_unless_wanted(&pass.ctx, &nm, &pass.node_name).await?;
     }
+    mark_failed(pass, message).await
+}
+
+/// Phase Failed with `message` as `lastError`, and the Go operator's
+/// `FailedMaintenance` event the first time.
+pub(super) async fn mark_failed(pass: &Pass, message: String) -> Result<Next> {
     let old = pass
         .writer
         .update(|s| {

@@ -272,21 +272,9 @@ impl Pass {
                 )))
             }
             Ok(Admission::Deny(message)) => {
-                let old = self
-                    .writer
-                    .update(|s| {
-                        s.phase = Some(MaintenancePhase::Failed);
-                        s.last_error = Some(message.clone());
-                        s.last_update = Some(now());
-                        s.waiting = None;
-                    })
-                    .await?;
-                if old.phase != Some(MaintenancePhase::Failed) {
-                    let (reason, msg) = reasons::FAILED;
-                    self.event(EventType::Warning, reason, msg).await;
-                }
                 tracing::error!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, error = %message, "the policy denied the maintenance");
-                Ok(Some(Next::Change))
+                // Nothing was touched: nothing to restore.
+                finish::mark_failed(self, message).await.map(Some)
             }
         }
     }

@@ -243,7 +243,8 @@ fn duration_ms(v: &Value) -> std::result::Result<u64, String> {
         "h" => 3_600_000,
         other => return Err(format!("unknown unit {other:?} in {s:?} (ms, s, m, h)")),
     };
-    Ok(n * unit)
+    n.checked_mul(unit)
+        .ok_or_else(|| format!("duration {s:?} is too long"))
 }
 
 /// Fills in `apiVersion` and `kind` when a pasted object lacks them.
