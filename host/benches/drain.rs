@@ -227,7 +227,15 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     let metrics = ctx.metrics.clone();
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     // The real binary first, alone on the cluster.
-    let binary = binary_figures(&c, &nms).await;
+    // NMO_BENCH_ONLY=speed: only the two drain-speed figures (and the
+    // operator's request timeline with NMO_BENCH_TIMELINE=1).
+    let speed_only = std::env::var("NMO_BENCH_ONLY").as_deref() == Ok("speed");
+    let timeline = std::env::var_os("NMO_BENCH_TIMELINE").is_some();
+    let binary = if speed_only {
+        None
+    } else {
+        Some(binary_figures(&c, &nms).await)
+    };
 
     tokio::spawn(controller::run(ctx));
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -246,6 +254,9 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     wait_succeeded(&nms, &names).await;
     let nmo_time = t.elapsed();
     let drain_requests = operator_requests(&c) - requests_before;
+    if timeline {
+        print_timeline(&c, t, requests_before);
+    }
     c.record_audit(false);
     let (policy_calls, policy_time) = {
         let (n, secs) = policy_seconds(&metrics);
@@ -314,7 +325,26 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     wait_succeeded(&nms, &names).await;
     let fifty_time = t.elapsed();
     let fifty_requests = operator_requests(&c) - requests_before;
+    if timeline {
+        print_timeline(&c, t, requests_before);
+    }
     c.record_audit(false);
+    if speed_only {
+        println!(
+            "{PODS} pods: nmo {:.3} s, floor {:.3} s = {:.2}x (goal <= 1.15x); 50 at once {:.3} s / one {:.3} s = {:.2}x (goal <= 1.5x); {:.2} requests per pod, {:.1} per maintenance",
+            nmo_time.as_secs_f64(),
+            floor_time.as_secs_f64(),
+            nmo_time.as_secs_f64() / floor_time.as_secs_f64(),
+            fifty_time.as_secs_f64(),
+            one_time.as_secs_f64(),
+            fifty_time.as_secs_f64() / one_time.as_secs_f64(),
+            drain_requests as f64 / PODS as f64,
+            fifty_requests as f64 / 50.0,
+        );
+        c.stop().await;
+        return;
+    }
+    let binary = binary.expect("measured unless speed only");
 
     // Pods that take 2 s to stop.
     let t = Instant::now();
@@ -493,6 +523,37 @@ spec: {maxUnavailable: 4, selector: {matchLabels: {app: guarded}}}
         binary.cpu_idle_percent
     );
     c.stop().await;
+}
+
+/// The operator's requests since `from` (its `skip` first ones left out),
+/// in milliseconds since `t`, runs of the same request folded into one line.
+fn print_timeline(c: &SimCluster, t: Instant, skip: usize) {
+    let mut last: Option<(String, f64, f64, usize)> = None;
+    let flush = |l: &Option<(String, f64, f64, usize)>| {
+        if let Some((what, first, until, n)) = l {
+            println!("  {first:8.1} .. {until:8.1} ms  {n:5} x {what}");
+        }
+    };
+    for r in c
+        .audit()
+        .iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT)
+        .skip(skip)
+    {
+        let ms = r.at.saturating_duration_since(t).as_secs_f64() * 1000.0;
+        let what = format!("{} {} {}", r.verb, r.resource, r.subresource);
+        match &mut last {
+            Some((w, _, until, n)) if *w == what => {
+                *until = ms;
+                *n += 1;
+            }
+            _ => {
+                flush(&last);
+                last = Some((what, ms, ms, 1));
+            }
+        }
+    }
+    flush(&last);
 }
 
 /// plan-drain calls so far and the seconds they took (the controller's registry).

@@ -60,7 +60,7 @@ pub async fn fleet(
         .map_err(Error::kube("listing the NodeMaintenances for admission"))?
         .items;
     let etcd = etcd(client, nm, openshift).await?;
-    Ok(assemble(nodes, &others, nm, etcd, admitted))
+    Ok(assemble(nodes.into(), &others, nm, etcd, admitted))
 }
 
 /// Every node, from the API server.
@@ -87,7 +87,7 @@ pub async fn etcd(
 
 /// The fleet around `nm`, from the nodes and NodeMaintenances read.
 pub fn assemble<'a>(
-    nodes: Vec<Node>,
+    nodes: Arc<[Node]>,
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
     nm: &NodeMaintenance,
     etcd: Option<EtcdGuard>,
@@ -114,7 +114,7 @@ pub fn assemble<'a>(
         .position(|n| n.metadata.name.as_deref() == Some(nm.spec.node_name.as_str()));
     Around {
         fleet: Fleet {
-            nodes: Arc::from(nodes),
+            nodes,
             maintenances,
             etcd,
         },

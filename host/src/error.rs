@@ -33,6 +33,14 @@ pub enum Error {
     #[error("lease is already held by {holder}")]
     LeaseHeld { holder: String },
 
+    /// Events came faster than the API server took them: this one was
+    /// dropped.
+    #[error(
+        "the event queue is full ({} waiting): event dropped",
+        crate::controller::events::QUEUE
+    )]
+    EventQueueFull,
+
     /// A change kept conflicting with concurrent writers.
     #[error("{0}: gave up after repeated conflicts")]
     Conflict(&'static str),
@@ -64,7 +72,7 @@ impl Error {
     pub fn category(&self) -> &'static str {
         match self {
             Error::Policy(e) => e.category(),
-            Error::Kube { .. } | Error::Watch { .. } => "api",
+            Error::Kube { .. } | Error::Watch { .. } | Error::EventQueueFull => "api",
             Error::LeaseHeld { .. } => "lease_held",
             Error::Conflict(_) => "conflict",
             Error::LeadershipLost(_) => "leadership_lost",

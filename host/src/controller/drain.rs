@@ -45,8 +45,13 @@ impl Default for Retries {
 }
 /// Wait after any other failed eviction.
 pub const ERROR_RETRY: Duration = Duration::from_secs(1);
-/// Removals in flight at once when the policy sets no limit.
-pub const HOST_MAX_CONCURRENT: usize = 256;
+/// How often at most the drain reports that fewer pods are left (the
+/// status is written at most every 250 ms anyway).
+const REPORT_EVERY: Duration = Duration::from_millis(100);
+/// Removals in flight at once when the policy sets no limit (and the most
+/// a policy may ask for): each one in flight holds a connection to the API
+/// server, and more than this only makes the server's queue longer.
+pub const HOST_MAX_CONCURRENT: usize = 64;
 
 /// How a drain attempt ended.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -132,9 +137,12 @@ impl NodePods {
     /// Lists the pods on `node` through kube-runtime's watcher (which
     /// relists by itself after a lost watch or a 410 Gone).
     pub async fn list(client: &Client, node: &str) -> Result<NodePods> {
-        let config = watcher::Config::default()
+        let mut config = watcher::Config::default()
             .fields(&format!("spec.nodeName={node}"))
             .timeout(crate::client::WATCH_TIMEOUT_SECS);
+        // One list, as `kubectl drain` makes it: a node holds a few hundred
+        // pods at most, and pages would cost a round trip each.
+        config.page_size = None;
         let mut events: PodEvents = watcher(Api::<Pod>::all(client.clone()), config).boxed();
         let mut pods = Vec::new();
         while let Some(event) = events.next().await {
@@ -248,6 +256,7 @@ pub async fn execute(
     let mut timed_out = false;
     let mut stopped = false;
     let mut last_reported: Option<(usize, String)> = None;
+    let mut last_report_at = Instant::now();
     let mut waves: Vec<u32> = targets.iter().map(|(o, _)| *o).collect();
     waves.dedup();
     'waves: for wave in waves {
@@ -269,21 +278,33 @@ pub async fn execute(
                 remove(&client, &t, &state, deadline, &retries, &metrics).await;
             }));
         }
-        // Wait for this wave's pods to be gone, reporting progress.
+        // Wait for this wave's pods to be gone, reporting progress (at
+        // most every REPORT_EVERY, and at once when the wave is over or
+        // what the drain waits for changes).
         loop {
             let notified = state.changed.notified();
-            let present = state.present.lock().await.clone();
-            let pending = report(&present);
+            let (count, wave_done) = {
+                let present = state.present.lock().await;
+                (
+                    waited.iter().filter(|t| present.contains(&t.uid)).count(),
+                    wave_targets.iter().all(|t| !present.contains(&t.uid)),
+                )
+            };
             let waiting = state.last_error.lock().await.clone();
-            let now = Some((pending.len(), waiting.clone()));
-            if now != last_reported {
+            let now = Some((count, waiting.clone()));
+            let urgent = wave_done || last_reported.as_ref().is_none_or(|(_, w)| *w != waiting);
+            let mut report_due = now != last_reported;
+            if report_due && (urgent || Instant::now() >= last_report_at + REPORT_EVERY) {
+                let pending = report(&*state.present.lock().await);
                 last_reported = now;
+                last_report_at = Instant::now();
+                report_due = false;
                 on_progress(Progress {
                     pending,
                     waiting: (!waiting.is_empty()).then_some(waiting),
                 });
             }
-            if wave_targets.iter().all(|t| !present.contains(&t.uid)) {
+            if wave_done {
                 break;
             }
             let over = Instant::now() >= deadline;
@@ -299,6 +320,7 @@ pub async fn execute(
                 _ = notified => {}
                 _ = tokio::time::sleep_until(deadline) => {}
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                _ = tokio::time::sleep_until(last_report_at + REPORT_EVERY), if report_due => {}
             }
         }
         for t in tasks {
@@ -478,29 +500,29 @@ async fn remove(
 /// itself when the watch is lost; its errors are retried with its
 /// back-off).
 async fn follow(events: PodEvents, state: Arc<Attempt>) {
-    let mut events = std::pin::pin!(events.default_backoff());
+    // The events that have arrived are taken together: a kubelet that
+    // removes a hundred pods at once makes one change here, not a hundred.
+    let mut events = std::pin::pin!(events.default_backoff().ready_chunks(1024));
     let mut relisted: HashSet<String> = HashSet::new();
-    while let Some(event) = events.next().await {
-        let gone: Vec<String> = match event {
-            Ok(watcher::Event::Delete(p)) => p.uid().into_iter().collect(),
-            Ok(watcher::Event::Init) => {
-                relisted.clear();
-                continue;
+    while let Some(batch) = events.next().await {
+        let mut gone: Vec<String> = Vec::new();
+        for event in batch {
+            match event {
+                Ok(watcher::Event::Delete(p)) => gone.extend(p.uid()),
+                Ok(watcher::Event::Init) => relisted.clear(),
+                Ok(watcher::Event::InitApply(p)) => relisted.extend(p.uid()),
+                Ok(watcher::Event::InitDone) => {
+                    let present = state.present.lock().await;
+                    gone.extend(
+                        present
+                            .iter()
+                            .filter(|uid| !relisted.contains(*uid))
+                            .cloned(),
+                    );
+                }
+                Ok(watcher::Event::Apply(_)) | Err(_) => {}
             }
-            Ok(watcher::Event::InitApply(p)) => {
-                relisted.extend(p.uid());
-                continue;
-            }
-            Ok(watcher::Event::InitDone) => {
-                let present = state.present.lock().await;
-                present
-                    .iter()
-                    .filter(|uid| !relisted.contains(*uid))
-                    .cloned()
-                    .collect()
-            }
-            Ok(watcher::Event::Apply(_)) | Err(_) => continue,
-        };
+        }
         if gone.is_empty() {
             continue;
         }

@@ -7,6 +7,10 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::{Client, Resource, ResourceExt};
 
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::mpsc;
+
 use crate::error::{Error, Result};
 
 /// The component every event is recorded with.
@@ -41,11 +45,17 @@ pub enum EventType {
 /// Longest event message, as the events API bounds `note`.
 pub const EVENT_MESSAGE_MAX_BYTES: usize = 1024;
 
-/// Writes events.
+/// Events waiting to be written at most; beyond, new ones are dropped
+/// with a warning (client-go's recorder drops too when its queue is full).
+pub const QUEUE: usize = 1000;
+
+/// Writes events, in the order recorded, from a task of its own (as
+/// client-go's recorder does): a reconcile never waits for an event.
 #[derive(Clone)]
 pub struct Recorder {
     client: Client,
     instance: String,
+    queue: Arc<OnceLock<mpsc::Sender<(Event, String)>>>,
 }
 
 impl Recorder {
@@ -53,10 +63,42 @@ impl Recorder {
         Recorder {
             client,
             instance: instance.into(),
+            queue: Arc::new(OnceLock::new()),
         }
     }
 
-    /// Records an event about `obj`.
+    /// The writer's queue, its task started on first use.
+    fn queue(&self) -> &mpsc::Sender<(Event, String)> {
+        self.queue.get_or_init(|| {
+            let (tx, mut rx) = mpsc::channel::<(Event, String)>(QUEUE);
+            let client = self.client.clone();
+            tokio::spawn(async move {
+                while let Some((event, object)) = rx.recv().await {
+                    let namespace = event.metadata.namespace.clone().unwrap_or_default();
+                    match Api::<Event>::namespaced(client.clone(), &namespace)
+                        .create(&PostParams::default(), &event)
+                        .await
+                    {
+                        Ok(_) => tracing::info!(
+                            logger = "controller",
+                            object = %object,
+                            reason = event.reason.as_deref().unwrap_or_default(),
+                            "{}",
+                            event.message.as_deref().unwrap_or_default()
+                        ),
+                        Err(e) => {
+                            let e = Error::kube("recording an event")(e);
+                            tracing::warn!(logger = "controller", error = %e, "could not record an event");
+                        }
+                    }
+                }
+            });
+            tx
+        })
+    }
+
+    /// Records an event about `obj`: queued for the writer. `Err` only
+    /// when the queue is full (the event is dropped).
     pub async fn record<K>(
         &self,
         obj: &K,
@@ -109,16 +151,8 @@ impl Recorder {
             action: Some(reason.to_owned()),
             ..Default::default()
         };
-        Api::<Event>::namespaced(self.client.clone(), &namespace)
-            .create(&PostParams::default(), &event)
-            .await
-            .map_err(Error::kube("recording an event"))?;
-        tracing::info!(
-            logger = "controller",
-            object = %obj.name_any(),
-            reason,
-            "{message}"
-        );
-        Ok(())
+        self.queue()
+            .try_send((event, obj.name_any()))
+            .map_err(|_| Error::EventQueueFull)
     }
 }

@@ -187,7 +187,6 @@ impl LeaseManager {
             .map_err(Error::kube("reading the node lease"))?;
         match existing {
             None => {
-                self.ensure_namespace().await?;
                 let lease = Lease {
                     metadata: ObjectMeta {
                         name: Some(name),
@@ -211,10 +210,19 @@ impl LeaseManager {
                         ..Default::default()
                     }),
                 };
-                api.create(&PostParams::default(), &lease)
-                    .await
-                    .map_err(Error::kube("creating the node lease"))?;
-                Ok(())
+                match api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(()),
+                    // No namespace yet (the first lease): made, then the
+                    // lease again.
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
+                        self.ensure_namespace().await?;
+                        api.create(&PostParams::default(), &lease)
+                            .await
+                            .map(|_| ())
+                            .map_err(Error::kube("creating the node lease"))
+                    }
+                    Err(e) => Err(Error::kube("creating the node lease")(e)),
+                }
             }
             Some(record) => {
                 if record.holder != HOLDER && !record.holder.is_empty() && record.valid_at(now) {

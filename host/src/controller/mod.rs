@@ -3,7 +3,7 @@
 //! with every drain and failure decision taken from the policy.
 
 pub mod drain;
-mod events;
+pub mod events;
 mod finish;
 pub mod leader;
 pub mod lease;
@@ -122,13 +122,18 @@ pub struct Context {
     /// pass that made them wanted the next look: a pass woken by one of
     /// these writes has nothing to do.
     own: Mutex<HashMap<String, OwnWrites>>,
-    /// Held while one maintenance's admission is decided and recorded
-    /// (`status.admittedAt`): two admissions never see a stale view of
-    /// each other.
+    /// Held while one maintenance's admission is decided (and, when
+    /// admitted, counted in `admitted_here`): two admissions never see a
+    /// stale view of each other.
     pub(crate) admission: tokio::sync::Mutex<()>,
     /// Maintenances this process admitted (by uid), which the cache may
     /// not show admitted yet.
     admitted_here: Mutex<std::collections::HashSet<String>>,
+    /// The last list of the nodes for admission, and when it was asked
+    /// for; held while a list is made, so admissions asking at once share
+    /// one (see [`Context::nodes_since`]).
+    nodes_listed:
+        tokio::sync::Mutex<Option<(std::time::Instant, Arc<[k8s_openapi::api::core::v1::Node]>)>>,
     /// Maintenances whose next pass must look even if it was woken by our
     /// own write (a place freed for a waiting one), by uid.
     forced: Mutex<std::collections::HashSet<String>>,
@@ -165,9 +170,30 @@ impl Context {
             pins: Mutex::new(HashMap::new()),
             own: Mutex::new(HashMap::new()),
             admission: tokio::sync::Mutex::new(()),
+            nodes_listed: tokio::sync::Mutex::new(None),
             admitted_here: Mutex::new(std::collections::HashSet::new()),
             forced: Mutex::new(std::collections::HashSet::new()),
         })
+    }
+
+    /// The nodes, as listed by a request made after `asked`: admissions
+    /// that ask while a list is in flight wait for the next one, and those
+    /// waiting share it, so 50 maintenances created at once cost a few
+    /// lists, not 50, and none reads nodes older than its own question.
+    pub async fn nodes_since(
+        &self,
+        asked: std::time::Instant,
+    ) -> Result<Arc<[k8s_openapi::api::core::v1::Node]>> {
+        let mut listed = self.nodes_listed.lock().await;
+        if let Some((at, nodes)) = listed.as_ref()
+            && *at >= asked
+        {
+            return Ok(nodes.clone());
+        }
+        let at = std::time::Instant::now();
+        let nodes: Arc<[_]> = crate::admission::nodes(&self.client).await?.into();
+        *listed = Some((at, nodes.clone()));
+        Ok(nodes)
     }
 
     /// Whether `nm` was admitted, by its status or by this process (whose

@@ -142,8 +142,13 @@ impl Pass {
             Ok(plan) => plan,
             Err(e) => return finish::policy_failed(self, e).await,
         };
-        self.start_drain(&plan, pods.pods().len()).await?;
-        let outcome = self.drain(&plan, pods).await?;
+        // The first evictions go out while the status initialisation is
+        // written: the drain does not wait for a write about it.
+        let total = pods.pods().len();
+        let (started, outcome) =
+            tokio::join!(self.start_drain(&plan, total), self.drain(&plan, pods));
+        started?;
+        let outcome = outcome?;
         if outcome.cancelled {
             // Deleted or moved meanwhile: the change is queued and handled next.
             tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "drain stopped: the NodeMaintenance was deleted or moved");
@@ -196,16 +201,15 @@ impl Pass {
     /// decide). Admissions are decided one at a time, each on the nodes as
     /// the API server has them and the NodeMaintenances as the cache has
     /// them plus those this process admitted (which the cache may not show
-    /// yet), and recorded (`status.admittedAt`) before the next one is
-    /// decided.
+    /// yet, nor the API server while its `status.admittedAt` is written).
     async fn admit(&self, selected: &Selected) -> Result<Option<Next>> {
         // The nodes are read before taking the lock: what must not be
         // stale is the other admissions, not the nodes' readiness.
         let client = &self.ctx.client;
         let nm = self.writer.current().await;
-        let nodes = crate::admission::nodes(client).await?;
+        let nodes = self.ctx.nodes_since(std::time::Instant::now()).await?;
         let etcd = crate::admission::etcd(client, &nm, self.ctx.settings.openshift).await?;
-        let _one_at_a_time = self.ctx.admission.lock().await;
+        let one_at_a_time = self.ctx.admission.lock().await;
         let all = self.ctx.cached_maintenances();
         let around =
             crate::admission::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
@@ -227,6 +231,13 @@ impl Pass {
             policy.admit(&record, position, &fleet)
         })
         .await;
+        // Once this process counts it as admitted, the next admission sees
+        // it whether or not the cache has our write yet: the write need not
+        // hold the others back.
+        if matches!(answer, Ok(Admission::Admit)) {
+            self.ctx.admitted_now(&self.uid);
+        }
+        drop(one_at_a_time);
         let was_waiting = nm.status.as_ref().and_then(|s| s.waiting.clone());
         match answer {
             Err(e) => finish::policy_failed(self, e).await.map(Some),
@@ -237,7 +248,6 @@ impl Pass {
                         s.waiting = None;
                     })
                     .await?;
-                self.ctx.admitted_now(&self.uid);
                 if let Some(w) = was_waiting {
                     let (reason, message) = reasons::ADMITTED;
                     self.event(EventType::Normal, reason, message).await;

@@ -685,7 +685,15 @@ impl Sim {
                     .get(&uid)
                     .map_or(now + grace as f64, |t| t.deadline.min(now + grace as f64));
                 let first = !terminating.contains_key(&uid);
-                terminating.insert(uid.clone(), Termination { started, deadline });
+                let ends = crate::cluster::termination_ends(&old, started, deadline);
+                terminating.insert(
+                    uid.clone(),
+                    Termination {
+                        started,
+                        deadline,
+                        ends,
+                    },
+                );
                 drop(terminating);
                 if first {
                     for c in old["spec"]["containers"].as_array().into_iter().flatten() {
@@ -838,9 +846,44 @@ fn check_disruption_budget(store: &Store, ns: &str, pod: &Value) -> Result<(), A
     Ok(())
 }
 
+/// A stored object as `rt` presents it, written out without a copy (a
+/// list or a watch event serializes it as it is stored, with its type
+/// fields).
+pub struct Presented<'a> {
+    api_version: String,
+    kind: &'a str,
+    obj: std::borrow::Cow<'a, Value>,
+}
+
+pub fn presented<'a>(rt: &'a ResourceType, obj: &'a Value) -> Presented<'a> {
+    Presented {
+        api_version: rt.api_version(),
+        kind: &rt.kind,
+        obj: present_ref(rt, obj),
+    }
+}
+
+impl serde::Serialize for Presented<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(fields) = self.obj.as_object() else {
+            return self.obj.serialize(s);
+        };
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("apiVersion", &self.api_version)?;
+        m.serialize_entry("kind", self.kind)?;
+        for (k, v) in fields {
+            if k != "apiVersion" && k != "kind" {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.end()
+    }
+}
+
 /// A stored object as `rt` presents it, without cloning when nothing
 /// changes but the type fields (selectors never look at those).
-fn present_ref<'a>(rt: &ResourceType, obj: &'a Value) -> std::borrow::Cow<'a, Value> {
+pub fn present_ref<'a>(rt: &ResourceType, obj: &'a Value) -> std::borrow::Cow<'a, Value> {
     if is_new_events(rt) {
         std::borrow::Cow::Owned(present(rt, obj))
     } else {

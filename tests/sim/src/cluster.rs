@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use crate::api::{DeleteOptions, now_rfc3339};
 use crate::selectors::LabelSelector;
 use crate::state::Sim;
-use crate::store::{ObjKey, Store};
+use crate::store::{ChangeKind, ObjKey, Store};
 
 /// Annotations that shape a simulated pod's life.
 pub mod annotations {
@@ -54,31 +54,173 @@ pub async fn run(sim: Arc<Sim>, mut stop: watch::Receiver<bool>) {
     }
 }
 
+/// How often every controller looks at everything, whatever changed (in
+/// between, a pass looks at what changed since the last one, at the pods
+/// whose time comes, and at the terminating ones).
+pub const FULL_PASS_EVERY: Duration = Duration::from_millis(500);
+
 /// What the controllers remember between passes.
 #[derive(Default)]
 pub struct ControllerState {
     /// When (simulated) each pod was first seen on a node, by uid.
     placed: HashMap<String, f64>,
-    /// Pods the kubelet saw last pass: the logs of those gone are dropped
-    /// when this changes.
-    pods_seen: usize,
+    /// The resourceVersion the last pass started from.
+    seen_rv: Option<u64>,
+    /// When the last full pass ran.
+    last_full: Option<std::time::Instant>,
+    /// Pods (by uid) whose next step comes with time: starting after
+    /// their startup delay, completing after their run time.
+    timed: HashSet<String>,
+    /// Pods (by key) the scheduler could not place last pass.
+    unscheduled: HashSet<ObjKey>,
+    /// Every uid an object names as its owner (rebuilt by each full
+    /// garbage collection, grown by changes in between).
+    owners: HashSet<String>,
 }
 
-/// One pass of every controller.
-pub fn reconcile_all(sim: &Sim, state: &mut ControllerState) {
-    let paused = sim.faults().kubelet_paused;
-    node_lifecycle(sim);
-    if !paused {
-        kubelet(sim, state);
+/// What changed since the last pass.
+struct Changes {
+    /// Look at everything: the first pass, a periodic one, or after
+    /// changes the store no longer holds.
+    full: bool,
+    list: Vec<Arc<crate::store::Change>>,
+}
+
+/// The workload kinds, by storage.
+const WORKLOADS: &[&str] = &[
+    "replicasets.apps",
+    "deployments.apps",
+    "statefulsets.apps",
+    "daemonsets.apps",
+    "jobs.batch",
+];
+
+impl Changes {
+    fn since(sim: &Sim, state: &mut ControllerState) -> Changes {
+        let store = sim.store();
+        let due = state
+            .last_full
+            .is_none_or(|t| t.elapsed() >= FULL_PASS_EVERY);
+        let list = match state.seen_rv {
+            Some(seen) if !due => store.changes_since(seen),
+            _ => None,
+        };
+        state.seen_rv = Some(store.rv());
+        match list {
+            Some(list) => Changes { full: false, list },
+            None => {
+                state.last_full = Some(std::time::Instant::now());
+                Changes {
+                    full: true,
+                    list: Vec::new(),
+                }
+            }
+        }
     }
-    scheduler(sim);
-    deployments(sim);
-    replicasets(sim);
-    statefulsets(sim);
-    daemonsets(sim);
-    jobs(sim);
-    garbage_collect(sim);
-    pdb_statuses(sim);
+
+    fn touched(&self, storage: &str) -> bool {
+        self.full || self.list.iter().any(|c| c.storage == storage)
+    }
+
+    /// A change the workload controllers act on: to a workload, to a node
+    /// (DaemonSets), or to a pod a controller owns.
+    fn for_workloads(&self) -> bool {
+        self.full
+            || self.list.iter().any(|c| {
+                WORKLOADS.contains(&c.storage.as_str())
+                    || c.storage == "nodes"
+                    || (c.storage == "pods"
+                        && (controller_uid(&c.object).is_some()
+                            || c.old.as_deref().and_then(controller_uid).is_some()))
+            })
+    }
+
+    /// A change a PodDisruptionBudget's status follows: to a budget, to a
+    /// workload (its scale), or to a pod a budget selects.
+    fn for_budgets(&self, sim: &Sim) -> bool {
+        let budgets = sim.store().list("poddisruptionbudgets.policy", None);
+        if budgets.is_empty() {
+            return false;
+        }
+        if self.full {
+            return true;
+        }
+        let selectors: Vec<(&str, LabelSelector)> = budgets
+            .iter()
+            .map(|b| {
+                (
+                    b["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    LabelSelector::from_object(&b["spec"]["selector"]).unwrap_or_default(),
+                )
+            })
+            .collect();
+        let selected = |pod: &Value| {
+            selectors.iter().any(|(ns, sel)| {
+                pod["metadata"]["namespace"].as_str() == Some(*ns)
+                    && !sel.is_empty()
+                    && sel.matches(&pod["metadata"]["labels"])
+            })
+        };
+        self.list.iter().any(|c| {
+            c.storage == "poddisruptionbudgets.policy"
+                || WORKLOADS.contains(&c.storage.as_str())
+                || (c.storage == "pods"
+                    && (selected(&c.object) || c.old.as_deref().is_some_and(selected)))
+        })
+    }
+
+    /// A change that may leave an object without its owners: an owner
+    /// deleted, or an object naming owners none of which exists.
+    fn may_orphan(&self, sim: &Sim, state: &mut ControllerState) -> bool {
+        if self.full {
+            return true;
+        }
+        let store = sim.store();
+        let mut orphan = false;
+        for c in &self.list {
+            let uid = c.object["metadata"]["uid"].as_str().unwrap_or_default();
+            if c.kind == ChangeKind::Deleted {
+                orphan |= state.owners.contains(uid);
+                continue;
+            }
+            let Some(refs) = c.object["metadata"]["ownerReferences"].as_array() else {
+                continue;
+            };
+            let uids: Vec<&str> = refs.iter().filter_map(|r| r["uid"].as_str()).collect();
+            state.owners.extend(uids.iter().map(|u| (*u).to_owned()));
+            orphan |= !uids.is_empty() && uids.iter().all(|u| store.by_uid(u).is_none());
+        }
+        orphan
+    }
+}
+
+/// One pass of every controller, each over what changed for it.
+pub fn reconcile_all(sim: &Sim, state: &mut ControllerState) {
+    let changes = Changes::since(sim, state);
+    let paused = sim.faults().kubelet_paused;
+    if changes.touched("nodes") {
+        node_lifecycle(sim);
+    }
+    if paused {
+        // What changed meanwhile is looked at once the kubelet runs again.
+        state.last_full = None;
+    } else {
+        kubelet(sim, state, &changes);
+    }
+    scheduler(sim, state, &changes);
+    if changes.for_workloads() {
+        deployments(sim);
+        replicasets(sim);
+        statefulsets(sim);
+        daemonsets(sim);
+        jobs(sim);
+    }
+    if changes.may_orphan(sim, state) {
+        garbage_collect(sim, state);
+    }
+    if changes.for_budgets(sim) {
+        pdb_statuses(sim);
+    }
 }
 
 fn pods_type(sim: &Sim) -> crate::resources::ResourceType {
@@ -124,38 +266,95 @@ fn owner_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
     })
 }
 
-fn kubelet(sim: &Sim, state: &mut ControllerState) {
+/// The pods the kubelet looks at this pass: every pod on a full pass or
+/// after a node changed; otherwise those that changed, those terminating
+/// and those whose time may have come.
+fn kubelet_pods(sim: &Sim, state: &ControllerState, changes: &Changes) -> Vec<Arc<Value>> {
+    let store = sim.store();
+    if changes.touched("nodes") {
+        return store.list("pods", None);
+    }
+    let mut seen = HashSet::new();
+    let mut pods = Vec::new();
+    for c in changes.list.iter().filter(|c| c.storage == "pods") {
+        if let Some(p) = store.get("pods", &ObjKey::of(&c.object))
+            && seen.insert(p["metadata"]["uid"].as_str().unwrap_or_default().to_owned())
+        {
+            pods.push(p);
+        }
+    }
+    // The terminating pods whose time has come.
     let now = sim.clock.now();
-    let (pods, nodes): (Vec<Arc<Value>>, HashSet<String>) = {
-        let store = sim.store();
-        (
-            store.list("pods", None),
-            store
-                .list("nodes", None)
-                .iter()
-                .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
-                .collect(),
-        )
-    };
-    let without_kubelet: HashSet<String> = sim
-        .store()
-        .list("nodes", None)
-        .iter()
-        .filter(|n| has_no_kubelet(n))
-        .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_owned))
-        .collect();
-    let pods_rt = pods_type(sim);
-    let terminating = sim
+    let due: Vec<String> = sim
         .terminating
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .clone();
+        .iter()
+        .filter(|(_, t)| now >= t.ends)
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    for uid in due.iter().chain(&state.timed) {
+        if !seen.contains(uid)
+            && let Some((storage, p)) = store.by_uid(uid)
+            && storage == "pods"
+        {
+            seen.insert(uid.clone());
+            pods.push(p);
+        }
+    }
+    pods
+}
+
+/// When a terminating pod goes, by its annotations: never, after its
+/// shutdown time, or when its grace period runs out.
+pub fn termination_ends(pod: &Value, started: f64, deadline: f64) -> f64 {
+    let annotations = &pod["metadata"]["annotations"];
+    if annotations[annotations::NEVER_TERMINATE].as_str() == Some("true") {
+        return f64::INFINITY;
+    }
+    let shutdown = if annotations[annotations::IGNORE_SIGTERM].as_str() == Some("true") {
+        f64::INFINITY
+    } else {
+        annotation_f64(pod, annotations::SHUTDOWN_SECONDS).unwrap_or(0.5)
+    };
+    deadline.min(started + shutdown)
+}
+
+fn kubelet(sim: &Sim, state: &mut ControllerState, changes: &Changes) {
+    let now = sim.clock.now();
+    let pods = kubelet_pods(sim, state, changes);
+    let everything = changes.touched("nodes");
+    let (nodes, without_kubelet): (HashSet<String>, HashSet<String>) = {
+        let nodes = sim.store().list("nodes", None);
+        let name = |n: &Arc<Value>| n["metadata"]["name"].as_str().map(str::to_owned);
+        (
+            nodes.iter().filter_map(name).collect(),
+            nodes
+                .iter()
+                .filter(|n| has_no_kubelet(n))
+                .filter_map(name)
+                .collect(),
+        )
+    };
+    let pods_rt = pods_type(sim);
+    let terminating: HashMap<String, crate::state::Termination> = {
+        let all = sim.terminating.lock().unwrap_or_else(|p| p.into_inner());
+        pods.iter()
+            .filter_map(|p| {
+                let uid = p["metadata"]["uid"].as_str()?;
+                Some((uid.to_owned(), *all.get(uid)?))
+            })
+            .collect()
+    };
     let mut live = HashSet::new();
     for pod in &pods {
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
         let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-        live.insert(uid.to_owned());
+        if everything {
+            live.insert(uid.to_owned());
+        }
+        state.timed.remove(uid);
         let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
             continue;
         };
@@ -178,18 +377,7 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
             continue;
         }
         if let Some(t) = terminating.get(uid) {
-            if pod["metadata"]["annotations"][annotations::NEVER_TERMINATE].as_str() == Some("true")
-            {
-                continue;
-            }
-            let ignores = pod["metadata"]["annotations"][annotations::IGNORE_SIGTERM].as_str()
-                == Some("true");
-            let shutdown = if ignores {
-                f64::INFINITY
-            } else {
-                annotation_f64(pod, annotations::SHUTDOWN_SECONDS).unwrap_or(0.5)
-            };
-            if now >= t.deadline.min(t.started + shutdown) {
+            if now >= termination_ends(pod, t.started, t.deadline) {
                 sim.finish_pod_deletion(ns, name, uid);
             }
             continue;
@@ -197,11 +385,16 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
         if is_terminating(pod) || is_finished(pod) {
             continue;
         }
-        let placed = *state.placed.entry(uid.to_owned()).or_insert(now);
+        let placed = match state.placed.get(uid) {
+            Some(t) => *t,
+            None => *state.placed.entry(uid.to_owned()).or_insert(now),
+        };
         let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
         if phase == "Pending" {
             let startup = annotation_f64(pod, annotations::STARTUP_SECONDS).unwrap_or(0.0);
-            if now - placed >= startup {
+            if now - placed < startup {
+                state.timed.insert(uid.to_owned());
+            } else {
                 set_pod_status(sim, pod, running_status(pod));
                 for c in pod["spec"]["containers"].as_array().into_iter().flatten() {
                     let name = c["name"].as_str().unwrap_or_default();
@@ -215,22 +408,35 @@ fn kubelet(sim: &Sim, state: &mut ControllerState) {
             }
         } else if let Some(run) = annotation_f64(pod, annotations::RUN_SECONDS)
             && phase == "Running"
-            && now - placed >= run
         {
-            let mut st = pod["status"].clone();
-            st["phase"] = json!("Succeeded");
-            st["conditions"] =
-                json!([{"type": "Ready", "status": "False", "reason": "PodCompleted"}]);
-            set_pod_status(sim, pod, st);
+            if now - placed >= run {
+                let mut st = pod["status"].clone();
+                st["phase"] = json!("Succeeded");
+                st["conditions"] =
+                    json!([{"type": "Ready", "status": "False", "reason": "PodCompleted"}]);
+                set_pod_status(sim, pod, st);
+            } else {
+                state.timed.insert(uid.to_owned());
+            }
         }
     }
-    state.placed.retain(|uid, _| live.contains(uid));
-    // Dropping the logs of pods that went costs a pass over every log:
-    // done when the number of pods changed (a pod replaced within one
-    // pass keeps its old log until the next change).
-    if live.len() != state.pods_seen {
-        state.pods_seen = live.len();
+    // The pods that went: what the kubelet kept of them goes too.
+    if everything {
+        state.placed.retain(|uid, _| live.contains(uid));
+        state.timed.retain(|uid| live.contains(uid));
         sim.logs.retain(|uid| live.contains(uid));
+    } else {
+        let gone: HashSet<&str> = changes
+            .list
+            .iter()
+            .filter(|c| c.storage == "pods" && c.kind == ChangeKind::Deleted)
+            .filter_map(|c| c.object["metadata"]["uid"].as_str())
+            .collect();
+        if !gone.is_empty() {
+            state.placed.retain(|uid, _| !gone.contains(uid.as_str()));
+            state.timed.retain(|uid| !gone.contains(uid.as_str()));
+            sim.logs.retain(|uid| !gone.contains(uid));
+        }
     }
 }
 
@@ -438,18 +644,44 @@ fn schedulable_for(node: &Value, tolerations: &Value, node_selector: &Value) -> 
     taints_ok && selector_ok
 }
 
-fn scheduler(sim: &Sim) {
+/// The pods waiting for a node: among every pod when a node changed,
+/// otherwise among the pods that changed and those left unplaced last
+/// pass.
+fn unscheduled(sim: &Sim, state: &ControllerState, changes: &Changes) -> Vec<Arc<Value>> {
+    let store = sim.store();
+    let waiting = |p: &Arc<Value>| {
+        p["spec"]["nodeName"].as_str().is_none_or(str::is_empty) && !is_terminating(p)
+    };
+    if changes.touched("nodes") {
+        return store
+            .list("pods", None)
+            .into_iter()
+            .filter(waiting)
+            .collect();
+    }
+    let keys: std::collections::BTreeSet<ObjKey> = changes
+        .list
+        .iter()
+        .filter(|c| c.storage == "pods" && c.kind != ChangeKind::Deleted)
+        .map(|c| ObjKey::of(&c.object))
+        .chain(state.unscheduled.iter().cloned())
+        .collect();
+    keys.iter()
+        .filter_map(|k| store.get("pods", k))
+        .filter(waiting)
+        .collect()
+}
+
+fn scheduler(sim: &Sim, state: &mut ControllerState, changes: &Changes) {
+    let pending = unscheduled(sim, state, changes);
+    state.unscheduled.clear();
+    if pending.is_empty() {
+        return;
+    }
     let (pods, nodes) = {
         let store = sim.store();
         (store.list("pods", None), store.list("nodes", None))
     };
-    let pending: Vec<&Arc<Value>> = pods
-        .iter()
-        .filter(|p| p["spec"]["nodeName"].as_str().is_none_or(str::is_empty) && !is_terminating(p))
-        .collect();
-    if pending.is_empty() {
-        return;
-    }
     let mut load: HashMap<String, usize> = nodes
         .iter()
         .map(|n| {
@@ -470,7 +702,7 @@ fn scheduler(sim: &Sim) {
         }
     }
     let mut failed_scheduling: Vec<(Arc<Value>, String)> = Vec::new();
-    for pod in pending {
+    for pod in &pending {
         let candidates = nodes.iter().filter(|n| {
             schedulable_for(n, &pod["spec"]["tolerations"], &pod["spec"]["nodeSelector"])
                 && affinity_allows(n, &pod["spec"]["affinity"])
@@ -503,6 +735,7 @@ fn scheduler(sim: &Sim) {
                 *load.entry(name).or_default() += 1;
             }
             None => {
+                state.unscheduled.insert(key.clone());
                 let unmatched = nodes
                     .iter()
                     .filter(|n| {
@@ -1021,8 +1254,9 @@ fn jobs(sim: &Sim) {
 }
 
 /// Deletes objects all of whose owners are gone (background propagation).
-fn garbage_collect(sim: &Sim) {
+fn garbage_collect(sim: &Sim, state: &mut ControllerState) {
     let mut doomed: Vec<(String, Value)> = Vec::new();
+    state.owners.clear();
     {
         let store = sim.store();
         for rt in sim.all_types() {
@@ -1033,6 +1267,10 @@ fn garbage_collect(sim: &Sim) {
                 let Some(refs) = obj["metadata"]["ownerReferences"].as_array() else {
                     continue;
                 };
+                state.owners.extend(
+                    refs.iter()
+                        .filter_map(|r| r["uid"].as_str().map(str::to_owned)),
+                );
                 if refs.is_empty() || is_terminating(&obj) {
                     continue;
                 }

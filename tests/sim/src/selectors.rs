@@ -186,9 +186,18 @@ impl FieldSelector {
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0
-            .iter()
-            .all(|(k, eq, v)| (Self::field(obj, k) == *v) == *eq)
+        self.0.iter().all(|(k, eq, v)| {
+            let mut field = obj;
+            for part in k.split('.') {
+                field = &field[part];
+            }
+            // Strings, the usual case, are compared without a copy.
+            let same = match field {
+                Value::String(s) => s == v,
+                _ => Self::field(obj, k) == *v,
+            };
+            same == *eq
+        })
     }
 
     /// The value this selector requires for `field`, if it pins one (used

@@ -418,6 +418,7 @@ async fn handle(
                         content_type: header("Content-Type"),
                         user: user.map(|u| u.name).unwrap_or_default(),
                         denied: denied.is_some(),
+                        at: std::time::Instant::now(),
                     });
             }
             if let Some(e) = denied {
@@ -727,6 +728,33 @@ async fn resource_request(
         "list" => {
             let opts = list_options(&q)?;
             let res = sim.list(rt, ns, &opts)?;
+            let mut meta = json!({"resourceVersion": res.resource_version.to_string()});
+            if let Some(c) = &res.continue_token {
+                meta["continue"] = json!(c);
+                meta["remainingItemCount"] = json!(res.remaining.unwrap_or(0));
+            }
+            if !table && !reply.accept.prefer_protobuf {
+                // JSON, written from the stored objects as they are.
+                #[derive(serde::Serialize)]
+                #[serde(rename_all = "camelCase")]
+                struct List<'a> {
+                    kind: String,
+                    api_version: String,
+                    metadata: Value,
+                    items: Vec<api::Presented<'a>>,
+                }
+                let list = List {
+                    kind: list_kind(rt),
+                    api_version: rt.api_version(),
+                    metadata: meta,
+                    items: res.items.iter().map(|o| api::presented(rt, o)).collect(),
+                };
+                return Ok(Response::builder()
+                    .status(200)
+                    .header("Content-Type", "application/json")
+                    .body(full(serde_json::to_vec(&list).unwrap_or_default()))
+                    .expect("valid response"));
+            }
             let items: Vec<Value> = res.items.iter().map(|o| api::present(rt, o)).collect();
             if table {
                 return Ok(reply.send(
@@ -740,11 +768,6 @@ async fn resource_request(
                         true,
                     ),
                 ));
-            }
-            let mut meta = json!({"resourceVersion": res.resource_version.to_string()});
-            if let Some(c) = res.continue_token {
-                meta["continue"] = json!(c);
-                meta["remainingItemCount"] = json!(res.remaining.unwrap_or(0));
             }
             Ok(reply.send(
                 200,
@@ -1180,25 +1203,26 @@ async fn scale_request(
 }
 
 /// Which watch event, if any, a change is for this watcher.
-fn watch_event(
-    c: &Change,
+fn watch_event<'a>(
+    c: &'a Change,
     ns: Option<&str>,
     labels: &LabelSelector,
     fields: &FieldSelector,
     rt: &ResourceType,
-) -> Option<(&'static str, Value)> {
+) -> Option<(&'static str, &'a Value)> {
     let in_ns = |o: &Value| ns.is_none_or(|n| o["metadata"]["namespace"].as_str() == Some(n));
-    let sel = |o: &Value| in_ns(o) && api::matches(&api::present(rt, o), labels, fields);
+    let sel = |o: &Value| in_ns(o) && api::matches(&api::present_ref(rt, o), labels, fields);
     let now = sel(&c.object);
     let before = c.old.as_ref().is_some_and(|o| sel(o));
-    match c.kind {
-        ChangeKind::Deleted if before => Some(("DELETED", (*c.object).clone())),
-        ChangeKind::Deleted => None,
-        _ if now && before => Some(("MODIFIED", (*c.object).clone())),
-        _ if now => Some(("ADDED", (*c.object).clone())),
-        ChangeKind::Modified if before => Some(("DELETED", (*c.object).clone())),
-        _ => None,
-    }
+    let kind = match c.kind {
+        ChangeKind::Deleted if before => "DELETED",
+        ChangeKind::Deleted => return None,
+        _ if now && before => "MODIFIED",
+        _ if now => "ADDED",
+        ChangeKind::Modified if before => "DELETED",
+        _ => return None,
+    };
+    Some((kind, &c.object))
 }
 
 /// How a watch's events are written.
@@ -1237,10 +1261,7 @@ impl WatchBody {
         {
             return Bytes::from(frame);
         }
-        let mut line =
-            serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-        line.push(b'\n');
-        Bytes::from(line)
+        json_line(kind, object)
     }
 }
 
@@ -1285,11 +1306,10 @@ fn watch_response(
             None => {
                 let rx = store.subscribe();
                 let ns_ref = if rt.namespaced { ns.as_deref() } else { None };
-                let items: Vec<Value> = store
+                let items: Vec<Arc<Value>> = store
                     .list(&rt.storage, ns_ref)
-                    .iter()
-                    .filter(|o| api::matches(&api::present(&rt, o), &opts.labels, &opts.fields))
-                    .map(|o| (**o).clone())
+                    .into_iter()
+                    .filter(|o| api::matches(&api::present_ref(&rt, o), &opts.labels, &opts.fields))
                     .collect();
                 (items, Vec::new(), rx, store.rv())
             }
@@ -1304,7 +1324,6 @@ fn watch_response(
         let mut last_rv = start_rv;
         let ns = if rt.namespaced { ns } else { None };
         for obj in initial {
-            let obj = api::present(&rt, &obj);
             if tx.send(render("ADDED", &obj, &mut first)).await.is_err() {
                 return;
             }
@@ -1318,7 +1337,7 @@ fn watch_response(
                 return None;
             }
             let (kind, obj) = watch_event(c, ns.as_deref(), &opts.labels, &opts.fields, &rt)?;
-            Some(render(kind, &api::present(&rt, &obj), first))
+            Some(render(kind, obj, first))
         };
         for c in backlog {
             last_rv = c.rv;
@@ -1369,26 +1388,41 @@ fn watch_response(
         .expect("valid response"))
 }
 
-/// One watch event.
+/// One watch event about a stored object.
 fn render(
     sim: &Sim,
     rt: &ResourceType,
     body_type: WatchBody,
     include: &str,
     kind: &str,
-    obj: &Value,
+    stored: &Value,
     first: &mut bool,
 ) -> Bytes {
-    let object = if body_type == WatchBody::Table {
-        let rv = obj["metadata"]["resourceVersion"]
-            .as_str()
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
-        let t = tables::table(rt, std::slice::from_ref(obj), rv, None, include, *first);
-        *first = false;
-        t
-    } else {
-        obj.clone()
-    };
-    body_type.event(sim, kind, &object)
+    match body_type {
+        WatchBody::Table => {
+            let obj = api::present(rt, stored);
+            let rv = obj["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            let t = tables::table(rt, std::slice::from_ref(&obj), rv, None, include, *first);
+            *first = false;
+            body_type.event(sim, kind, &t)
+        }
+        WatchBody::Protobuf => body_type.event(sim, kind, &api::present(rt, stored)),
+        WatchBody::Json => json_line(kind, &api::presented(rt, stored)),
+    }
+}
+
+/// A JSON watch event line.
+fn json_line(kind: &str, object: &impl serde::Serialize) -> Bytes {
+    #[derive(serde::Serialize)]
+    struct Line<'a, T> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        object: T,
+    }
+    let mut line = serde_json::to_vec(&Line { kind, object }).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
 }

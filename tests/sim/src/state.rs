@@ -142,6 +142,9 @@ pub struct Termination {
     pub started: f64,
     /// When the grace period runs out (the kubelet kills it).
     pub deadline: f64,
+    /// When the pod goes, as its annotations said at the delete (the
+    /// kubelet looks again whenever the pod changes).
+    pub ends: f64,
 }
 
 /// One request, as the audit log records it.
@@ -162,6 +165,8 @@ pub struct AuditRecord {
     pub user: String,
     /// Refused by authentication or RBAC (401 or 403).
     pub denied: bool,
+    /// When the request arrived.
+    pub at: std::time::Instant,
 }
 
 impl Sim {

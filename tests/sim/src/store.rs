@@ -219,6 +219,23 @@ impl Store {
         Some((backlog, rx))
     }
 
+    /// The changes after `rv`, in order; `None` when some of them are no
+    /// longer kept (or the store went back to an older resourceVersion).
+    pub fn changes_since(&self, rv: u64) -> Option<Vec<Arc<Change>>> {
+        if rv > self.rv {
+            return None;
+        }
+        if rv == self.rv {
+            return Some(Vec::new());
+        }
+        let oldest = self.history.front().map_or(self.rv, |c| c.rv);
+        if rv + 1 < oldest {
+            return None;
+        }
+        let from = self.history.partition_point(|c| c.rv <= rv);
+        Some(self.history.range(from..).cloned().collect())
+    }
+
     /// The objects and the resourceVersion now, to [`restore`](Self::restore)
     /// later.
     pub fn snapshot(&self) -> StoreSnapshot {
