@@ -1286,10 +1286,14 @@ fn watch_response(
         .get("resourceVersion")
         .and_then(|r| r.parse().ok())
         .filter(|r| *r > 0);
+    // A watch of one node's pods follows that node's changes only.
+    let node = (rt.storage == "pods")
+        .then(|| opts.fields.pinned("spec.nodeName").map(str::to_owned))
+        .flatten();
     let (initial, backlog, mut rx, start_rv) = {
-        let store = sim.store();
+        let mut store = sim.store();
         match rv {
-            Some(rv) => match store.subscribe_from(rv) {
+            Some(rv) => match store.subscribe_from(rv, node.as_deref()) {
                 Some((backlog, rx)) => (Vec::new(), backlog, rx, rv),
                 None => {
                     let status =
@@ -1304,7 +1308,7 @@ fn watch_response(
                 }
             },
             None => {
-                let rx = store.subscribe();
+                let rx = store.receiver(node.as_deref());
                 let ns_ref = if rt.namespaced { ns.as_deref() } else { None };
                 let items: Vec<Arc<Value>> = store
                     .list(&rt.storage, ns_ref)

@@ -82,7 +82,16 @@ pub struct Store {
     by_uid: HashMap<String, (String, ObjKey)>,
     history: VecDeque<Arc<Change>>,
     tx: broadcast::Sender<Arc<Change>>,
+    /// Pod changes by node (the pod's node before and after), for the
+    /// watches of one node's pods: as the API server's watch cache indexes
+    /// pods by `spec.nodeName`, such a watch is not woken by every pod of
+    /// the cluster.
+    by_node: HashMap<String, broadcast::Sender<Arc<Change>>>,
 }
+
+/// Changes a watch of one node's pods may fall behind by before it ends
+/// (and its client relists).
+pub const NODE_QUEUE: usize = 4096;
 
 impl Default for Store {
     fn default() -> Self {
@@ -102,6 +111,7 @@ impl Store {
             by_uid: HashMap::new(),
             history: VecDeque::new(),
             tx,
+            by_node: HashMap::new(),
         }
     }
 
@@ -146,6 +156,25 @@ impl Store {
             self.history.pop_front();
         }
         self.history.push_back(change.clone());
+        if change.storage == "pods" && !self.by_node.is_empty() {
+            // No node is the empty one (what `spec.nodeName=` selects).
+            let node = |o: &Value| {
+                o["spec"]["nodeName"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let now = node(&change.object);
+            let before = change.old.as_deref().map(node);
+            for n in std::iter::once(&now).chain(before.iter().filter(|b| **b != now)) {
+                if let Some(tx) = self.by_node.get(n)
+                    && tx.send(change.clone()).is_err()
+                {
+                    // Nobody watches that node any more.
+                    self.by_node.remove(n);
+                }
+            }
+        }
         let _ = self.tx.send(change);
     }
 
@@ -204,10 +233,28 @@ impl Store {
         Some(last)
     }
 
+    /// A receiver for the changes to come: every change, or with `node`,
+    /// the changes of the pods on that node (before or after the change).
+    pub fn receiver(&mut self, node: Option<&str>) -> ChangeReceiver {
+        match node {
+            None => self.tx.subscribe(),
+            Some(n) => self
+                .by_node
+                .entry(n.to_owned())
+                .or_insert_with(|| broadcast::channel(NODE_QUEUE).0)
+                .subscribe(),
+        }
+    }
+
     /// The changes after `rv` (for a resuming watch) and a receiver for the
-    /// ones to come. `None` when `rv` is older than the history kept.
-    pub fn subscribe_from(&self, rv: u64) -> Option<(Vec<Arc<Change>>, ChangeReceiver)> {
-        let rx = self.tx.subscribe();
+    /// ones to come (see [`receiver`](Self::receiver)). `None` when `rv` is
+    /// older than the history kept.
+    pub fn subscribe_from(
+        &mut self,
+        rv: u64,
+        node: Option<&str>,
+    ) -> Option<(Vec<Arc<Change>>, ChangeReceiver)> {
+        let rx = self.receiver(node);
         if rv >= self.rv {
             return Some((Vec::new(), rx));
         }
@@ -257,10 +304,80 @@ impl Store {
         self.history.clear();
         let (tx, _) = broadcast::channel(HISTORY);
         self.tx = tx;
+        self.by_node.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, node: Option<&str>) -> Value {
+        let mut p =
+            json!({"metadata": {"namespace": "default", "name": name, "uid": name}, "spec": {}});
+        if let Some(n) = node {
+            p["spec"]["nodeName"] = json!(n);
+        }
+        p
     }
 
-    /// A receiver for changes from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
-        self.tx.subscribe()
+    fn names(rx: &mut ChangeReceiver) -> Vec<String> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    c.kind.as_str(),
+                    c.object["metadata"]["name"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_watch_of_one_nodes_pods_sees_that_nodes_changes_only() {
+        let mut store = Store::new(100);
+        let mut on_a = store.receiver(Some("a"));
+        let mut unscheduled = store.receiver(Some(""));
+        let mut all = store.receiver(None);
+        store.put("pods", pod("p1", Some("a")));
+        store.put("pods", pod("p2", Some("b")));
+        // Scheduled onto a: seen by both the unscheduled and a's watch.
+        store.put("pods", pod("p3", None));
+        store.put("pods", pod("p3", Some("a")));
+        // Moved away from a (old node a): a's watch still hears of it.
+        store.put("pods", pod("p1", Some("b")));
+        store.remove("pods", &ObjKey::new("default", "p2"));
+        // Not a pod: never on a node's feed.
+        store.put(
+            "nodes",
+            json!({"metadata": {"name": "a", "uid": "na"}, "spec": {"nodeName": "a"}}),
+        );
+        assert_eq!(names(&mut on_a), ["ADDED p1", "MODIFIED p3", "MODIFIED p1"]);
+        assert_eq!(names(&mut unscheduled), ["ADDED p3", "MODIFIED p3"]);
+        assert_eq!(names(&mut all).len(), 7);
+    }
+
+    #[test]
+    fn a_node_feed_nobody_reads_is_dropped_and_made_again_when_asked() {
+        let mut store = Store::new(100);
+        drop(store.receiver(Some("a")));
+        store.put("pods", pod("p1", Some("a")));
+        assert!(store.by_node.is_empty());
+        let mut on_a = store.receiver(Some("a"));
+        store.put("pods", pod("p2", Some("a")));
+        assert_eq!(names(&mut on_a), ["ADDED p2"]);
+    }
+
+    #[test]
+    fn a_restore_ends_the_node_feeds() {
+        let mut store = Store::new(100);
+        let snapshot = store.snapshot();
+        let mut on_a = store.receiver(Some("a"));
+        store.restore(snapshot);
+        assert!(matches!(
+            on_a.try_recv(),
+            Err(broadcast::error::TryRecvError::Closed)
+        ));
     }
 }
