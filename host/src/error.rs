@@ -33,13 +33,10 @@ pub enum Error {
     #[error("lease is already held by {holder}")]
     LeaseHeld { holder: String },
 
-    /// Events came faster than the API server took them: this one was
-    /// dropped.
-    #[error(
-        "the event queue is full ({} waiting): event dropped",
-        crate::controller::events::QUEUE
-    )]
-    EventQueueFull,
+    /// An event could not be queued for writing (events came faster than
+    /// the API server took them, or the writer stopped): it was dropped.
+    #[error("event dropped: {0}")]
+    EventDropped(&'static str),
 
     /// A change kept conflicting with concurrent writers.
     #[error("{0}: gave up after repeated conflicts")]
@@ -72,7 +69,7 @@ impl Error {
     pub fn category(&self) -> &'static str {
         match self {
             Error::Policy(e) => e.category(),
-            Error::Kube { .. } | Error::Watch { .. } | Error::EventQueueFull => "api",
+            Error::Kube { .. } | Error::Watch { .. } | Error::EventDropped(_) => "api",
             Error::LeaseHeld { .. } => "lease_held",
             Error::Conflict(_) => "conflict",
             Error::LeadershipLost(_) => "leadership_lost",

@@ -97,15 +97,9 @@ impl Recorder {
         })
     }
 
-    /// Records an event about `obj`: queued for the writer. `Err` only
-    /// when the queue is full (the event is dropped).
-    pub async fn record<K>(
-        &self,
-        obj: &K,
-        type_: EventType,
-        reason: &str,
-        message: &str,
-    ) -> Result<()>
+    /// Records an event about `obj`: queued for the writer. `Err` when it
+    /// cannot be queued (the event is dropped).
+    pub fn record<K>(&self, obj: &K, type_: EventType, reason: &str, message: &str) -> Result<()>
     where
         K: Resource<DynamicType = ()>,
     {
@@ -151,8 +145,11 @@ impl Recorder {
             action: Some(reason.to_owned()),
             ..Default::default()
         };
-        self.queue()
-            .try_send((event, obj.name_any()))
-            .map_err(|_| Error::EventQueueFull)
+        self.queue().try_send((event, obj.name_any())).map_err(|e| {
+            Error::EventDropped(match e {
+                mpsc::error::TrySendError::Full(_) => "the queue is full",
+                mpsc::error::TrySendError::Closed(_) => "the event writer has stopped",
+            })
+        })
     }
 }

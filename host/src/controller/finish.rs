@@ -196,11 +196,7 @@ pub(super) async fn deleted(ctx: &Arc<Context>, nm: &NodeMaintenance) -> Result<
         .patch_metadata(json!({"finalizers": finalizers}), "removing the finalizer")
         .await?;
     let (reason, message) = reasons::REMOVED;
-    log_err(
-        ctx.recorder
-            .record(nm, EventType::Normal, reason, message)
-            .await,
-    );
+    log_err(ctx.recorder.record(nm, EventType::Normal, reason, message));
     ctx.forget(&nm.uid().unwrap_or_default());
     Ok(Next::Change)
 }
@@ -244,8 +240,7 @@ async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
         let (reason, message) = reasons::UNCORDON;
         log_err(
             ctx.recorder
-                .record(&node, EventType::Normal, reason, message)
-                .await,
+                .record(&node, EventType::Normal, reason, message),
         );
     }
     ctx.leases.invalidate(node_name).await

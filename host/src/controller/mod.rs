@@ -131,7 +131,7 @@ pub struct Context {
     admitted_here: Mutex<std::collections::HashSet<String>>,
     /// The last list of the nodes for admission, and when it was asked
     /// for; held while a list is made, so admissions asking at once share
-    /// one (see [`Context::nodes_since`]).
+    /// one (see [`Context::fresh_nodes`]).
     nodes_listed:
         tokio::sync::Mutex<Option<(std::time::Instant, Arc<[k8s_openapi::api::core::v1::Node]>)>>,
     /// Maintenances whose next pass must look even if it was woken by our
@@ -176,14 +176,12 @@ impl Context {
         })
     }
 
-    /// The nodes, as listed by a request made after `asked`: admissions
+    /// The nodes, as listed by a request made after this call: admissions
     /// that ask while a list is in flight wait for the next one, and those
     /// waiting share it, so 50 maintenances created at once cost a few
     /// lists, not 50, and none reads nodes older than its own question.
-    pub async fn nodes_since(
-        &self,
-        asked: std::time::Instant,
-    ) -> Result<Arc<[k8s_openapi::api::core::v1::Node]>> {
+    pub async fn fresh_nodes(&self) -> Result<Arc<[k8s_openapi::api::core::v1::Node]>> {
+        let asked = std::time::Instant::now();
         let mut listed = self.nodes_listed.lock().await;
         if let Some((at, nodes)) = listed.as_ref()
             && *at >= asked

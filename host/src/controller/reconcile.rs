@@ -207,7 +207,7 @@ impl Pass {
         // stale is the other admissions, not the nodes' readiness.
         let client = &self.ctx.client;
         let nm = self.writer.current().await;
-        let nodes = self.ctx.nodes_since(std::time::Instant::now()).await?;
+        let nodes = self.ctx.fresh_nodes().await?;
         let etcd = crate::admission::etcd(client, &nm, self.ctx.settings.openshift).await?;
         let one_at_a_time = self.ctx.admission.lock().await;
         let all = self.ctx.cached_maintenances();
@@ -518,7 +518,7 @@ impl Pass {
     /// Records an event about the maintenance; a failure is only logged.
     pub async fn event(&self, type_: EventType, reason: &str, message: &str) {
         let nm = self.writer.current().await;
-        finish::log_err(self.ctx.recorder.record(&nm, type_, reason, message).await);
+        finish::log_err(self.ctx.recorder.record(&nm, type_, reason, message));
     }
 }
 

@@ -269,9 +269,14 @@ fn owner_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
 /// The pods the kubelet looks at this pass: every pod on a full pass or
 /// after a node changed; otherwise those that changed, those terminating
 /// and those whose time may have come.
-fn kubelet_pods(sim: &Sim, state: &ControllerState, changes: &Changes) -> Vec<Arc<Value>> {
+fn kubelet_pods(
+    sim: &Sim,
+    state: &ControllerState,
+    changes: &Changes,
+    everything: bool,
+) -> Vec<Arc<Value>> {
     let store = sim.store();
-    if changes.touched("nodes") {
+    if everything {
         return store.list("pods", None);
     }
     let mut seen = HashSet::new();
@@ -322,8 +327,8 @@ pub fn termination_ends(pod: &Value, started: f64, deadline: f64) -> f64 {
 
 fn kubelet(sim: &Sim, state: &mut ControllerState, changes: &Changes) {
     let now = sim.clock.now();
-    let pods = kubelet_pods(sim, state, changes);
     let everything = changes.touched("nodes");
+    let pods = kubelet_pods(sim, state, changes, everything);
     let (nodes, without_kubelet): (HashSet<String>, HashSet<String>) = {
         let nodes = sim.store().list("nodes", None);
         let name = |n: &Arc<Value>| n["metadata"]["name"].as_str().map(str::to_owned);
@@ -387,7 +392,10 @@ fn kubelet(sim: &Sim, state: &mut ControllerState, changes: &Changes) {
         }
         let placed = match state.placed.get(uid) {
             Some(t) => *t,
-            None => *state.placed.entry(uid.to_owned()).or_insert(now),
+            None => {
+                state.placed.insert(uid.to_owned(), now);
+                now
+            }
         };
         let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
         if phase == "Pending" {

@@ -173,31 +173,28 @@ impl FieldSelector {
     /// The value a field selector compares: the field as a string, empty
     /// when missing.
     pub fn field(obj: &Value, path: &str) -> String {
+        Self::text(obj, path).into_owned()
+    }
+
+    /// [`field`](Self::field), without a copy when the field is a string
+    /// (the usual case).
+    fn text<'a>(obj: &'a Value, path: &str) -> std::borrow::Cow<'a, str> {
         let mut v = obj;
         for part in path.split('.') {
             v = &v[part];
         }
         match v {
-            Value::String(s) => s.clone(),
-            Value::Bool(b) => b.to_string(),
-            Value::Number(n) => n.to_string(),
-            _ => String::new(),
+            Value::String(s) => s.as_str().into(),
+            Value::Bool(b) => b.to_string().into(),
+            Value::Number(n) => n.to_string().into(),
+            _ => "".into(),
         }
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(k, eq, v)| {
-            let mut field = obj;
-            for part in k.split('.') {
-                field = &field[part];
-            }
-            // Strings, the usual case, are compared without a copy.
-            let same = match field {
-                Value::String(s) => s == v,
-                _ => Self::field(obj, k) == *v,
-            };
-            same == *eq
-        })
+        self.0
+            .iter()
+            .all(|(k, eq, v)| (Self::text(obj, k) == v.as_str()) == *eq)
     }
 
     /// The value this selector requires for `field`, if it pins one (used

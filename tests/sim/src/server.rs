@@ -81,7 +81,7 @@ fn full(body: impl Into<Bytes>) -> Body {
     Full::new(body.into()).boxed_unsync()
 }
 
-fn json_response(code: u16, v: &Value) -> Response<Body> {
+fn json_response(code: u16, v: &impl serde::Serialize) -> Response<Body> {
     Response::builder()
         .status(code)
         .header("Content-Type", "application/json")
@@ -749,11 +749,7 @@ async fn resource_request(
                     metadata: meta,
                     items: res.items.iter().map(|o| api::presented(rt, o)).collect(),
                 };
-                return Ok(Response::builder()
-                    .status(200)
-                    .header("Content-Type", "application/json")
-                    .body(full(serde_json::to_vec(&list).unwrap_or_default()))
-                    .expect("valid response"));
+                return Ok(json_response(200, &list));
             }
             let items: Vec<Value> = res.items.iter().map(|o| api::present(rt, o)).collect();
             if table {

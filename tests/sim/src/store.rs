@@ -158,15 +158,12 @@ impl Store {
         self.history.push_back(change.clone());
         if change.storage == "pods" && !self.by_node.is_empty() {
             // No node is the empty one (what `spec.nodeName=` selects).
-            let node = |o: &Value| {
-                o["spec"]["nodeName"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_owned()
-            };
+            fn node(o: &Value) -> &str {
+                o["spec"]["nodeName"].as_str().unwrap_or_default()
+            }
             let now = node(&change.object);
             let before = change.old.as_deref().map(node);
-            for n in std::iter::once(&now).chain(before.iter().filter(|b| **b != now)) {
+            for n in std::iter::once(now).chain(before.filter(|b| *b != now)) {
                 if let Some(tx) = self.by_node.get(n)
                     && tx.send(change.clone()).is_err()
                 {
@@ -254,16 +251,13 @@ impl Store {
         rv: u64,
         node: Option<&str>,
     ) -> Option<(Vec<Arc<Change>>, ChangeReceiver)> {
-        let rx = self.receiver(node);
-        if rv >= self.rv {
-            return Some((Vec::new(), rx));
-        }
-        let oldest = self.history.front().map_or(self.rv, |c| c.rv);
-        if rv + 1 < oldest {
-            return None;
-        }
-        let backlog = self.history.iter().filter(|c| c.rv > rv).cloned().collect();
-        Some((backlog, rx))
+        // A resourceVersion from the future starts from now.
+        let backlog = if rv >= self.rv {
+            Vec::new()
+        } else {
+            self.changes_since(rv)?
+        };
+        Some((backlog, self.receiver(node)))
     }
 
     /// The changes after `rv`, in order; `None` when some of them are no
