@@ -329,6 +329,14 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     let fifty_requests = operator_requests(&c) - requests_before;
     if timeline {
         print_timeline(&c, t, requests_before);
+        for f in ["admit", "plan-drain"] {
+            let h = metrics.policy_latency.with_label_values(&[f]);
+            println!(
+                "  policy {f}: {} calls, {:.2} ms on average",
+                h.get_sample_count(),
+                h.get_sample_sum() * 1000.0 / h.get_sample_count().max(1) as f64
+            );
+        }
     }
     c.record_audit(false);
     if speed_only {
@@ -558,6 +566,58 @@ fn print_timeline(c: &SimCluster, t: Instant, skip: usize) {
         }
     }
     flush(&last);
+    print_steps(c, t, skip);
+}
+
+/// For the 50 at once: when each maintenance reached each step, in
+/// milliseconds from creation (min / median / max over the 50).
+fn print_steps(c: &SimCluster, t: Instant, skip: usize) {
+    let audit = c.audit();
+    let ours: Vec<_> = audit
+        .iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT)
+        .skip(skip)
+        .collect();
+    let steps: [(&str, fn(&nmo_sim::AuditRecord, &str) -> bool); 6] = [
+        ("get node", |r, n| {
+            r.verb == "get" && r.resource == "nodes" && r.name == n
+        }),
+        ("finalizer", |r, n| {
+            r.verb == "patch" && r.resource == "nodemaintenances" && r.name == format!("nm-{n}")
+        }),
+        ("status", |r, n| {
+            r.resource == "nodemaintenances"
+                && r.subresource == "status"
+                && r.name == format!("nm-{n}")
+        }),
+        ("lease", |r, n| {
+            r.resource == "leases" && r.name.ends_with(n)
+        }),
+        ("cordon", |r, n| {
+            r.verb == "patch" && r.resource == "nodes" && r.name == n
+        }),
+        ("eviction", |r, n| {
+            r.subresource == "eviction" && r.name.starts_with(&format!("{n}-p"))
+        }),
+    ];
+    for (step, matches) in steps {
+        let mut at: Vec<f64> = (0..50)
+            .filter_map(|i| {
+                let node = format!("many-{i:02}");
+                ours.iter()
+                    .find(|r| matches(r, &node))
+                    .map(|r| r.at.saturating_duration_since(t).as_secs_f64() * 1000.0)
+            })
+            .collect();
+        at.sort_by(f64::total_cmp);
+        if let (Some(first), Some(last)) = (at.first(), at.last()) {
+            println!(
+                "  first {step:10} min {first:6.1}  median {:6.1}  max {last:6.1} ms ({} maintenances)",
+                at[at.len() / 2],
+                at.len()
+            );
+        }
+    }
 }
 
 /// plan-drain calls so far and the seconds they took (the controller's registry).

@@ -372,8 +372,19 @@ impl Sim {
         let store = self.store();
         let rv = store.rv();
         let ns = if rt.namespaced { ns } else { None };
-        let mut items: Vec<Arc<Value>> = store
-            .list(&rt.storage, ns)
+        // One node's pods come from the node index, as the watch cache
+        // serves them.
+        let candidates = match opts.fields.pinned("spec.nodeName") {
+            Some(node) if rt.storage == "pods" => {
+                let mut pods = store.pods_on(node);
+                if let Some(ns) = ns {
+                    pods.retain(|p| p["metadata"]["namespace"].as_str() == Some(ns));
+                }
+                pods
+            }
+            _ => store.list(&rt.storage, ns),
+        };
+        let mut items: Vec<Arc<Value>> = candidates
             .into_iter()
             .filter(|o| matches(&present_ref(rt, o), &opts.labels, &opts.fields))
             .collect();

@@ -266,9 +266,10 @@ fn owner_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
     })
 }
 
-/// The pods the kubelet looks at this pass: every pod on a full pass or
-/// after a node changed; otherwise those that changed, those terminating
-/// and those whose time may have come.
+/// The pods the kubelet looks at this pass: every pod on a full pass;
+/// otherwise those that changed, those on a node that changed (created,
+/// deleted, its kubelet gone or back), those terminating and those whose
+/// time may have come.
 fn kubelet_pods(
     sim: &Sim,
     state: &ControllerState,
@@ -281,10 +282,20 @@ fn kubelet_pods(
     }
     let mut seen = HashSet::new();
     let mut pods = Vec::new();
-    for c in changes.list.iter().filter(|c| c.storage == "pods") {
-        if let Some(p) = store.get("pods", &ObjKey::of(&c.object))
-            && seen.insert(p["metadata"]["uid"].as_str().unwrap_or_default().to_owned())
-        {
+    let changed_pods = changes
+        .list
+        .iter()
+        .filter(|c| c.storage == "pods")
+        .filter_map(|c| store.get("pods", &ObjKey::of(&c.object)));
+    let changed_nodes: HashSet<&str> = changes
+        .list
+        .iter()
+        .filter(|c| c.storage == "nodes")
+        .filter_map(|c| c.object["metadata"]["name"].as_str())
+        .collect();
+    let on_changed_nodes = changed_nodes.into_iter().flat_map(|n| store.pods_on(n));
+    for p in changed_pods.chain(on_changed_nodes) {
+        if seen.insert(p["metadata"]["uid"].as_str().unwrap_or_default().to_owned()) {
             pods.push(p);
         }
     }
@@ -327,7 +338,7 @@ pub fn termination_ends(pod: &Value, started: f64, deadline: f64) -> f64 {
 
 fn kubelet(sim: &Sim, state: &mut ControllerState, changes: &Changes) {
     let now = sim.clock.now();
-    let everything = changes.touched("nodes");
+    let everything = changes.full;
     let pods = kubelet_pods(sim, state, changes, everything);
     let (nodes, without_kubelet): (HashSet<String>, HashSet<String>) = {
         let nodes = sim.store().list("nodes", None);
@@ -541,23 +552,26 @@ fn node_lifecycle(sim: &Sim) {
             .as_array()
             .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
             .map(|c| c["status"].as_str().unwrap_or_default().to_owned());
+        let no_kubelet = has_no_kubelet(&node);
+        let settled = if no_kubelet {
+            ready.as_deref() == Some("Unknown")
+        } else {
+            ready.is_some()
+        };
+        if settled {
+            continue;
+        }
         let mut new = (*node).clone();
         if !new["status"].is_object() {
             // The kubelet owns the node's status: whatever a client wrote
             // there that is not an object, it writes over.
             new["status"] = json!({});
         }
-        if has_no_kubelet(&node) {
-            if ready.as_deref() == Some("Unknown") {
-                continue;
-            }
+        if no_kubelet {
             new["status"]["conditions"] = json!([{"type": "Ready", "status": "Unknown",
                 "reason": "NodeStatusNeverUpdated", "message": "Kubelet never posted node status.",
                 "lastTransitionTime": now_rfc3339()}]);
         } else {
-            if ready.is_some() {
-                continue;
-            }
             let joined = crate::node(&name);
             for field in ["capacity", "allocatable", "nodeInfo", "addresses"] {
                 if new["status"][field].is_null() {
@@ -661,11 +675,8 @@ fn unscheduled(sim: &Sim, state: &ControllerState, changes: &Changes) -> Vec<Arc
         p["spec"]["nodeName"].as_str().is_none_or(str::is_empty) && !is_terminating(p)
     };
     if changes.touched("nodes") {
-        return store
-            .list("pods", None)
-            .into_iter()
-            .filter(waiting)
-            .collect();
+        // Every pod on no node (a node came, went, or changed).
+        return store.pods_on("").into_iter().filter(waiting).collect();
     }
     let keys: std::collections::BTreeSet<ObjKey> = changes
         .list
@@ -806,8 +817,22 @@ fn scheduling_event(sim: &Sim, pod: &Value, message: &str) {
     let _ = sim.create(&rt, Some(ns), event, false);
 }
 
+/// The objects of one workload kind and the pods by the uid of their
+/// controller (not gathered when there is no such object).
+fn workloads_and_pods(store: &Store, storage: &str) -> (Vec<Arc<Value>>, PodsByController) {
+    let sets = store.list(storage, None);
+    let pods = if sets.is_empty() {
+        HashMap::new()
+    } else {
+        pods_by_controller(store)
+    };
+    (sets, pods)
+}
+
+type PodsByController = HashMap<String, Vec<Arc<Value>>>;
+
 /// Pods by the uid of their controller.
-fn pods_by_controller(store: &Store) -> HashMap<String, Vec<Arc<Value>>> {
+fn pods_by_controller(store: &Store) -> PodsByController {
     let mut m: HashMap<String, Vec<Arc<Value>>> = HashMap::new();
     for p in store.list("pods", None) {
         if let Some(uid) = controller_uid(&p) {
@@ -870,13 +895,7 @@ fn active(pods: &[Arc<Value>]) -> Vec<&Arc<Value>> {
 }
 
 fn replicasets(sim: &Sim) {
-    let (sets, by_owner) = {
-        let store = sim.store();
-        (
-            store.list("replicasets.apps", None),
-            pods_by_controller(&store),
-        )
-    };
+    let (sets, by_owner) = workloads_and_pods(&sim.store(), "replicasets.apps");
     let pods_rt = pods_type(sim);
     for rs in sets {
         if is_terminating(&rs) {
@@ -1030,13 +1049,7 @@ fn deployments(sim: &Sim) {
 }
 
 fn statefulsets(sim: &Sim) {
-    let (sets, by_owner) = {
-        let store = sim.store();
-        (
-            store.list("statefulsets.apps", None),
-            pods_by_controller(&store),
-        )
-    };
+    let (sets, by_owner) = workloads_and_pods(&sim.store(), "statefulsets.apps");
     let pods_rt = pods_type(sim);
     for s in sets {
         if is_terminating(&s) {
@@ -1114,11 +1127,8 @@ fn statefulsets(sim: &Sim) {
 fn daemonsets(sim: &Sim) {
     let (sets, by_owner, nodes) = {
         let store = sim.store();
-        (
-            store.list("daemonsets.apps", None),
-            pods_by_controller(&store),
-            store.list("nodes", None),
-        )
+        let (sets, by_owner) = workloads_and_pods(&store, "daemonsets.apps");
+        (sets, by_owner, store.list("nodes", None))
     };
     let pods_rt = pods_type(sim);
     for ds in sets {
@@ -1207,10 +1217,7 @@ fn daemonsets(sim: &Sim) {
 }
 
 fn jobs(sim: &Sim) {
-    let (jobs, by_owner) = {
-        let store = sim.store();
-        (store.list("jobs.batch", None), pods_by_controller(&store))
-    };
+    let (jobs, by_owner) = workloads_and_pods(&sim.store(), "jobs.batch");
     let pods_rt = pods_type(sim);
     for job in jobs {
         if is_terminating(&job) {

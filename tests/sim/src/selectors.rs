@@ -178,7 +178,7 @@ impl FieldSelector {
 
     /// [`field`](Self::field), without a copy when the field is a string
     /// (the usual case).
-    fn text<'a>(obj: &'a Value, path: &str) -> std::borrow::Cow<'a, str> {
+    pub(crate) fn text<'a>(obj: &'a Value, path: &str) -> std::borrow::Cow<'a, str> {
         let mut v = obj;
         for part in path.split('.') {
             v = &v[part];

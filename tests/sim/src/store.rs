@@ -1,7 +1,7 @@
 //! The object store: every object as JSON, one global resourceVersion, a
 //! change history for watches that resume, and a broadcast of changes.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -87,6 +87,11 @@ pub struct Store {
     /// pods by `spec.nodeName`, such a watch is not woken by every pod of
     /// the cluster.
     by_node: HashMap<String, broadcast::Sender<Arc<Change>>>,
+    /// The pods on each node (by `spec.nodeName`, "" for none), as the
+    /// API server's watch cache indexes them: a list of one node's pods,
+    /// or the kubelet's look at a node that changed, reads that node's
+    /// pods only.
+    pods_on: HashMap<String, BTreeSet<ObjKey>>,
 }
 
 /// Changes a watch of one node's pods may fall behind by before it ends
@@ -112,6 +117,7 @@ impl Store {
             history: VecDeque::new(),
             tx,
             by_node: HashMap::new(),
+            pods_on: HashMap::new(),
         }
     }
 
@@ -139,6 +145,38 @@ impl Store {
         }
     }
 
+    /// The pods on `node` ("" for those on none), in key order.
+    pub fn pods_on(&self, node: &str) -> Vec<Arc<Value>> {
+        let (Some(keys), Some(pods)) = (self.pods_on.get(node), self.data.get("pods")) else {
+            return Vec::new();
+        };
+        keys.iter().filter_map(|k| pods.get(k).cloned()).collect()
+    }
+
+    /// Keeps [`pods_on`](Self::pods_on) true across a pod's change from
+    /// `old` to `new` (either absent).
+    fn index_pod(&mut self, key: &ObjKey, old: Option<&Value>, new: Option<&Value>) {
+        let old = old.map(pod_node);
+        let new = new.map(pod_node);
+        if old == new {
+            return;
+        }
+        if let Some(n) = old
+            && let Some(keys) = self.pods_on.get_mut(n.as_ref())
+        {
+            keys.remove(key);
+            if keys.is_empty() {
+                self.pods_on.remove(n.as_ref());
+            }
+        }
+        if let Some(n) = new {
+            self.pods_on
+                .entry(n.into_owned())
+                .or_default()
+                .insert(key.clone());
+        }
+    }
+
     /// How many objects a storage holds.
     pub fn count(&self, storage: &str) -> usize {
         self.data.get(storage).map_or(0, BTreeMap::len)
@@ -157,18 +195,15 @@ impl Store {
         }
         self.history.push_back(change.clone());
         if change.storage == "pods" && !self.by_node.is_empty() {
-            // No node is the empty one (what `spec.nodeName=` selects).
-            fn node(o: &Value) -> &str {
-                o["spec"]["nodeName"].as_str().unwrap_or_default()
-            }
-            let now = node(&change.object);
-            let before = change.old.as_deref().map(node);
-            for n in std::iter::once(now).chain(before.filter(|b| *b != now)) {
-                if let Some(tx) = self.by_node.get(n)
+            let now = pod_node(&change.object);
+            let before = change.old.as_deref().map(pod_node);
+            let before = before.filter(|b| *b != now);
+            for n in std::iter::once(now).chain(before) {
+                if let Some(tx) = self.by_node.get(n.as_ref())
                     && tx.send(change.clone()).is_err()
                 {
                     // Nobody watches that node any more.
-                    self.by_node.remove(n);
+                    self.by_node.remove(n.as_ref());
                 }
             }
         }
@@ -191,6 +226,9 @@ impl Store {
             .entry(storage.to_owned())
             .or_default()
             .insert(key.clone(), obj.clone());
+        if storage == "pods" {
+            self.index_pod(&key, old.as_deref(), Some(&*obj));
+        }
         if !uid.is_empty() {
             self.by_uid.insert(uid, (storage.to_owned(), key));
         }
@@ -216,6 +254,9 @@ impl Store {
         self.rv += 1;
         if let Some(uid) = old["metadata"]["uid"].as_str() {
             self.by_uid.remove(uid);
+        }
+        if storage == "pods" {
+            self.index_pod(key, Some(&old), None);
         }
         let mut last = (*old).clone();
         last["metadata"]["resourceVersion"] = Value::String(self.rv.to_string());
@@ -295,11 +336,28 @@ impl Store {
         self.rv = snapshot.rv;
         self.data = snapshot.data;
         self.by_uid = snapshot.by_uid;
+        self.pods_on.clear();
+        let pods: Vec<(ObjKey, Arc<Value>)> = self
+            .data
+            .get("pods")
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (key, pod) in pods {
+            self.index_pod(&key, None, Some(&*pod));
+        }
         self.history.clear();
         let (tx, _) = broadcast::channel(HISTORY);
         self.tx = tx;
         self.by_node.clear();
     }
+}
+
+/// A pod's node, as a field selector reads it; no node is the empty one
+/// (what `spec.nodeName=` selects).
+fn pod_node(o: &Value) -> std::borrow::Cow<'_, str> {
+    crate::selectors::FieldSelector::text(o, "spec.nodeName")
 }
 
 #[cfg(test)]
@@ -373,5 +431,56 @@ mod tests {
             on_a.try_recv(),
             Err(broadcast::error::TryRecvError::Closed)
         ));
+    }
+
+    fn on(store: &Store, node: &str) -> Vec<String> {
+        store
+            .pods_on(node)
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_node_index_follows_pods_that_come_move_and_go() {
+        let mut store = Store::new(100);
+        store.put("pods", pod("p1", Some("a")));
+        store.put("pods", pod("p2", None));
+        store.put("pods", pod("p3", Some("a")));
+        // A node never seen, and a node name that is a prefix of another.
+        assert!(on(&store, "b").is_empty());
+        assert!(on(&store, "").contains(&"p2".to_owned()));
+        assert_eq!(on(&store, "a"), ["p1", "p3"]);
+        // Scheduled, moved, removed.
+        store.put("pods", pod("p2", Some("a")));
+        store.put("pods", pod("p1", Some("ab")));
+        store.remove("pods", &ObjKey::new("default", "p3"));
+        assert_eq!(on(&store, "a"), ["p2"]);
+        assert_eq!(on(&store, "ab"), ["p1"]);
+        assert!(on(&store, "").is_empty());
+        // A nodeName that is not a string is indexed as a selector reads it.
+        store.put(
+            "pods",
+            json!({"metadata": {"namespace": "default", "name": "p4", "uid": "p4"}, "spec": {"nodeName": 7}}),
+        );
+        assert_eq!(on(&store, "7"), ["p4"]);
+        // Objects of other kinds are not indexed, whatever they hold.
+        store.put(
+            "configmaps",
+            json!({"metadata": {"namespace": "default", "name": "c"}, "spec": {"nodeName": "a"}}),
+        );
+        assert_eq!(on(&store, "a"), ["p2"]);
+    }
+
+    #[test]
+    fn a_restore_rebuilds_the_node_index() {
+        let mut store = Store::new(100);
+        store.put("pods", pod("p1", Some("a")));
+        let snapshot = store.snapshot();
+        store.put("pods", pod("p1", Some("b")));
+        store.put("pods", pod("p2", Some("a")));
+        store.restore(snapshot);
+        assert_eq!(on(&store, "a"), ["p1"]);
+        assert!(on(&store, "b").is_empty());
     }
 }
