@@ -569,6 +569,9 @@ fn print_timeline(c: &SimCluster, t: Instant, skip: usize) {
     print_steps(c, t, skip);
 }
 
+/// Whether an audit record is a step of the maintenance of a node.
+type StepMatch = fn(&nmo_sim::AuditRecord, &str) -> bool;
+
 /// For the 50 at once: when each maintenance reached each step, in
 /// milliseconds from creation (min / median / max over the 50).
 fn print_steps(c: &SimCluster, t: Instant, skip: usize) {
@@ -578,7 +581,7 @@ fn print_steps(c: &SimCluster, t: Instant, skip: usize) {
         .filter(|r| r.user_agent == nmo::client::USER_AGENT)
         .skip(skip)
         .collect();
-    let steps: [(&str, fn(&nmo_sim::AuditRecord, &str) -> bool); 6] = [
+    let steps: [(&str, StepMatch); 6] = [
         ("get node", |r, n| {
             r.verb == "get" && r.resource == "nodes" && r.name == n
         }),
