@@ -362,14 +362,10 @@ fn kubelet(sim: &Sim, state: &mut ControllerState, changes: &Changes) {
             })
             .collect()
     };
-    let mut live = HashSet::new();
     for pod in &pods {
         let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
         let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
         let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-        if everything {
-            live.insert(uid.to_owned());
-        }
         state.timed.remove(uid);
         let Some(node) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) else {
             continue;
@@ -441,20 +437,20 @@ fn kubelet(sim: &Sim, state: &mut ControllerState, changes: &Changes) {
     }
     // The pods that went: what the kubelet kept of them goes too.
     if everything {
-        state.placed.retain(|uid, _| live.contains(uid));
-        state.timed.retain(|uid| live.contains(uid));
-        sim.logs.retain(|uid| live.contains(uid));
+        let store = sim.store();
+        state.placed.retain(|uid, _| store.has_uid(uid));
+        state.timed.retain(|uid| store.has_uid(uid));
+        sim.logs.retain(|uid| store.has_uid(uid));
     } else {
-        let gone: HashSet<&str> = changes
+        let gone = changes
             .list
             .iter()
             .filter(|c| c.storage == "pods" && c.kind == ChangeKind::Deleted)
-            .filter_map(|c| c.object["metadata"]["uid"].as_str())
-            .collect();
-        if !gone.is_empty() {
-            state.placed.retain(|uid, _| !gone.contains(uid.as_str()));
-            state.timed.retain(|uid| !gone.contains(uid.as_str()));
-            sim.logs.retain(|uid| !gone.contains(uid));
+            .filter_map(|c| c.object["metadata"]["uid"].as_str());
+        for uid in gone {
+            state.placed.remove(uid);
+            state.timed.remove(uid);
+            sim.logs.forget(uid);
         }
     }
 }

@@ -6,7 +6,7 @@
 //! ([`crate::SimCluster::attach_log`]), so an operator run as a process
 //! shows as the pod of its Deployment with its real log.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use jiff::Timestamp;
@@ -25,13 +25,13 @@ pub struct Line {
 /// Every container's lines, by pod uid and container name.
 #[derive(Debug, Default)]
 pub struct Logs {
-    lines: Mutex<HashMap<(String, String), Vec<Line>>>,
+    lines: Mutex<BTreeMap<(String, String), Vec<Line>>>,
     /// Woken on every new line (followers re-read).
     pub written: Notify,
 }
 
 impl Logs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Vec<Line>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Vec<Line>>> {
         self.lines.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -77,6 +77,19 @@ impl Logs {
     /// Forgets the logs of pods that are gone.
     pub fn retain(&self, live: impl Fn(&str) -> bool) {
         self.lock().retain(|(uid, _), _| live(uid));
+    }
+
+    /// Forgets the logs of the pod `uid` (every container's).
+    pub fn forget(&self, uid: &str) {
+        let mut lines = self.lock();
+        let containers: Vec<(String, String)> = lines
+            .range((uid.to_owned(), String::new())..)
+            .take_while(|((u, _), _)| u == uid)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in containers {
+            lines.remove(&k);
+        }
     }
 }
 

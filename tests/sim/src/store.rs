@@ -182,6 +182,11 @@ impl Store {
         self.data.get(storage).map_or(0, BTreeMap::len)
     }
 
+    /// Whether an object with this uid exists.
+    pub fn has_uid(&self, uid: &str) -> bool {
+        self.by_uid.contains_key(uid)
+    }
+
     /// Finds an object by uid.
     pub fn by_uid(&self, uid: &str) -> Option<(String, Arc<Value>)> {
         let (storage, key) = self.by_uid.get(uid)?;
