@@ -452,3 +452,103 @@ async fn a_paused_kubelet_leaves_pods_pending_and_terminating() {
     .await;
     c.stop().await;
 }
+
+/// A list of one node's pods is answered from the node index: it must
+/// still honour the namespace, other selectors, pagination, deleted pods,
+/// pods on no node, a node whose name another's begins with, and a node
+/// name nothing is on.
+#[tokio::test]
+async fn a_list_of_one_nodes_pods_is_exact() {
+    let (c, client) = start(SimOptions::default()).await;
+    c.add_node("a").unwrap();
+    c.add_node("ab").unwrap();
+    c.create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}}))
+        .unwrap();
+    for (ns, name, node, app) in [
+        ("default", "p1", Some("a"), "x"),
+        ("default", "p2", Some("ab"), "x"),
+        ("other", "p3", Some("a"), "y"),
+        ("default", "p4", None, "x"),
+        ("default", "p5", Some("a"), "y"),
+    ] {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": "i"}],
+                     "nodeSelector": {"nowhere": "true"}},
+        });
+        if let Some(n) = node {
+            pod["spec"]["nodeName"] = json!(n);
+        }
+        c.create(pod).unwrap();
+    }
+    let names = |api: Api<Pod>, lp: ListParams| async move {
+        let mut names: Vec<String> = api
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|p| p.metadata.name.unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    let all: Api<Pod> = Api::all(client.clone());
+    let default: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let on_a = ListParams::default().fields("spec.nodeName=a");
+    assert_eq!(names(all.clone(), on_a.clone()).await, ["p1", "p3", "p5"]);
+    assert_eq!(names(default.clone(), on_a.clone()).await, ["p1", "p5"]);
+    assert_eq!(
+        names(all.clone(), on_a.clone().labels("app=y")).await,
+        ["p3", "p5"]
+    );
+    assert_eq!(
+        names(
+            all.clone(),
+            ListParams::default().fields("spec.nodeName=a,metadata.namespace!=other")
+        )
+        .await,
+        ["p1", "p5"]
+    );
+    assert!(
+        names(
+            all.clone(),
+            ListParams::default().fields("spec.nodeName=nowhere")
+        )
+        .await
+        .is_empty()
+    );
+    assert_eq!(
+        names(all.clone(), ListParams::default().fields("spec.nodeName=")).await,
+        ["p4"]
+    );
+    // Pages of one over the index keep their order and lose nothing.
+    let page = all.list(&on_a.clone().limit(1)).await.unwrap();
+    assert_eq!(page.items.len(), 1);
+    let token = page.metadata.continue_.clone().expect("more to come");
+    let rest = all
+        .list(&on_a.clone().continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(rest.items.len(), 2);
+    // Deleted at once (no kubelet delay with a zero grace period): gone
+    // from the index.
+    default
+        .delete(
+            "p1",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    wait_until("p1 gone", || {
+        let all = all.clone();
+        let on_a = on_a.clone();
+        async move { !names(all, on_a).await.contains(&"p1".to_owned()) }
+    })
+    .await;
+    assert_eq!(names(all.clone(), on_a.clone()).await, ["p3", "p5"]);
+}
