@@ -247,7 +247,7 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
         .await
         .unwrap()
         .items;
-    let policy_before = policy_seconds(&metrics);
+    let policy_before = policy_seconds(&metrics, "plan-drain");
     c.record_audit(true);
     let requests_before = operator_requests(&c);
     let t = Instant::now();
@@ -260,7 +260,7 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     }
     c.record_audit(false);
     let (policy_calls, policy_time) = {
-        let (n, secs) = policy_seconds(&metrics);
+        let (n, secs) = policy_seconds(&metrics, "plan-drain");
         (n - policy_before.0, secs - policy_before.1)
     };
     // The same decisions made natively: the plan over the node's pods, as
@@ -330,11 +330,10 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     if timeline {
         print_timeline(&c, t, requests_before);
         for f in ["admit", "plan-drain"] {
-            let h = metrics.policy_latency.with_label_values(&[f]);
+            let (n, secs) = policy_seconds(&metrics, f);
             println!(
-                "  policy {f}: {} calls, {:.2} ms on average",
-                h.get_sample_count(),
-                h.get_sample_sum() * 1000.0 / h.get_sample_count().max(1) as f64
+                "  policy {f}: {n} calls, {:.2} ms on average",
+                secs * 1000.0 / n.max(1) as f64
             );
         }
     }
@@ -623,9 +622,10 @@ fn print_steps(c: &SimCluster, t: Instant, skip: usize) {
     }
 }
 
-/// plan-drain calls so far and the seconds they took (the controller's registry).
-fn policy_seconds(metrics: &nmo::metrics::Metrics) -> (u64, f64) {
-    let h = metrics.policy_latency.with_label_values(&["plan-drain"]);
+/// Calls of the policy's `function` so far and the seconds they took (the
+/// controller's registry).
+fn policy_seconds(metrics: &nmo::metrics::Metrics, function: &str) -> (u64, f64) {
+    let h = metrics.policy_latency.with_label_values(&[function]);
     (h.get_sample_count(), h.get_sample_sum())
 }
 

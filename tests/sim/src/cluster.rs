@@ -829,7 +829,7 @@ type PodsByController = HashMap<String, Vec<Arc<Value>>>;
 
 /// Pods by the uid of their controller.
 fn pods_by_controller(store: &Store) -> PodsByController {
-    let mut m: HashMap<String, Vec<Arc<Value>>> = HashMap::new();
+    let mut m = PodsByController::new();
     for p in store.list("pods", None) {
         if let Some(uid) = controller_uid(&p) {
             m.entry(uid.to_owned()).or_default().push(p.clone());

@@ -72,6 +72,7 @@ pub struct StoreSnapshot {
     rv: u64,
     data: HashMap<String, BTreeMap<ObjKey, Arc<Value>>>,
     by_uid: HashMap<String, (String, ObjKey)>,
+    pods_on: HashMap<String, BTreeSet<ObjKey>>,
 }
 
 /// The store. Not thread-safe by itself: the server keeps it in a mutex.
@@ -330,6 +331,7 @@ impl Store {
             rv: self.rv,
             data: self.data.clone(),
             by_uid: self.by_uid.clone(),
+            pods_on: self.pods_on.clone(),
         }
     }
 
@@ -341,17 +343,7 @@ impl Store {
         self.rv = snapshot.rv;
         self.data = snapshot.data;
         self.by_uid = snapshot.by_uid;
-        self.pods_on.clear();
-        let pods: Vec<(ObjKey, Arc<Value>)> = self
-            .data
-            .get("pods")
-            .into_iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        for (key, pod) in pods {
-            self.index_pod(&key, None, Some(&*pod));
-        }
+        self.pods_on = snapshot.pods_on;
         self.history.clear();
         let (tx, _) = broadcast::channel(HISTORY);
         self.tx = tx;
