@@ -2,6 +2,9 @@
 //! CRD and nodes, a kube client, and the controller running in-process.
 #![allow(dead_code)]
 
+pub mod real;
+pub mod scenarios;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -94,103 +97,6 @@ impl Env {
         }
     }
 
-    pub fn nms(&self) -> Api<NodeMaintenance> {
-        Api::all(self.client.clone())
-    }
-
-    pub async fn create_nm(&self, name: &str, node: &str) -> NodeMaintenance {
-        self.create_nm_with_policy(name, node, None).await
-    }
-
-    /// A NodeMaintenance naming its policy with the annotation, if given.
-    pub async fn create_nm_with_policy(
-        &self,
-        name: &str,
-        node: &str,
-        policy: Option<&str>,
-    ) -> NodeMaintenance {
-        let mut nm = NodeMaintenance::new(
-            name,
-            NodeMaintenanceSpec {
-                node_name: node.into(),
-                reason: Some("test".into()),
-            },
-        );
-        if let Some(p) = policy {
-            nm.metadata.annotations = Some(std::collections::BTreeMap::from([(
-                nmo::policy::POLICY_ANNOTATION.to_owned(),
-                p.to_owned(),
-            )]));
-        }
-        self.nms()
-            .create(&PostParams::default(), &nm)
-            .await
-            .unwrap()
-    }
-
-    pub async fn wait_phase(&self, name: &str, phase: MaintenancePhase) -> NodeMaintenance {
-        let started = Instant::now();
-        loop {
-            let nm = self.nms().get(name).await.unwrap();
-            if nm.status.as_ref().and_then(|s| s.phase) == Some(phase) {
-                return nm;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "{name} never reached {phase:?}: {:?}",
-                nm.status
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    pub async fn wait_gone(&self, name: &str) {
-        let started = Instant::now();
-        while self.nms().get_opt(name).await.unwrap().is_some() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{name} was never removed"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    pub async fn node(&self, name: &str) -> Node {
-        Api::<Node>::all(self.client.clone())
-            .get(name)
-            .await
-            .unwrap()
-    }
-
-    pub async fn pods_on(&self, node: &str) -> Vec<Pod> {
-        Api::<Pod>::all(self.client.clone())
-            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-            .await
-            .unwrap()
-            .items
-    }
-
-    pub async fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
-        Api::<Event>::all(self.client.clone())
-            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .map(|e| {
-                assert_eq!(
-                    e.source.and_then(|s| s.component).as_deref(),
-                    Some("NodeMaintenance")
-                );
-                (
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    e.message.unwrap_or_default(),
-                )
-            })
-            .collect()
-    }
-
     pub async fn stop(self) {
         self.controller.abort();
         self.cluster.stop().await;
@@ -198,10 +104,10 @@ impl Env {
 }
 
 /// Waits until `ready` web pods are Ready; returns the node of one of them.
-pub async fn web_node(env: &Env, ready: usize) -> String {
+pub async fn web_node(env: &impl ClusterOps, ready: usize) -> String {
     let started = Instant::now();
     loop {
-        let pods = Api::<Pod>::namespaced(env.client.clone(), "default")
+        let pods = Api::<Pod>::namespaced(env.client().clone(), "default")
             .list(&ListParams::default().labels("app=web"))
             .await
             .unwrap()
@@ -214,7 +120,7 @@ pub async fn web_node(env: &Env, ready: usize) -> String {
             return pods[0].spec.as_ref().unwrap().node_name.clone().unwrap();
         }
         assert!(
-            started.elapsed() < Duration::from_secs(20),
+            started.elapsed() < Duration::from_secs(60),
             "web pods never ready"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -275,8 +181,117 @@ spec:
   volumes: [{name: tmp, emptyDir: {}}]
 "#;
 
-impl Env {
-    pub async fn create_nm_with_reason(&self, name: &str, node: &str, reason: &str) {
+/// What a test does through the API, on either cluster (the simulated one
+/// of [`Env`], the real control plane of [`real::RealEnv`]).
+#[allow(async_fn_in_trait)]
+pub trait ClusterOps {
+    /// A client as the cluster admin.
+    fn client(&self) -> &Client;
+
+    /// Applies YAML documents as the cluster admin.
+    async fn apply(&self, yaml: &str);
+
+    /// Creates one object (JSON) as the cluster admin.
+    async fn create_value(&self, obj: serde_json::Value);
+
+    fn nms(&self) -> Api<NodeMaintenance> {
+        Api::all(self.client().clone())
+    }
+
+    async fn create_nm(&self, name: &str, node: &str) -> NodeMaintenance {
+        self.create_nm_with_policy(name, node, None).await
+    }
+
+    /// A NodeMaintenance naming its policy with the annotation, if given.
+    async fn create_nm_with_policy(
+        &self,
+        name: &str,
+        node: &str,
+        policy: Option<&str>,
+    ) -> NodeMaintenance {
+        let mut nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: node.into(),
+                reason: Some("test".into()),
+            },
+        );
+        if let Some(p) = policy {
+            nm.metadata.annotations = Some(std::collections::BTreeMap::from([(
+                nmo::policy::POLICY_ANNOTATION.to_owned(),
+                p.to_owned(),
+            )]));
+        }
+        self.nms()
+            .create(&PostParams::default(), &nm)
+            .await
+            .unwrap()
+    }
+
+    async fn wait_phase(&self, name: &str, phase: MaintenancePhase) -> NodeMaintenance {
+        let started = Instant::now();
+        loop {
+            let nm = self.nms().get(name).await.unwrap();
+            if nm.status.as_ref().and_then(|s| s.phase) == Some(phase) {
+                return nm;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{name} never reached {phase:?}: {:?}",
+                nm.status
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_gone(&self, name: &str) {
+        let started = Instant::now();
+        while self.nms().get_opt(name).await.unwrap().is_some() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name} was never removed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn node(&self, name: &str) -> Node {
+        Api::<Node>::all(self.client().clone())
+            .get(name)
+            .await
+            .unwrap()
+    }
+
+    async fn pods_on(&self, node: &str) -> Vec<Pod> {
+        Api::<Pod>::all(self.client().clone())
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .unwrap()
+            .items
+    }
+
+    async fn events_for(&self, name: &str) -> Vec<(String, String, String)> {
+        Api::<Event>::all(self.client().clone())
+            .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|e| {
+                assert_eq!(
+                    e.source.and_then(|s| s.component).as_deref(),
+                    Some("NodeMaintenance")
+                );
+                (
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.message.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    async fn create_nm_with_reason(&self, name: &str, node: &str, reason: &str) {
         let nm = NodeMaintenance::new(
             name,
             NodeMaintenanceSpec {
@@ -290,7 +305,7 @@ impl Env {
             .unwrap();
     }
 
-    pub async fn wait_status(
+    async fn wait_status(
         &self,
         name: &str,
         what: &str,
@@ -314,6 +329,20 @@ impl Env {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+}
+
+impl ClusterOps for Env {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    async fn apply(&self, yaml: &str) {
+        self.cluster.apply_yaml(yaml).unwrap();
+    }
+
+    async fn create_value(&self, obj: serde_json::Value) {
+        self.cluster.create(obj).unwrap();
     }
 }
 

@@ -284,7 +284,10 @@ impl Schema {
     }
 
     /// One frame of a protobuf watch: a 4-byte big-endian length, then a
-    /// `WatchEvent` whose object is itself a protobuf body.
+    /// bare `WatchEvent` message (no `k8s\0` envelope: the real server's
+    /// stream serializer is the raw protobuf one) whose object is itself a
+    /// full protobuf body, envelope included. client-go's watch decoder
+    /// fails on an enveloped frame ("proto: illegal wireType 7").
     pub fn encode_watch_event(&self, event_type: &str, obj: &Value) -> Result<Vec<u8>, ProtoError> {
         let inner = self.encode_object(obj)?;
         let mut raw_ext = Vec::new();
@@ -292,9 +295,8 @@ impl Schema {
         let mut event = Vec::new();
         put_bytes(&mut event, 1, event_type.as_bytes());
         put_bytes(&mut event, 2, &raw_ext);
-        let body = wrap_unknown("meta.k8s.io/v1", "WatchEvent", &event);
-        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&body);
+        let mut frame = (event.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&event);
         Ok(frame)
     }
 

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Builds the real control plane (versions.env) into a cache folder the build
+# reuses, keyed by the pinned versions and the wrapper sources:
+#   ${NMO_CONTROL_PLANE_CACHE:-~/.cache/nmo-control-plane}/<key>/bin
+# Prints that bin folder on its last line. Needs Go and the module proxy.
+# Safe to run from several processes at once (one builds, the rest wait).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+if ! command -v go >/dev/null; then
+  echo "control-plane: no 'go' on the PATH: the real control plane is built from Go modules (Go 1.26 or later, and the module proxy)" >&2
+  exit 2
+fi
+
+root="${NMO_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nmo-control-plane}"
+key="$(cd "$here" && cat versions.env build.sh $(find . -name '*.go' -o -name '*.yaml' | sort) | sha256sum | cut -c1-16)"
+dir="$root/$key"
+bin="$dir/bin"
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml)
+
+complete() {
+  for b in "${want[@]}"; do [[ -s "$bin/$b" ]] || return 1; done
+}
+
+mkdir -p "$root"
+exec 9>"$root/.lock"
+if ! complete; then
+  if ! flock -n 9; then
+    echo "control-plane: another process is building $dir; waiting" >&2
+    flock 9
+  fi
+fi
+if complete; then
+  echo "$bin"
+  exit 0
+fi
+
+start=$SECONDS
+echo "control-plane: building Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, cert-manager $CERT_MANAGER_VERSION into $dir (cold: about 25 minutes on 2 cores; once built, reused)" >&2
+rm -rf "$dir.tmp"
+mkdir -p "$dir.tmp/bin" "$dir.tmp/src"
+out="$dir.tmp/bin"
+export GOFLAGS="-mod=mod -buildvcs=false" CGO_ENABLED=0
+ld="-s -w"
+
+step() { echo "control-plane: [$((SECONDS - start))s] $*" >&2; }
+
+# Kubernetes, from a wrapper module.
+k="$dir.tmp/src/kubernetes"
+mkdir -p "$k"
+minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
+{
+  echo "module nmo.invalid/control-plane/kubernetes"
+  echo
+  echo "go 1.25.0"
+  echo
+  echo "replace ("
+  for m in api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider \
+    cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api \
+    cri-client csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms \
+    kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics \
+    mount-utils pod-security-admission sample-apiserver sample-cli-plugin sample-controller; do
+    echo "	k8s.io/$m => k8s.io/$m $KUBERNETES_STAGING_VERSION"
+  done
+  echo ")"
+} >"$k/go.mod"
+step "Kubernetes: resolving modules"
+(cd "$k" && go get -tool \
+  "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" \
+  "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBERNETES_VERSION" \
+  "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION" >/dev/null 2>&1 ||
+  (cd "$k" && go get -tool \
+    "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBERNETES_VERSION" \
+    "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION"))
+v=k8s.io/component-base/version
+kld="$ld -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
+step "Kubernetes: building kube-apiserver, kube-controller-manager, kube-scheduler"
+(cd "$k" && go build -trimpath -ldflags "$kld" -o "$out/" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+
+# etcd, from its server module's own main package.
+e="$dir.tmp/src/etcd"
+mkdir -p "$e"
+cp "$here/etcd/main.go" "$e/"
+printf 'module nmo.invalid/control-plane/etcd\n\ngo 1.26.0\n' >"$e/go.mod"
+step "etcd: resolving modules"
+(cd "$e" && go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >/dev/null && go mod tidy >/dev/null)
+step "etcd: building"
+(cd "$e" && go build -trimpath -ldflags "$ld" -o "$out/etcd" .)
+
+# kwok: its module has no replace directives, so it installs as it is.
+step "kwok: building"
+GOBIN="$out" go install -trimpath -ldflags "$ld -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+# Its stages: kwok's own fast node and pod stages, node heartbeats with a
+# lease, and the pod deletion of kwok/pod-delete.yaml (a grace period kept).
+stages="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
+for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+  pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml; do
+  cat "$stages/$f"
+  echo "---"
+done >"$out/kwok-stages.yaml"
+cat "$here/kwok/pod-delete.yaml" >>"$out/kwok-stages.yaml"
+
+# cert-manager: the controller and the cainjector, wired from the library.
+c="$dir.tmp/src/cert-manager"
+mkdir -p "$c"
+cp -r "$here/cert-manager/." "$c/"
+printf 'module nmo.invalid/control-plane/cert-manager\n\ngo 1.26.0\n' >"$c/go.mod"
+step "cert-manager: resolving modules"
+(cd "$c" && go get "github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION" >/dev/null && go mod tidy >/dev/null)
+step "cert-manager: building the controller and the cainjector"
+(cd "$c" && go build -trimpath -ldflags "$ld" -o "$out/cert-manager-controller" ./controller &&
+  go build -trimpath -ldflags "$ld" -o "$out/cert-manager-cainjector" ./cainjector)
+cat "$(go env GOMODCACHE)/github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION"/deploy/crds/*.yaml >"$out/cert-manager-crds.yaml"
+
+rm -rf "$dir"
+mv "$dir.tmp" "$dir"
+step "built into $bin ($(du -sh "$bin" | cut -f1) of binaries)"
+echo "$bin"

@@ -1,0 +1,753 @@
+//! The real Kubernetes control plane on 127.0.0.1, for the test suites:
+//! etcd, kube-apiserver (RBAC on, static tokens, service-account tokens),
+//! kube-controller-manager (node lifecycle, garbage collector, ReplicaSet,
+//! Deployment, StatefulSet, DaemonSet, disruption and the rest of its
+//! default controllers), kube-scheduler and kwok (fake nodes whose pods
+//! run, take their time to stop and go away), optionally cert-manager.
+//!
+//! The binaries come from `build.sh` (versions in `versions.env`), built
+//! once into a cache folder. Every process is stopped, by pid, when the
+//! [`ControlPlane`] is dropped, whatever the test's outcome.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), nmo_control_plane::ControlPlaneError> {
+//! let cp = nmo_control_plane::ControlPlane::start(nmo_control_plane::Options::workers(3)).await?;
+//! let client = cp.client().await?;
+//! # Ok(()) }
+//! ```
+
+mod binaries;
+mod pki;
+mod process;
+mod proxy;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+pub use binaries::{Binaries, versions};
+pub use pki::TokenUser;
+use process::Process;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlPlaneError {
+    #[error(
+        "the real control plane could not be built: {0}\n\
+         It is built from Go modules by tests/control-plane/build.sh (versions in \
+         tests/control-plane/versions.env): install Go 1.26 or later (https://go.dev/doc/install) \
+         and let it reach the Go module proxy (GOPROXY, https://proxy.golang.org by default), \
+         or point NMO_CONTROL_PLANE_BIN at a folder that holds the built binaries."
+    )]
+    Build(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("making the control plane's certificates: {0}")]
+    Pki(#[from] rcgen::Error),
+    #[error("{component} exited before it was stopped ({status})\n{log}")]
+    Exited {
+        component: String,
+        status: String,
+        log: String,
+    },
+    #[error("{what} after {after:?}\n{log}")]
+    NotReady {
+        what: String,
+        after: Duration,
+        log: String,
+    },
+    #[error("API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("kubeconfig: {0}")]
+    Kubeconfig(String),
+    #[error("kubectl {args}: {output}")]
+    Kubectl { args: String, output: String },
+}
+
+impl ControlPlaneError {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
+        ControlPlaneError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// A fake node kwok manages.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl NodeSpec {
+    pub fn new(name: impl Into<String>) -> Self {
+        NodeSpec {
+            name: name.into(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_owned(), value.to_owned());
+        self
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Nodes created (and Ready) before `start` returns.
+    pub nodes: Vec<NodeSpec>,
+    /// The API server writes an audit log (every request, metadata level).
+    pub audit: bool,
+}
+
+impl Options {
+    /// `worker-1` … `worker-N`.
+    pub fn workers(n: usize) -> Self {
+        Options {
+            nodes: (1..=n)
+                .map(|i| NodeSpec::new(format!("worker-{i}")))
+                .collect(),
+            ..Options::default()
+        }
+    }
+}
+
+/// One request of the API server's audit log.
+#[derive(Debug, Clone)]
+pub struct AuditRecord {
+    pub verb: String,
+    pub uri: String,
+    pub user: String,
+    pub user_agent: String,
+    pub code: u16,
+}
+
+/// A running control plane. Dropping it stops every process it started.
+pub struct ControlPlane {
+    // Declared first: dropped (stopped) before the folder goes.
+    processes: Vec<Process>,
+    dir: tempfile::TempDir,
+    bin: Binaries,
+    port: u16,
+    ca_pem: String,
+    admin: TokenUser,
+    audit_log: Option<PathBuf>,
+    started: Duration,
+    routes: proxy::Routes,
+    proxy: tokio::task::JoinHandle<()>,
+}
+
+const ADMIN: &str = "admin";
+const KCM: &str = "system:kube-controller-manager";
+const SCHEDULER: &str = "system:kube-scheduler";
+const KWOK: &str = "kwok";
+
+impl ControlPlane {
+    /// Builds what is missing (with a line saying so), starts etcd, the API
+    /// server, the controller manager, the scheduler and kwok on free
+    /// loopback ports, creates `opts.nodes` and waits until they are Ready
+    /// and the `default` ServiceAccount exists.
+    pub async fn start(opts: Options) -> Result<ControlPlane, ControlPlaneError> {
+        let bin = tokio::task::spawn_blocking(Binaries::ensure)
+            .await
+            .map_err(|e| ControlPlaneError::Build(e.to_string()))??;
+        let begun = Instant::now();
+        let dir = tempfile::Builder::new()
+            .prefix("nmo-control-plane-")
+            .tempdir()
+            .map_err(|e| ControlPlaneError::io(&std::env::temp_dir(), e))?;
+        let pki = pki::write(
+            dir.path(),
+            &[
+                (ADMIN, &["system:masters"]),
+                (KCM, &[]),
+                (SCHEDULER, &[]),
+                (KWOK, &["system:masters"]),
+            ],
+        )?;
+        let admin = pki.tokens[0].clone();
+        let port = free_port()?;
+        let proxy_addr = dir.path().join("cluster-network.sock");
+        let listener = tokio::net::UnixListener::bind(&proxy_addr)
+            .map_err(|e| ControlPlaneError::io(&proxy_addr, e))?;
+        let routes = proxy::Routes::default();
+        let proxy = tokio::spawn(proxy::serve(listener, routes.clone()));
+        let mut cp = ControlPlane {
+            processes: Vec::new(),
+            dir,
+            bin,
+            port,
+            ca_pem: pki.ca_pem.clone(),
+            admin,
+            audit_log: None,
+            started: Duration::ZERO,
+            routes,
+            proxy,
+        };
+        for user in &pki.tokens[1..] {
+            cp.write_kubeconfig(&format!("{}.kubeconfig", short(&user.user)), &user.token)?;
+        }
+        let admin_token = cp.admin.token.clone();
+        cp.write_kubeconfig("admin.kubeconfig", &admin_token)?;
+
+        cp.start_etcd()?;
+        cp.start_apiserver(opts.audit, proxy_addr)?;
+        let client = cp.client().await?;
+        cp.wait_apiserver(&client).await?;
+        cp.start_controllers()?;
+        for node in &opts.nodes {
+            cp.add_node(&client, node).await?;
+        }
+        let names: Vec<&str> = opts.nodes.iter().map(|n| n.name.as_str()).collect();
+        cp.wait_nodes_ready(&client, &names).await?;
+        cp.wait_default_service_account(&client).await?;
+        cp.started = begun.elapsed();
+        Ok(cp)
+    }
+
+    /// How long the last `start` took once the binaries were there.
+    pub fn time_to_ready(&self) -> Duration {
+        self.started
+    }
+
+    /// `https://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The control plane's working folder (logs, certificates, kubeconfigs).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn binaries(&self) -> &Binaries {
+        &self.bin
+    }
+
+    /// A kubeconfig for the cluster admin (`system:masters`).
+    pub fn kubeconfig(&self) -> String {
+        self.kubeconfig_with_token(&self.admin.token)
+    }
+
+    /// The admin kubeconfig's file.
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.dir.path().join("admin.kubeconfig")
+    }
+
+    /// A kubeconfig that authenticates with `token` (a ServiceAccount's, say).
+    pub fn kubeconfig_with_token(&self, token: &str) -> String {
+        use base64::Engine;
+        let ca = base64::engine::general_purpose::STANDARD.encode(&self.ca_pem);
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\n\
+             users:\n- name: user\n  user:\n    token: {token}\ncontexts:\n- name: real\n  context:\n    cluster: real\n    user: user\ncurrent-context: real\n",
+            self.url()
+        )
+    }
+
+    /// Writes a kubeconfig with `token` to `<dir>/<name>`; returns its path.
+    pub fn write_kubeconfig(&self, name: &str, token: &str) -> Result<PathBuf, ControlPlaneError> {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, self.kubeconfig_with_token(token))
+            .map_err(|e| ControlPlaneError::io(&path, e))?;
+        Ok(path)
+    }
+
+    /// A kube client as the cluster admin.
+    pub async fn client(&self) -> Result<Client, ControlPlaneError> {
+        self.client_with_token(&self.admin.token).await
+    }
+
+    /// A kube client that authenticates with `token`.
+    pub async fn client_with_token(&self, token: &str) -> Result<Client, ControlPlaneError> {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.kubeconfig_with_token(token))
+            .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// A token for ServiceAccount `namespace/name` (TokenRequest, 1 hour).
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, ControlPlaneError> {
+        use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+        let sas: Api<ServiceAccount> = Api::namespaced(self.client().await?, namespace);
+        let req = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec![],
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let out: TokenRequest = sas
+            .create_subresource("token", name, &PostParams::default(), &req)
+            .await?;
+        out.status.map(|s| s.token).ok_or_else(|| {
+            ControlPlaneError::Kubeconfig(format!("no token for {namespace}/{name}"))
+        })
+    }
+
+    /// Creates a fake node kwok manages (32 CPUs, 256 GiB, 110 pods).
+    pub async fn add_node(
+        &self,
+        client: &Client,
+        node: &NodeSpec,
+    ) -> Result<(), ControlPlaneError> {
+        let mut labels = BTreeMap::from([
+            ("kubernetes.io/hostname".to_owned(), node.name.clone()),
+            ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+            ("kubernetes.io/arch".to_owned(), "amd64".to_owned()),
+            ("type".to_owned(), "kwok".to_owned()),
+        ]);
+        labels.extend(node.labels.clone());
+        let resources = json!({"cpu": "32", "memory": "256Gi", "pods": "110"});
+        let obj: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {
+                "name": node.name,
+                "labels": labels,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "status": {"allocatable": resources, "capacity": resources},
+        }))
+        .map_err(|e| ControlPlaneError::Kubeconfig(e.to_string()))?;
+        Api::<Node>::all(client.clone())
+            .create(&PostParams::default(), &obj)
+            .await?;
+        Ok(())
+    }
+
+    /// Waits until every node of `names` is Ready (kwok took it over).
+    pub async fn wait_nodes_ready(
+        &mut self,
+        client: &Client,
+        names: &[&str],
+    ) -> Result<(), ControlPlaneError> {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let limit = Duration::from_secs(60 + names.len() as u64 / 10);
+        self.wait_for("the nodes Ready", limit, || {
+            let nodes = nodes.clone();
+            async move {
+                for name in names {
+                    let Ok(node) = nodes.get(name).await else {
+                        return false;
+                    };
+                    let ready = node
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True");
+                    if !ready {
+                        return false;
+                    }
+                }
+                true
+            }
+        })
+        .await
+    }
+
+    /// The API server's audit log, if `Options::audit` asked for one.
+    pub fn audit(&self) -> Vec<AuditRecord> {
+        let Some(path) = &self.audit_log else {
+            return Vec::new();
+        };
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .map(|e| AuditRecord {
+                verb: e["verb"].as_str().unwrap_or_default().to_owned(),
+                uri: e["requestURI"].as_str().unwrap_or_default().to_owned(),
+                user: e["user"]["username"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                user_agent: e["userAgent"].as_str().unwrap_or_default().to_owned(),
+                code: e["responseStatus"]["code"].as_u64().unwrap_or_default() as u16,
+            })
+            .collect()
+    }
+
+    /// Runs the real kubectl as the admin, `stdin` as its input; fails with
+    /// what it printed when it fails.
+    pub async fn kubectl(
+        &self,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> Result<String, ControlPlaneError> {
+        let (ok, out) = kubectl_with(&self.kubeconfig_path(), args, stdin).await?;
+        if ok {
+            Ok(out)
+        } else {
+            Err(ControlPlaneError::Kubectl {
+                args: args.join(" "),
+                output: out,
+            })
+        }
+    }
+
+    /// Starts cert-manager (its CRDs, controller and cainjector) and waits
+    /// until its CRDs are established.
+    pub async fn start_cert_manager(&mut self) -> Result<(), ControlPlaneError> {
+        let crds = self.bin.path("cert-manager-crds.yaml");
+        let crds = crds.display().to_string();
+        self.kubectl(&["apply", "--server-side", "-f", &crds], None)
+            .await?;
+        self.kubectl(
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "-f",
+                &crds,
+            ],
+            None,
+        )
+        .await?;
+        self.kubectl(&["create", "namespace", "cert-manager"], None)
+            .await?;
+        let kc = self.kubeconfig_path().display().to_string();
+        for name in ["cert-manager-controller", "cert-manager-cainjector"] {
+            let program = self.bin.path(name);
+            let p = Process::spawn(
+                name,
+                &program,
+                &[format!("--kubeconfig={kc}")],
+                self.dir.path(),
+            )?;
+            self.processes.push(p);
+        }
+        Ok(())
+    }
+
+    /// Sends the API server's connections to Service `namespace/name`'s
+    /// `port` (a webhook's, say) to `to` on loopback: the one stand-in for
+    /// the pod network, with the Service's objects left as shipped.
+    pub fn route_service(&self, namespace: &str, name: &str, port: u16, to: std::net::SocketAddr) {
+        self.routes
+            .add(&format!("{name}.{namespace}.svc:{port}"), to);
+    }
+
+    /// Fails if a component has exited.
+    pub fn check_running(&mut self) -> Result<(), ControlPlaneError> {
+        for p in &mut self.processes {
+            p.check_running()?;
+        }
+        Ok(())
+    }
+
+    /// The pids of the running components, by name.
+    pub fn pids(&self) -> Vec<(String, u32)> {
+        self.processes
+            .iter()
+            .map(|p| (p.name.clone(), p.pid()))
+            .collect()
+    }
+
+    /// The end of every component's log (for a failing test's message).
+    pub fn logs_tail(&self, lines: usize) -> String {
+        self.processes
+            .iter()
+            .map(|p| process::tail(&p.log, lines))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Stops every component, newest first.
+    pub fn stop(mut self) {
+        self.stop_all();
+    }
+
+    fn stop_all(&mut self) {
+        self.proxy.abort();
+        while let Some(mut p) = self.processes.pop() {
+            p.stop(Duration::from_secs(5));
+        }
+    }
+
+    fn start_etcd(&mut self) -> Result<(), ControlPlaneError> {
+        let client = free_port()?;
+        let peer = free_port()?;
+        let data = self.dir.path().join("etcd");
+        let args = vec![
+            "--name=default".to_owned(),
+            format!("--data-dir={}", data.display()),
+            format!("--listen-client-urls=http://127.0.0.1:{client}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+            format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+            "--unsafe-no-fsync".to_owned(),
+            "--log-level=warn".to_owned(),
+        ];
+        let p = Process::spawn("etcd", &self.bin.path("etcd"), &args, self.dir.path())?;
+        self.processes.push(p);
+        std::fs::write(
+            self.dir.path().join("etcd.url"),
+            format!("http://127.0.0.1:{client}"),
+        )
+        .map_err(|e| ControlPlaneError::io(self.dir.path(), e))?;
+        Ok(())
+    }
+
+    fn start_apiserver(&mut self, audit: bool, proxy: PathBuf) -> Result<(), ControlPlaneError> {
+        let d = self.dir.path();
+        let etcd = std::fs::read_to_string(d.join("etcd.url"))
+            .map_err(|e| ControlPlaneError::io(&d.join("etcd.url"), e))?;
+        let f = |name: &str| d.join(name).display().to_string();
+        let mut args = vec![
+            format!("--etcd-servers={etcd}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".to_owned(),
+            format!("--secure-port={}", self.port),
+            format!("--tls-cert-file={}", f("serving.crt")),
+            format!("--tls-private-key-file={}", f("serving.key")),
+            format!("--client-ca-file={}", f("ca.crt")),
+            format!("--token-auth-file={}", f("tokens.csv")),
+            "--authorization-mode=RBAC".to_owned(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
+            format!("--service-account-key-file={}", f("sa.pub")),
+            format!("--service-account-signing-key-file={}", f("sa.key")),
+            "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
+            "--allow-privileged=true".to_owned(),
+            // No kubelet serves the address an Endpoints object would name.
+            "--endpoint-reconciler-type=none".to_owned(),
+            "--profiling=false".to_owned(),
+            "--v=0".to_owned(),
+        ];
+        // The cluster network: through the harness's CONNECT proxy.
+        let egress = d.join("egress.yaml");
+        std::fs::write(
+            &egress,
+            format!(
+                "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\negressSelections:\n\
+                 - name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    transport:\n      uds:\n        udsName: {}\n",
+                proxy.display()
+            ),
+        )
+        .map_err(|e| ControlPlaneError::io(&egress, e))?;
+        args.push(format!(
+            "--egress-selector-config-file={}",
+            egress.display()
+        ));
+        if audit {
+            let policy = d.join("audit-policy.yaml");
+            std::fs::write(
+                &policy,
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+            )
+            .map_err(|e| ControlPlaneError::io(&policy, e))?;
+            let log = d.join("audit.log");
+            args.push(format!("--audit-policy-file={}", policy.display()));
+            args.push(format!("--audit-log-path={}", log.display()));
+            args.push("--audit-log-format=json".to_owned());
+            args.push("--audit-log-mode=blocking".to_owned());
+            self.audit_log = Some(log);
+        }
+        let p = Process::spawn("kube-apiserver", &self.bin.path("kube-apiserver"), &args, d)?;
+        self.processes.push(p);
+        Ok(())
+    }
+
+    async fn wait_apiserver(&mut self, client: &Client) -> Result<(), ControlPlaneError> {
+        self.wait_for(
+            "kube-apiserver /readyz",
+            Duration::from_secs(90),
+            || async {
+                let req = http::Request::get("/readyz")
+                    .body(Vec::new())
+                    .expect("a GET");
+                client
+                    .request_text(req)
+                    .await
+                    .is_ok_and(|t| t.trim() == "ok")
+            },
+        )
+        .await
+    }
+
+    fn start_controllers(&mut self) -> Result<(), ControlPlaneError> {
+        let d = self.dir.path().to_owned();
+        let f = |name: &str| d.join(name).display().to_string();
+        let kcm = vec![
+            format!("--kubeconfig={}", f("kube-controller-manager.kubeconfig")),
+            "--secure-port=0".to_owned(),
+            "--leader-elect=false".to_owned(),
+            "--use-service-account-credentials=true".to_owned(),
+            format!("--service-account-private-key-file={}", f("sa.key")),
+            format!("--root-ca-file={}", f("ca.crt")),
+            "--controllers=*".to_owned(),
+            "--v=0".to_owned(),
+        ];
+        let p = Process::spawn(
+            "kube-controller-manager",
+            &self.bin.path("kube-controller-manager"),
+            &kcm,
+            &d,
+        )?;
+        self.processes.push(p);
+        let sched = vec![
+            format!("--kubeconfig={}", f("kube-scheduler.kubeconfig")),
+            "--secure-port=0".to_owned(),
+            "--leader-elect=false".to_owned(),
+            "--v=0".to_owned(),
+        ];
+        let p = Process::spawn(
+            "kube-scheduler",
+            &self.bin.path("kube-scheduler"),
+            &sched,
+            &d,
+        )?;
+        self.processes.push(p);
+        let kwok = vec![
+            format!("--kubeconfig={}", f("kwok.kubeconfig")),
+            format!("--config={}", self.bin.path("kwok-stages.yaml").display()),
+            "--manage-all-nodes=false".to_owned(),
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".to_owned(),
+            "--node-lease-duration-seconds=40".to_owned(),
+            "--cidr=10.128.0.1/9".to_owned(),
+            "--node-ip=127.0.0.1".to_owned(),
+        ];
+        let p = Process::spawn("kwok", &self.bin.path("kwok"), &kwok, &d)?;
+        self.processes.push(p);
+        Ok(())
+    }
+
+    async fn wait_default_service_account(
+        &mut self,
+        client: &Client,
+    ) -> Result<(), ControlPlaneError> {
+        let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+        self.wait_for(
+            "the default ServiceAccount (kube-controller-manager)",
+            Duration::from_secs(60),
+            || {
+                let sas = sas.clone();
+                async move { sas.get_opt("default").await.ok().flatten().is_some() }
+            },
+        )
+        .await
+    }
+
+    /// Polls `ready` until it holds, failing at `limit` or as soon as a
+    /// component exits (with the ends of the logs).
+    pub async fn wait_for<F, Fut>(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        mut ready: F,
+    ) -> Result<(), ControlPlaneError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let begun = Instant::now();
+        loop {
+            self.check_running()?;
+            if ready().await {
+                return Ok(());
+            }
+            if begun.elapsed() > limit {
+                return Err(ControlPlaneError::NotReady {
+                    what: format!("never {what}"),
+                    after: limit,
+                    log: self.logs_tail(15),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane")
+            .field("url", &self.url())
+            .field("dir", &self.dir.path())
+            .field("pids", &self.pids())
+            .finish()
+    }
+}
+
+/// `system:kube-controller-manager` → `kube-controller-manager`.
+fn short(user: &str) -> &str {
+    user.strip_prefix("system:").unwrap_or(user)
+}
+
+/// A free port on 127.0.0.1.
+pub fn free_port() -> Result<u16, ControlPlaneError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| ControlPlaneError::io(Path::new("127.0.0.1:0"), e))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| ControlPlaneError::io(Path::new("127.0.0.1:0"), e))
+}
+
+/// Runs kubectl with the kubeconfig `kc` (its cache beside it); whether it
+/// succeeded and what it printed (stdout, then stderr).
+pub async fn kubectl_with(
+    kc: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<(bool, String), ControlPlaneError> {
+    use tokio::io::AsyncWriteExt;
+    let cache = kc.with_file_name("kubectl-cache");
+    let mut child = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .arg("--cache-dir")
+        .arg(cache)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| ControlPlaneError::io(Path::new("kubectl"), e))?;
+    if let Some(mut input) = child.stdin.take() {
+        if let Some(text) = stdin {
+            input
+                .write_all(text.as_bytes())
+                .await
+                .map_err(|e| ControlPlaneError::io(Path::new("kubectl"), e))?;
+        }
+    }
+    let out = child
+        .wait_with_output()
+        .await
+        .map_err(|e| ControlPlaneError::io(Path::new("kubectl"), e))?;
+    Ok((
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}

@@ -1,0 +1,110 @@
+//! The processes a control plane starts: each in its own process group,
+//! its output in a log file, killed with its group when the control plane
+//! stops (or when the test process that started it dies).
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::ControlPlaneError;
+
+/// One started component.
+pub(crate) struct Process {
+    pub(crate) name: String,
+    child: Child,
+    pub(crate) log: PathBuf,
+}
+
+impl Process {
+    /// Starts `program` with `args`, its stdout and stderr in
+    /// `<dir>/<name>.log`.
+    pub(crate) fn spawn(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        dir: &Path,
+    ) -> Result<Process, ControlPlaneError> {
+        let log = dir.join(format!("{name}.log"));
+        let out = File::create(&log).map_err(|e| ControlPlaneError::io(&log, e))?;
+        let err = out
+            .try_clone()
+            .map_err(|e| ControlPlaneError::io(&log, e))?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0);
+        // SAFETY: prctl is async-signal-safe; the closure allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                // The component dies with the thread that started it, so a
+                // test process killed outright leaves nothing running.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| ControlPlaneError::io(program, e))?;
+        Ok(Process {
+            name: name.to_owned(),
+            child,
+            log,
+        })
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails if the process has exited (it should run until stopped).
+    pub(crate) fn check_running(&mut self) -> Result<(), ControlPlaneError> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(ControlPlaneError::Exited {
+                component: self.name.clone(),
+                status: status.to_string(),
+                log: tail(&self.log, 40),
+            }),
+            Err(e) => Err(ControlPlaneError::io(&self.log, e)),
+        }
+    }
+
+    /// SIGTERM to the group, then SIGKILL after `grace`; reaps the child.
+    pub(crate) fn stop(&mut self, grace: Duration) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let group = -(self.child.id() as i32);
+        // SAFETY: kill(2) on the group this process leads.
+        unsafe { libc::kill(group, libc::SIGTERM) };
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(group, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop(Duration::from_secs(5));
+    }
+}
+
+/// The last `lines` lines of a log file (for an error message).
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    let from = all.len().saturating_sub(lines);
+    format!("--- {} ---\n{}", path.display(), all[from..].join("\n"))
+}
