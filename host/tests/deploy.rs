@@ -228,48 +228,17 @@ async fn one_maintenance_through(overlay: &str) {
         std::fs::write(policy_dir.join(name), value.as_str().unwrap()).unwrap();
     }
     let probe_port = common::free_port();
-    let args: Vec<String> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            let a = a.as_str().unwrap();
-            let flag = a.split('=').next().unwrap_or(a);
-            match flag {
-                "--policy-dir" => format!("--policy-dir={}", policy_dir.display()),
-                "--policy-cache-dir" => "--policy-cache-dir=".into(),
-                "--metrics-bind-address" => "--metrics-bind-address=0".into(),
-                "--health-probe-bind-address" => {
-                    format!("--health-probe-bind-address=127.0.0.1:{probe_port}")
-                }
-                "--webhook-bind-address" => {
-                    format!("--webhook-bind-address=127.0.0.1:{webhook_port}")
-                }
-                "--webhook-cert-dir" => format!("--webhook-cert-dir={}", certs.path().display()),
-                _ => a.to_owned(),
-            }
-        })
-        .collect();
-    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"));
-    operator
-        .args(&args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("KUBECONFIG", &kc)
-        .env("HOSTNAME", "nmo-deploy-test")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    // The Deployment's env: literal values as given, the downward API's
-    // namespace as the kubelet fills it.
-    for e in container["env"].as_array().into_iter().flatten() {
-        let name = e["name"].as_str().unwrap();
-        if let Some(v) = e["value"].as_str() {
-            operator.env(name, v);
-        } else if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace" {
-            operator.env(name, ns);
-        }
-    }
+    let mut operator = common::deployment_process(
+        container,
+        &common::LocalPorts {
+            probe: probe_port,
+            webhook: webhook_port,
+        },
+        &policy_dir,
+        certs.path(),
+        &kc,
+        ns,
+    );
     let mut operator = operator.spawn().unwrap();
     // The process is the pod of its Deployment: its real log is the pod's
     // (`kubectl logs deployment/...`).
@@ -302,7 +271,7 @@ async fn one_maintenance_through(overlay: &str) {
             tokio::net::TcpStream::connect(("127.0.0.1", probe_port))
                 .await
                 .is_ok()
-                && reqwest_like_ready(probe_port).await
+                && common::ready_on(probe_port).await
         },
     )
     .await;
@@ -356,23 +325,6 @@ async fn one_maintenance_through(overlay: &str) {
         "{overlay}: no leadership line in the pod's log:\n{out}"
     );
     c.stop().await;
-}
-
-/// `GET /readyz` answers 200.
-async fn reqwest_like_ready(port: u16) -> bool {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
-        return false;
-    };
-    if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out).await;
-    out.starts_with("HTTP/1.1 200")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -522,3 +522,83 @@ pub async fn wait_all_gone(nms: &Api<NodeMaintenance>, limit: Duration) {
     })
     .await;
 }
+
+/// Loopback ports for a Deployment's container run as a local process.
+pub struct LocalPorts {
+    pub probe: u16,
+    pub webhook: u16,
+}
+
+/// The operator binary as the Deployment's container runs it: its args
+/// (bind addresses moved to loopback, the policy and certificate folders
+/// where the test put what the kubelet would mount, no metrics port, no
+/// compiled-policy cache), its env (literal values, the downward API's
+/// namespace), `KUBECONFIG` in place of the in-cluster config. Killed on
+/// drop; stderr piped (its log).
+pub fn deployment_process(
+    container: &serde_json::Value,
+    ports: &LocalPorts,
+    policy_dir: &std::path::Path,
+    cert_dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    namespace: &str,
+) -> tokio::process::Command {
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap();
+            let flag = a.split('=').next().unwrap_or(a);
+            match flag {
+                "--policy-dir" => format!("--policy-dir={}", policy_dir.display()),
+                "--policy-cache-dir" => "--policy-cache-dir=".into(),
+                "--metrics-bind-address" => "--metrics-bind-address=0".into(),
+                "--health-probe-bind-address" => {
+                    format!("--health-probe-bind-address=127.0.0.1:{}", ports.probe)
+                }
+                "--webhook-bind-address" => {
+                    format!("--webhook-bind-address=127.0.0.1:{}", ports.webhook)
+                }
+                "--webhook-cert-dir" => format!("--webhook-cert-dir={}", cert_dir.display()),
+                _ => a.to_owned(),
+            }
+        })
+        .collect();
+    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"));
+    operator
+        .args(&args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", kubeconfig)
+        .env("HOSTNAME", "nmo-deploy-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    for e in container["env"].as_array().into_iter().flatten() {
+        let name = e["name"].as_str().unwrap();
+        if let Some(v) = e["value"].as_str() {
+            operator.env(name, v);
+        } else if e["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace" {
+            operator.env(name, namespace);
+        }
+    }
+    operator
+}
+
+/// `GET /readyz` on 127.0.0.1:`port` answers 200.
+pub async fn ready_on(port: u16) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
+    if s.write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out).await;
+    out.starts_with("HTTP/1.1 200")
+}

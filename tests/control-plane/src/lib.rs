@@ -443,10 +443,26 @@ impl ControlPlane {
 
     /// Sends the API server's connections to Service `namespace/name`'s
     /// `port` (a webhook's, say) to `to` on loopback: the one stand-in for
-    /// the pod network, with the Service's objects left as shipped.
-    pub fn route_service(&self, namespace: &str, name: &str, port: u16, to: std::net::SocketAddr) {
+    /// the pod network, with the Service's objects left as shipped. The
+    /// API server dials a Service by its cluster IP (its service
+    /// resolver), and TLS is checked against the Service's DNS name.
+    pub async fn route_service(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+        to: std::net::SocketAddr,
+    ) -> Result<(), ControlPlaneError> {
+        use k8s_openapi::api::core::v1::Service;
+        let svc = Api::<Service>::namespaced(self.client().await?, namespace)
+            .get(name)
+            .await?;
+        if let Some(ip) = svc.spec.and_then(|s| s.cluster_ip) {
+            self.routes.add(&format!("{ip}:{port}"), to);
+        }
         self.routes
             .add(&format!("{name}.{namespace}.svc:{port}"), to);
+        Ok(())
     }
 
     /// Fails if a component has exited.

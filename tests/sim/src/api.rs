@@ -249,7 +249,7 @@ impl Sim {
         if !rt.group.is_empty() && !is_new_events(rt) {
             meta.insert("generation".into(), json!(1));
         }
-        self.check_types(rt, &obj)?;
+        self.check_types(rt, &mut obj)?;
         crate::defaults::apply(rt, &mut obj);
         crate::defaults::on_create(rt, &mut obj);
         self.defaults_on_create(rt, &mut obj);
@@ -452,7 +452,7 @@ impl Sim {
             return Err(ApiError::stale(rt, name));
         }
         let mut new = merge_update(rt, &old, body, subresource);
-        self.check_types(rt, &new)?;
+        self.check_types(rt, &mut new)?;
         crate::defaults::apply(rt, &mut new);
         validate_object(rt, &new, name)?;
         self.commit(&mut store, rt, &key, &old, new, dry_run)
@@ -583,7 +583,7 @@ impl Sim {
             return self.patch(rt, ns, name, kind, patch, subresource, dry_run);
         }
         let mut new = merge_update(rt, &current, target, subresource);
-        self.check_types(rt, &new)?;
+        self.check_types(rt, &mut new)?;
         crate::defaults::apply(rt, &mut new);
         validate_object(rt, &new, name)?;
         self.commit(&mut store, rt, &key, &current, new, dry_run)
@@ -745,16 +745,18 @@ impl Sim {
 
     /// Rejects a built-in object whose fields have the wrong JSON types,
     /// with the real server's 400.
-    fn check_types(&self, rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    fn check_types(&self, rt: &ResourceType, obj: &mut Value) -> Result<(), ApiError> {
+        let cannot = |e: String| {
+            ApiError::bad_request(format!(
+                "{kind} in version \"{version}\" cannot be handled as a {kind}: {e}",
+                kind = rt.kind,
+                version = rt.version
+            ))
+        };
         self.proto
             .check_types(&rt.api_version(), &rt.kind, obj)
-            .map_err(|e| {
-                ApiError::bad_request(format!(
-                    "{kind} in version \"{version}\" cannot be handled as a {kind}: {e}",
-                    kind = rt.kind,
-                    version = rt.version
-                ))
-            })
+            .map_err(|e| cannot(e.to_string()))?;
+        canonical_bytes(rt, obj).map_err(cannot)
     }
 
     /// Removes a terminating pod for good (the kubelet's last step).
@@ -1193,4 +1195,36 @@ pub fn log_container(pod: &Value, container: Option<&str>) -> Result<(String, bo
         .flatten()
         .any(|s| s["name"] == name.as_str() && !s["state"]["waiting"].is_object());
     Ok((name, started))
+}
+
+/// A ConfigMap's `binaryData` and a Secret's `data` are bytes: the real
+/// server decodes their base64 as Go's encoding/json does (line breaks
+/// ignored, as in kustomize's line-wrapped output; anything else not base64
+/// refused) and answers them re-encoded, canonical. Stored as answered.
+fn canonical_bytes(rt: &ResourceType, obj: &mut Value) -> Result<(), String> {
+    use base64::Engine;
+    let field = match (rt.group.as_str(), rt.plural.as_str()) {
+        ("", "configmaps") => "binaryData",
+        ("", "secrets") => "data",
+        _ => return Ok(()),
+    };
+    let Some(map) = obj.get_mut(field).and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    let engine = base64::engine::general_purpose::STANDARD;
+    for value in map.values_mut() {
+        let Some(text) = value.as_str() else { continue };
+        if !text.contains(['\n', '\r']) && engine.decode(text).is_ok() {
+            continue;
+        }
+        let joined: String = text.chars().filter(|c| !matches!(c, '\n' | '\r')).collect();
+        let bytes = engine.decode(&joined).map_err(|e| match e {
+            base64::DecodeError::InvalidByte(at, _) => {
+                format!("illegal base64 data at input byte {at}")
+            }
+            _ => format!("illegal base64 data at input byte {}", joined.len()),
+        })?;
+        *value = Value::String(engine.encode(bytes));
+    }
+    Ok(())
 }

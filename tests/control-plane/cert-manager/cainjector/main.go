@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	kscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	apireg "k8s.io/kube-aggregator/pkg/apis/apiregistration/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -32,18 +31,18 @@ import (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the API server")
+	// --kubeconfig is controller-runtime's own flag.
 	flag.Parse()
-	if err := run(*kubeconfig); err != nil {
+	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "cert-manager-cainjector:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string) error {
+func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,285 @@
+//! deploy/ as a user applies it, on the real control plane:
+//! `kubectl apply --server-side -k deploy/<overlay>` (the real API server
+//! validates every object, against the real cert-manager and Prometheus
+//! Operator CRDs), cert-manager's controller issuing the webhook's
+//! certificate and its cainjector injecting the CA, then the operator run
+//! with its Deployment's args and env under the shipped ServiceAccount,
+//! serving that certificate, and a NodeMaintenance admitted through the
+//! webhook the API server calls.
+//!
+//! No pod network exists here: the operator runs as a local process, and
+//! the API server reaches the webhook Service through the harness's
+//! CONNECT proxy, which sends the Service's in-cluster name to that
+//! process's loopback port. Nothing shipped is rewritten: the Service
+//! reference stays, and TLS is checked against the Service's name as in a
+//! cluster.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use kube::api::Api;
+use nmo_control_plane::{ControlPlane, Options};
+
+const NS: &str = "node-maintenance-operator-system";
+const WEBHOOK_SERVICE: &str = "node-maintenance-operator-webhook-service";
+
+async fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> String {
+    cp.kubectl(args, stdin)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Applies `overlay` as a user does and takes one maintenance through it.
+async fn one_maintenance_through(overlay: &str) {
+    let mut cp = ControlPlane::start(Options::workers(2))
+        .await
+        .expect("the real control plane starts");
+    let dir = common::real::deploy_dir()
+        .join(overlay)
+        .display()
+        .to_string();
+    let rendered = kubectl_ok(&cp, &["kustomize", &dir], None).await;
+    let with_cert_manager = rendered.contains("\nkind: Certificate\n");
+    let registered = rendered.contains("\nkind: ValidatingWebhookConfiguration\n");
+    if with_cert_manager {
+        cp.start_cert_manager().await.unwrap();
+    }
+    if rendered.contains("\nkind: ServiceMonitor\n") {
+        let crds = cp.binaries().path("prometheus-operator-crds.yaml");
+        let crds = crds.display().to_string();
+        kubectl_ok(&cp, &["apply", "--server-side", "-f", &crds], None).await;
+        kubectl_ok(
+            &cp,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "-f",
+                &crds,
+            ],
+            None,
+        )
+        .await;
+    }
+    // Exactly the user's command. Server-side: the policies ConfigMap is
+    // too big for client-side apply's last-applied annotation.
+    kubectl_ok(&cp, &["apply", "--server-side", "-k", &dir], None).await;
+
+    let admin = cp.client().await.unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    if with_cert_manager {
+        // cert-manager issues the Certificate into the Secret the
+        // Deployment mounts (it did not while the Certificate named an
+        // Issuer the prefix had renamed)...
+        let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
+        let found = cp
+            .wait_for(
+                "the webhook certificate issued by cert-manager",
+                Duration::from_secs(90),
+                || {
+                    let secrets = secrets.clone();
+                    async move {
+                        secrets
+                            .get_opt("webhook-server-cert")
+                            .await
+                            .ok()
+                            .flatten()
+                            .is_some()
+                    }
+                },
+            )
+            .await;
+        if let Err(e) = found {
+            let certs = kubectl_ok(
+                &cp,
+                &[
+                    "get",
+                    "certificate,certificaterequest,issuer",
+                    "-A",
+                    "-o",
+                    "yaml",
+                ],
+                None,
+            )
+            .await;
+            panic!("{overlay}: {e}\n{certs}");
+        }
+        let secret = secrets.get("webhook-server-cert").await.unwrap();
+        let data = secret.data.unwrap_or_default();
+        for key in ["tls.crt", "tls.key"] {
+            std::fs::write(certs.path().join(key), &data[key].0).unwrap();
+        }
+        // ...and its cainjector puts the CA into the webhook's caBundle.
+        let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+        cp.wait_for(
+            "the webhook's caBundle injected by cainjector",
+            Duration::from_secs(60),
+            || {
+                let vwcs = vwcs.clone();
+                async move {
+                    vwcs.get("node-maintenance-operator-validating-webhook-configuration")
+                        .await
+                        .ok()
+                        .and_then(|v| v.webhooks)
+                        .is_some_and(|w| {
+                            w.iter().all(|h| {
+                                h.client_config
+                                    .ca_bundle
+                                    .as_ref()
+                                    .is_some_and(|b| !b.0.is_empty())
+                            })
+                        })
+                }
+            },
+        )
+        .await
+        .unwrap();
+    }
+
+    // The policies ConfigMap as the kubelet mounts it: the real server
+    // answers canonical base64 (kustomize's line-wrapped input decoded).
+    let cm = Api::<ConfigMap>::namespaced(admin.clone(), NS)
+        .get("node-maintenance-operator-policies")
+        .await
+        .unwrap();
+    let policy_dir = certs.path().join("policies");
+    std::fs::create_dir(&policy_dir).unwrap();
+    let binary: BTreeMap<_, _> = cm.binary_data.unwrap_or_default();
+    assert!(
+        binary.contains_key("default.wasm"),
+        "{overlay}: {:?}",
+        binary.keys()
+    );
+    for (name, bytes) in &binary {
+        std::fs::write(policy_dir.join(name), &bytes.0).unwrap();
+    }
+    for (name, text) in cm.data.unwrap_or_default() {
+        std::fs::write(policy_dir.join(name), text).unwrap();
+    }
+
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), NS)
+        .get("node-maintenance-operator-controller-manager")
+        .await
+        .unwrap();
+    let container =
+        serde_json::to_value(&deployment.spec.unwrap().template.spec.unwrap().containers[0])
+            .unwrap();
+    let sa = deployment_service_account(&rendered);
+    let token = cp.service_account_token(NS, &sa).await.unwrap();
+    let kc = cp.write_kubeconfig("operator.kubeconfig", &token).unwrap();
+    let ports = common::LocalPorts {
+        probe: common::free_port(),
+        webhook: common::free_port(),
+    };
+    cp.route_service(
+        NS,
+        WEBHOOK_SERVICE,
+        443,
+        ([127, 0, 0, 1], ports.webhook).into(),
+    )
+    .await
+    .unwrap();
+    let mut operator =
+        common::deployment_process(&container, &ports, &policy_dir, certs.path(), &kc, NS)
+            .stderr(std::process::Stdio::from(
+                std::fs::File::create(cp.dir().join("operator.log")).unwrap(),
+            ))
+            .spawn()
+            .unwrap();
+    let probe = ports.probe;
+    let log = cp.dir().join("operator.log");
+    if let Err(e) = cp
+        .wait_for("the operator ready", Duration::from_secs(60), || {
+            common::ready_on(probe)
+        })
+        .await
+    {
+        panic!(
+            "{overlay}: {e}\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+
+    let nm = |name: &str| {
+        format!(
+            "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata: {{name: {name}}}\nspec: {{nodeName: worker-1, reason: deploy test}}\n"
+        )
+    };
+    // Admitted through the webhook the API server calls (failurePolicy:
+    // Fail: had it not answered, this create would fail).
+    kubectl_ok(&cp, &["create", "-f", "-"], Some(&nm("nm-1"))).await;
+    if registered {
+        let (ok, out) = nmo_control_plane::kubectl_with(
+            &cp.kubeconfig_path(),
+            &["create", "-f", "-"],
+            Some(&nm("nm-2")),
+        )
+        .await
+        .unwrap();
+        assert!(
+            !ok && out.contains("denied the request"),
+            "{overlay}: a second maintenance of worker-1 is refused by the webhook: {out}"
+        );
+    }
+    let nms: Api<nmo::crd::NodeMaintenance> = Api::all(admin.clone());
+    common::wait_succeeded(&nms, "nm-1", Duration::from_secs(90)).await;
+    kubectl_ok(
+        &cp,
+        &["delete", "nm", "nm-1", "--wait=true", "--timeout=60s"],
+        None,
+    )
+    .await;
+    let node = Api::<Node>::all(admin.clone())
+        .get("worker-1")
+        .await
+        .unwrap();
+    assert_ne!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "{overlay}: restored"
+    );
+    operator.kill().await.unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .any(|l| l["msg"] == "became leader"),
+        "{overlay}: no leadership line in the operator's log:\n{text}"
+    );
+    cp.stop();
+}
+
+/// The Deployment's ServiceAccount, as rendered.
+fn deployment_service_account(rendered: &str) -> String {
+    rendered
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("serviceAccountName: "))
+        .expect("the Deployment names its ServiceAccount")
+        .trim()
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn default_overlay_with_cert_manager_admits_through_the_webhook() {
+    one_maintenance_through("default").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_prometheus_overlay_validates_against_the_prometheus_operator_crds() {
+    one_maintenance_through("with-prometheus").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_cert_manager_overlay_runs_without_the_webhook() {
+    one_maintenance_through("no-cert-manager").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_secure_overlay_runs_with_cert_manager() {
+    one_maintenance_through("metrics-secure").await;
+}
