@@ -41,8 +41,15 @@ fn policy(stem: &str, settings: &[(&str, &str)]) -> Arc<PolicyStore> {
 /// Twelve workers in three zones, two pods each.
 async fn fleet_env(policies: Arc<PolicyStore>) -> Env {
     let env = Env::start_store(12, policies).await;
-    let nodes: Api<Node> = Api::all(env.client.clone());
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    fleet_workload(&env).await;
+    env
+}
+
+/// Labels `worker-1`..`worker-12` with their zones and puts two pods on
+/// each.
+async fn fleet_workload(env: &impl ClusterOps) {
+    let nodes: Api<Node> = Api::all(env.client().clone());
+    let pods: Api<Pod> = Api::namespaced(env.client().clone(), "default");
     for i in 1..=12 {
         let name = format!("worker-{i}");
         nodes
@@ -63,7 +70,6 @@ async fn fleet_env(policies: Arc<PolicyStore>) -> Env {
             .unwrap();
         }
     }
-    env
 }
 
 /// Every version of every node the API server sends, kept as "which
@@ -92,7 +98,7 @@ fn record_cordons(client: &kube::Client) -> Arc<Mutex<Vec<BTreeSet<String>>>> {
 
 /// Creates `nm-01`..`nm-N` for `worker-1`..`worker-N`, one right after
 /// the other (so creation order is name order).
-async fn create_at_once(env: &Env, n: usize) {
+async fn create_at_once(env: &impl ClusterOps, n: usize) {
     for i in 1..=n {
         env.create_nm(&format!("nm-{i:02}"), &format!("worker-{i}"))
             .await;
@@ -103,7 +109,7 @@ async fn create_at_once(env: &Env, n: usize) {
 /// succeeds (the work on the node done), until all twelve have succeeded
 /// and are gone. Returns the order in which they were admitted (those
 /// first seen admitted together, by name).
-async fn run_all(env: &Env) -> Vec<String> {
+async fn run_all(env: &impl ClusterOps) -> Vec<String> {
     let nms = env.nms();
     create_at_once(env, 12).await;
     let mut done = Vec::new();
@@ -150,9 +156,35 @@ fn zone_of_node(name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_per_zone_never_cordons_two_nodes_of_a_zone() {
     let env = fleet_env(policy("one-per-zone", &[])).await;
-    let timeline = record_cordons(&env.client);
+    one_per_zone_holds(&env).await;
+    env.stop().await;
+}
+
+/// The same on the real control plane: twelve kwok nodes, the node
+/// versions read from the real API server's watch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_per_zone_on_the_real_control_plane() {
+    let opts = nmo_control_plane::Options {
+        nodes: (1..=12)
+            .map(|i| {
+                nmo_control_plane::NodeSpec::new(format!("worker-{i}")).label(ZONE, &zone_of(i))
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let env = common::real::RealEnv::start_store(opts, policy("one-per-zone", &[])).await;
+    fleet_workload(&env).await;
+    one_per_zone_holds(&env).await;
+    env.stop();
+}
+
+/// Twelve maintenances at once under one-per-zone: never two nodes of a
+/// zone cordoned together, the zones in parallel, each zone in creation
+/// order, and the waiting ones say why.
+async fn one_per_zone_holds(env: &impl ClusterOps) {
+    let timeline = record_cordons(env.client());
     // While the first three drain, the others wait and say why.
-    let order = run_all(&env).await;
+    let order = run_all(env).await;
     assert_eq!(order.len(), 12);
     let timeline = timeline.lock().unwrap().clone();
     let mut most_at_once = 0;
@@ -187,7 +219,6 @@ async fn one_per_zone_never_cordons_two_nodes_of_a_zone() {
         ),
         "{events:?}"
     );
-    env.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

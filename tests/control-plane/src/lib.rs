@@ -746,13 +746,14 @@ pub async fn kubectl_with(
         .stderr(std::process::Stdio::piped())
         .spawn()
         .map_err(|e| ControlPlaneError::io(Path::new("kubectl"), e))?;
-    if let Some(mut input) = child.stdin.take() {
-        if let Some(text) = stdin {
-            input
-                .write_all(text.as_bytes())
-                .await
-                .map_err(|e| ControlPlaneError::io(Path::new("kubectl"), e))?;
-        }
+    // Dropped after writing: kubectl sees the end of its input.
+    if let Some(mut input) = child.stdin.take()
+        && let Some(text) = stdin
+    {
+        input
+            .write_all(text.as_bytes())
+            .await
+            .map_err(|e| ControlPlaneError::io(Path::new("kubectl"), e))?;
     }
     let out = child
         .wait_with_output()
