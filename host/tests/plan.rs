@@ -351,25 +351,37 @@ async fn kubectl_nm(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_nm_plans_starts_shows_and_stops_a_maintenance() {
     let env = Env::start(2).await;
-    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    kubectl_nm_round_trip(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_nm_on_the_real_control_plane() {
+    let env = common::real::RealEnv::start(nmo_control_plane::Options {
+        audit: true,
+        ..nmo_control_plane::Options::workers(2)
+    })
+    .await;
+    kubectl_nm_round_trip(&env).await;
+    env.stop();
+}
+
+/// `kubectl nm plan` (reads only), `start`, `status` (with kubectl's
+/// --kubeconfig and --context), `stop`, through the real kubectl.
+async fn kubectl_nm_round_trip(env: &impl ClusterOps) {
+    env.apply(WORKLOAD).await;
+    web_node(env, 3).await;
     let tmp = tempfile::tempdir().unwrap();
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nmo"), tmp.path().join("kubectl-nm")).unwrap();
     let kubeconfig = tmp.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, env.cluster.kubeconfig()).unwrap();
+    std::fs::write(&kubeconfig, env.kubeconfig()).unwrap();
     let bin = tmp.path();
 
     // The plan changes nothing: it only reads.
-    env.cluster.record_audit(true);
+    let mark = env.audit_mark();
     let (ok, out) = kubectl_nm(bin, &kubeconfig, &["plan", "worker-1", "-o", "json"]).await;
     assert!(ok, "{out}");
-    env.cluster.record_audit(false);
-    let writes: Vec<String> = env
-        .cluster
-        .audit()
-        .into_iter()
-        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
-        .map(|r| format!("{} {}", r.verb, r.resource))
-        .collect();
+    let writes = env.admin_writes_since(mark);
     assert!(writes.is_empty(), "the plan wrote: {writes:?}");
     let plan: serde_json::Value = serde_json::from_str(&out).expect("-o json is JSON");
     assert_eq!(plan["node"], "worker-1");
@@ -413,7 +425,6 @@ async fn kubectl_nm_plans_starts_shows_and_stops_a_maintenance() {
     // kubectl's flags: --kubeconfig (here with KUBECONFIG pointing nowhere)
     // and --context.
     let context = env
-        .cluster
         .kubeconfig()
         .lines()
         .find_map(|l| {
@@ -452,7 +463,7 @@ async fn kubectl_nm_plans_starts_shows_and_stops_a_maintenance() {
     env.wait_gone("worker-1").await;
     let (ok, out) = kubectl_nm(bin, &kubeconfig, &["stop", "worker-1"]).await;
     assert!(!ok && out.contains("has no NodeMaintenance"), "{out}");
-    let nms: Api<nmo::crd::NodeMaintenance> = Api::all(env.client.clone());
+    let nms: Api<nmo::crd::NodeMaintenance> = Api::all(env.client().clone());
     assert!(
         nms.list(&Default::default())
             .await
@@ -460,5 +471,4 @@ async fn kubectl_nm_plans_starts_shows_and_stops_a_maintenance() {
             .items
             .is_empty()
     );
-    env.stop().await;
 }

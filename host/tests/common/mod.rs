@@ -194,6 +194,16 @@ pub trait ClusterOps {
     /// Creates one object (JSON) as the cluster admin.
     async fn create_value(&self, obj: serde_json::Value);
 
+    /// A kubeconfig for the cluster admin.
+    fn kubeconfig(&self) -> String;
+
+    /// Starts counting API requests from here (see `admin_writes_since`).
+    fn audit_mark(&self) -> usize;
+
+    /// The admin's requests since `mark` that were not reads, as
+    /// `verb what`.
+    fn admin_writes_since(&self, mark: usize) -> Vec<String>;
+
     fn nms(&self) -> Api<NodeMaintenance> {
         Api::all(self.client().clone())
     }
@@ -346,6 +356,26 @@ impl ClusterOps for Env {
 
     async fn create_value(&self, obj: serde_json::Value) {
         self.cluster.create(obj).unwrap();
+    }
+
+    fn kubeconfig(&self) -> String {
+        self.cluster.kubeconfig()
+    }
+
+    fn audit_mark(&self) -> usize {
+        self.cluster.record_audit(true);
+        self.cluster.audit().len()
+    }
+
+    fn admin_writes_since(&self, mark: usize) -> Vec<String> {
+        self.cluster.record_audit(false);
+        self.cluster
+            .audit()
+            .into_iter()
+            .skip(mark)
+            .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+            .map(|r| format!("{} {}", r.verb, r.resource))
+            .collect()
     }
 }
 

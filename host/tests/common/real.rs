@@ -47,6 +47,26 @@ impl ClusterOps for RealEnv {
             .await
             .unwrap();
     }
+
+    fn kubeconfig(&self) -> String {
+        self.cp.kubeconfig()
+    }
+
+    /// Needs `Options::audit`.
+    fn audit_mark(&self) -> usize {
+        self.cp.audit().len()
+    }
+
+    fn admin_writes_since(&self, mark: usize) -> Vec<String> {
+        self.cp
+            .audit()
+            .into_iter()
+            .skip(mark)
+            .filter(|r| r.user == "admin")
+            .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+            .map(|r| format!("{} {}", r.verb, r.uri))
+            .collect()
+    }
 }
 
 /// The repository's `deploy/` folder.
