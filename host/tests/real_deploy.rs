@@ -214,17 +214,44 @@ async fn one_maintenance_through(overlay: &str) {
     // Fail: had it not answered, this create would fail).
     kubectl_ok(&cp, &["create", "-f", "-"], Some(&nm("nm-1"))).await;
     if registered {
-        let (ok, out) = nmo_control_plane::kubectl_with(
-            &cp.kubeconfig_path(),
-            &["create", "-f", "-"],
+        // The webhook's rules, as the API server calls them, with the Go
+        // operator's messages.
+        let kc = cp.kubeconfig_path();
+        let refused = async |args: &[&str], stdin: Option<&str>, message: &str| {
+            let (ok, out) = nmo_control_plane::kubectl_with(&kc, args, stdin)
+                .await
+                .unwrap();
+            assert!(
+                !ok && out.contains("denied the request") && out.contains(message),
+                "{overlay}: refused with {message:?}: {out}"
+            );
+        };
+        let create = ["create", "-f", "-"];
+        refused(
+            &create,
             Some(&nm("nm-2")),
+            &nmo::webhook::messages::already_exists("worker-1"),
         )
-        .await
-        .unwrap();
-        assert!(
-            !ok && out.contains("denied the request"),
-            "{overlay}: a second maintenance of worker-1 is refused by the webhook: {out}"
-        );
+        .await;
+        refused(
+            &create,
+            Some(&nm("nm-ghost").replace("worker-1", "ghost")),
+            &nmo::webhook::messages::node_not_found("ghost"),
+        )
+        .await;
+        refused(
+            &[
+                "patch",
+                "nm",
+                "nm-1",
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"nodeName":"worker-2"}}"#,
+            ],
+            None,
+            nmo::webhook::messages::NODE_NAME_IMMUTABLE,
+        )
+        .await;
     }
     let nms: Api<nmo::crd::NodeMaintenance> = Api::all(admin.clone());
     common::wait_succeeded(&nms, "nm-1", Duration::from_secs(90)).await;
