@@ -41,6 +41,18 @@ impl ApiError {
         d
     }
 
+    /// A JSON patch that does not apply: the real server answers its generic
+    /// 422 (`errors.NewGenericServerResponse`), the patch library's text
+    /// left out, as kube-apiserver 1.35 does.
+    pub fn patch_does_not_apply() -> Self {
+        Self::new(
+            422,
+            "Invalid",
+            "the server rejected our request due to an error in our request",
+        )
+        .with_details(json!({}))
+    }
+
     pub fn not_found(rt: &ResourceType, name: &str) -> Self {
         Self::new(
             404,

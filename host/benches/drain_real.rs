@@ -1,0 +1,252 @@
+//! The drain benchmark's speed cases on the real control plane
+//! (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok):
+//! `cargo bench -p nmo --bench drain_real`. Prints nmo's time against the
+//! floor (a bare loop evicting 64 at a time and waiting for the node to
+//! empty) and the operator's API requests per pod, counted from the real
+//! API server's audit log by the operator's User-Agent, beside the
+//! nmo-sim figures of `--bench drain` (README, Performance).
+//!
+//! `NMO_BENCH_PODS` (default 1000) sets the pods per node.
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, EvictParams, ListParams, PostParams};
+use nmo::controller::{self, Context, Settings};
+use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::policy::{EngineConfig, PolicyEngine};
+use nmo_control_plane::{ControlPlane, NodeSpec, Options};
+use serde_json::json;
+
+/// Creates `count` bare pods on `node` (64 requests at a time); `stop` is
+/// kwok's stop time after deletion.
+async fn seed(client: &Client, node: &str, count: usize, stop: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    stream::iter(0..count)
+        .for_each_concurrent(64, |i| {
+            let pods = pods.clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("{node}-p{i:04}"), "namespace": "default",
+                                 "annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": stop}},
+                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+                }))
+                .unwrap();
+                pods.create(&PostParams::default(), &pod).await.unwrap();
+            }
+        })
+        .await;
+}
+
+async fn pods_on(client: &Client, node: &str) -> usize {
+    Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(usize::MAX)
+}
+
+/// Waits until every pod of `node` runs (kwok took them over).
+async fn wait_running(client: &Client, node: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let running = Api::<Pod>::all(client.clone())
+            .list(
+                &ListParams::default()
+                    .fields(&format!("spec.nodeName={node},status.phase=Running")),
+            )
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
+        if running == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{node}: {running}/{count} running"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn wait_empty(client: &Client, node: &str) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while pods_on(client, node).await > 0 {
+        assert!(Instant::now() < deadline, "{node} never emptied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn floor(client: &Client, node: &str, count: usize) -> Duration {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let t = Instant::now();
+    stream::iter(0..count)
+        .for_each_concurrent(64, |i| {
+            let pods = pods.clone();
+            async move {
+                let _ = pods
+                    .evict(&format!("{node}-p{i:04}"), &EvictParams::default())
+                    .await;
+            }
+        })
+        .await;
+    wait_empty(client, node).await;
+    t.elapsed()
+}
+
+async fn nmo(cp: &ControlPlane, client: &Client, node: &str) -> (Duration, usize) {
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    let before = operator_requests(cp);
+    let name = format!("nm-{node}");
+    let t = Instant::now();
+    nms.create(
+        &PostParams::default(),
+        &NodeMaintenance::new(
+            &name,
+            NodeMaintenanceSpec {
+                node_name: node.to_owned(),
+                reason: None,
+            },
+        ),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let phase = nms
+            .get(&name)
+            .await
+            .ok()
+            .and_then(|n| n.status)
+            .and_then(|s| s.phase);
+        if phase == Some(MaintenancePhase::Succeeded) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{name} never succeeded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let took = t.elapsed();
+    (took, operator_requests(cp) - before)
+}
+
+fn operator_requests(cp: &ControlPlane) -> usize {
+    cp.audit()
+        .iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT)
+        .count()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let pods: usize = std::env::var("NMO_BENCH_PODS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let nodes = [
+        "nmo-node",
+        "floor-node",
+        "slow-node",
+        "slow-floor-node",
+        "spare",
+    ];
+    let cp = ControlPlane::start(Options {
+        nodes: nodes.iter().map(|n| NodeSpec::new(*n)).collect(),
+        audit: true,
+    })
+    .await
+    .expect("the real control plane starts");
+    let admin = cp.client().await.unwrap();
+    cp.kubectl(
+        &["apply", "--server-side", "-f", "-"],
+        Some(&nmo::crd::crd_yaml()),
+    )
+    .await
+    .unwrap();
+    cp.kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/nodemaintenances.nodemaintenance.medik8s.io",
+        ],
+        None,
+    )
+    .await
+    .unwrap();
+    let t = Instant::now();
+    seed(&admin, "nmo-node", pods, "0s").await;
+    seed(&admin, "floor-node", pods, "0s").await;
+    seed(&admin, "slow-node", 200, "2s").await;
+    seed(&admin, "slow-floor-node", 200, "2s").await;
+    for (n, c) in [
+        ("nmo-node", pods),
+        ("floor-node", pods),
+        ("slow-node", 200),
+        ("slow-floor-node", 200),
+    ] {
+        wait_running(&admin, n, c).await;
+    }
+    eprintln!(
+        "seeded {} pods in {:.1} s",
+        2 * pods + 400,
+        t.elapsed().as_secs_f64()
+    );
+
+    let operator = nmo::client::client_from_kubeconfig(&cp.kubeconfig())
+        .await
+        .unwrap();
+    let policy = PolicyEngine::new(EngineConfig::default())
+        .unwrap()
+        .default_policy()
+        .unwrap();
+    let ctx = Context::new(
+        operator,
+        nmo::policy::PolicyStore::single(policy),
+        Settings {
+            max_concurrent: 64,
+            ..Settings::default()
+        },
+    );
+    tokio::spawn(controller::run(ctx));
+
+    let floor_time = floor(&admin, "floor-node", pods).await;
+    let (nmo_time, requests) = nmo(&cp, &admin, "nmo-node").await;
+    let slow_floor = floor(&admin, "slow-floor-node", 200).await;
+    let (slow_nmo, _) = nmo(&cp, &admin, "slow-node").await;
+
+    println!(
+        "real control plane (Kubernetes {}, kwok), release build, 2 cores:",
+        nmo_control_plane::versions()
+            .iter()
+            .find(|(k, _)| *k == "KUBERNETES_VERSION")
+            .map_or("?", |(_, v)| *v)
+    );
+    println!("| what | time | ratio |");
+    println!("|---|---:|---|");
+    println!(
+        "| {pods} pods, floor | {:.2} s | |",
+        floor_time.as_secs_f64()
+    );
+    println!(
+        "| {pods} pods, nmo | {:.2} s | nmo / floor = {:.2}x |",
+        nmo_time.as_secs_f64(),
+        nmo_time.as_secs_f64() / floor_time.as_secs_f64()
+    );
+    println!(
+        "| API requests, the {pods}-pod drain | {requests} | {:.2} per pod |",
+        requests as f64 / pods as f64
+    );
+    println!(
+        "| 200 pods that take 2 s to stop, floor | {:.2} s | |",
+        slow_floor.as_secs_f64()
+    );
+    println!(
+        "| 200 pods that take 2 s to stop, nmo | {:.2} s | nmo / floor = {:.2}x |",
+        slow_nmo.as_secs_f64(),
+        slow_nmo.as_secs_f64() / slow_floor.as_secs_f64()
+    );
+    cp.stop();
+}
