@@ -503,33 +503,9 @@ pub async fn kubectl_in(
     args: &[&str],
     stdin: Option<&str>,
 ) -> (bool, String) {
-    use tokio::io::AsyncWriteExt;
-    let cache = kc.with_file_name("kubectl-cache");
-    let mut child = tokio::process::Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kc)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    if let Some(text) = stdin {
-        input.write_all(text.as_bytes()).await.unwrap();
-    }
-    drop(input);
-    let out = child.wait_with_output().await.unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    nmo_control_plane::kubectl_with(kc, args, stdin)
+        .await
+        .expect("kubectl runs")
 }
 
 /// A free port on 127.0.0.1 (for a server the test starts).

@@ -35,10 +35,7 @@ impl ClusterOps for RealEnv {
     }
 
     async fn apply(&self, yaml: &str) {
-        self.cp
-            .kubectl(&["apply", "--server-side", "-f", "-"], Some(yaml))
-            .await
-            .unwrap();
+        self.cp.apply(yaml).await.unwrap();
     }
 
     async fn create_value(&self, obj: serde_json::Value) {
@@ -123,20 +120,7 @@ impl RealEnv {
                 "RoleBinding",
             ],
         );
-        cp.kubectl(&["apply", "--server-side", "-f", "-"], Some(&objects))
-            .await
-            .unwrap();
-        cp.kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "crd/nodemaintenances.nodemaintenance.medik8s.io",
-            ],
-            None,
-        )
-        .await
-        .unwrap();
+        cp.apply(&objects).await.unwrap();
         let token = cp
             .service_account_token(NAMESPACE, SERVICE_ACCOUNT)
             .await

@@ -407,24 +407,35 @@ impl ControlPlane {
         }
     }
 
+    /// Applies YAML documents as the admin (`kubectl apply --server-side`);
+    /// when they hold CustomResourceDefinitions, waits until every CRD is
+    /// established, so their resources can be created at once.
+    pub async fn apply(&self, yaml: &str) -> Result<String, ControlPlaneError> {
+        let out = self
+            .kubectl(&["apply", "--server-side", "-f", "-"], Some(yaml))
+            .await?;
+        if yaml.contains("kind: CustomResourceDefinition") {
+            self.kubectl(
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd",
+                    "--all",
+                ],
+                None,
+            )
+            .await?;
+        }
+        Ok(out)
+    }
+
     /// Starts cert-manager (its CRDs, controller and cainjector) and waits
     /// until its CRDs are established.
     pub async fn start_cert_manager(&mut self) -> Result<(), ControlPlaneError> {
-        let crds = self.bin.path("cert-manager-crds.yaml");
-        let crds = crds.display().to_string();
-        self.kubectl(&["apply", "--server-side", "-f", &crds], None)
-            .await?;
-        self.kubectl(
-            &[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=60s",
-                "-f",
-                &crds,
-            ],
-            None,
-        )
-        .await?;
+        let path = self.bin.path("cert-manager-crds.yaml");
+        let crds = std::fs::read_to_string(&path).map_err(|e| ControlPlaneError::io(&path, e))?;
+        self.apply(&crds).await?;
         self.kubectl(&["create", "namespace", "cert-manager"], None)
             .await?;
         let kc = self.kubeconfig_path().display().to_string();
