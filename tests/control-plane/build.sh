@@ -133,5 +133,7 @@ done >"$out/prometheus-operator-crds.yaml"
 
 rm -rf "$dir"
 mv "$dir.tmp" "$dir"
+# Builds of other versions not used for a week go.
+find "$root" -mindepth 1 -maxdepth 1 -type d ! -name "$key" -mtime +7 -exec rm -rf {} + 2>/dev/null || true
 step "built into $bin ($(du -sh "$bin" | cut -f1) of binaries)"
 echo "$bin"

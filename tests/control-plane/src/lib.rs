@@ -34,7 +34,9 @@ pub use binaries::{Binaries, versions};
 pub use pki::TokenUser;
 use process::Process;
 
-#[derive(Debug, thiserror::Error)]
+/// Shown the same by `{}` and `{:?}`, so a test's `unwrap` prints what
+/// went wrong and how to fix it.
+#[derive(thiserror::Error)]
 pub enum ControlPlaneError {
     #[error(
         "the real control plane could not be built: {0}\n\
@@ -69,6 +71,12 @@ pub enum ControlPlaneError {
     Kubeconfig(String),
     #[error("kubectl {args}: {output}")]
     Kubectl { args: String, output: String },
+}
+
+impl std::fmt::Debug for ControlPlaneError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
 }
 
 impl ControlPlaneError {
