@@ -115,6 +115,24 @@ async fn a_pod_slower_than_the_attempt_timeout_finishes_on_a_later_attempt() {
     })
     .await;
     env.wait_phase("nm-1", MaintenancePhase::Succeeded).await;
+    // As `kubectl describe nm` shows it, from the real server's events.
+    let described = env
+        .cp
+        .kubectl(&["describe", "nm", "nm-1"], None)
+        .await
+        .unwrap();
+    for expected in [
+        "Phase:",
+        "Succeeded",
+        "BeginMaintenance",
+        "SucceedMaintenance",
+        "Node maintenance was succeeded",
+    ] {
+        assert!(
+            described.contains(expected),
+            "{expected:?} missing:\n{described}"
+        );
+    }
     env.stop();
 }
 
