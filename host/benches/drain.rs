@@ -27,10 +27,13 @@
 
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, stream};
+mod common;
+
+use common::floor;
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, EvictParams, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
 use nmo::policy::{EngineConfig, PolicyEngine};
@@ -47,20 +50,6 @@ fn seed_pods(c: &SimCluster, node: &str, count: usize) {
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
         }))
         .unwrap();
-    }
-}
-
-async fn pods_left(client: &Client, node: &str) -> usize {
-    Api::<Pod>::all(client.clone())
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await
-        .map(|l| l.items.len())
-        .unwrap_or(usize::MAX)
-}
-
-async fn wait_empty(client: &Client, node: &str) {
-    while pods_left(client, node).await > 0 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -122,25 +111,6 @@ fn seed_slow_pods(c: &SimCluster, node: &str, count: usize, seconds: u32) {
         }))
         .unwrap();
     }
-}
-
-/// The floor for a node: evict its pods 64 at a time, wait for it to be
-/// empty.
-async fn floor(client: &Client, node: &str, count: usize) -> Duration {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let t = Instant::now();
-    stream::iter(0..count)
-        .for_each_concurrent(64, |i| {
-            let pods = pods.clone();
-            async move {
-                let _ = pods
-                    .evict(&format!("{node}-p{i:04}"), &EvictParams::default())
-                    .await;
-            }
-        })
-        .await;
-    wait_empty(client, node).await;
-    t.elapsed()
 }
 
 /// Creates a NodeMaintenance for each node, all at once (as many users or

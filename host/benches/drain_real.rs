@@ -10,10 +10,13 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::floor;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, EvictParams, ListParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
 use nmo::policy::{EngineConfig, PolicyEngine};
@@ -41,14 +44,6 @@ async fn seed(client: &Client, node: &str, count: usize, stop: &str) {
         .await;
 }
 
-async fn pods_on(client: &Client, node: &str) -> usize {
-    Api::<Pod>::all(client.clone())
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await
-        .map(|l| l.items.len())
-        .unwrap_or(usize::MAX)
-}
-
 /// Waits until every pod of `node` runs (kwok took them over).
 async fn wait_running(client: &Client, node: &str, count: usize) {
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -70,31 +65,6 @@ async fn wait_running(client: &Client, node: &str, count: usize) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-async fn wait_empty(client: &Client, node: &str) {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    while pods_on(client, node).await > 0 {
-        assert!(Instant::now() < deadline, "{node} never emptied");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-async fn floor(client: &Client, node: &str, count: usize) -> Duration {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let t = Instant::now();
-    stream::iter(0..count)
-        .for_each_concurrent(64, |i| {
-            let pods = pods.clone();
-            async move {
-                let _ = pods
-                    .evict(&format!("{node}-p{i:04}"), &EvictParams::default())
-                    .await;
-            }
-        })
-        .await;
-    wait_empty(client, node).await;
-    t.elapsed()
 }
 
 async fn nmo(cp: &ControlPlane, client: &Client, node: &str) -> (Duration, usize) {

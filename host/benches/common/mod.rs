@@ -1,0 +1,47 @@
+//! What the drain benchmarks share, on either cluster: the floor (a bare
+//! loop evicting 64 at a time, then waiting for the node to empty).
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, EvictParams, ListParams};
+
+/// Pods left on `node` (`usize::MAX` when the list fails).
+pub async fn pods_left(client: &Client, node: &str) -> usize {
+    Api::<Pod>::all(client.clone())
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map(|l| l.items.len())
+        .unwrap_or(usize::MAX)
+}
+
+/// Waits until `node` has no pod (10 minutes at most).
+pub async fn wait_empty(client: &Client, node: &str) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while pods_left(client, node).await > 0 {
+        assert!(Instant::now() < deadline, "{node} never emptied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The floor for a node whose pods are `<node>-p0000`…: evict them 64 at
+/// a time, wait for the node to be empty.
+pub async fn floor(client: &Client, node: &str, count: usize) -> Duration {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let t = Instant::now();
+    stream::iter(0..count)
+        .for_each_concurrent(64, |i| {
+            let pods = pods.clone();
+            async move {
+                let _ = pods
+                    .evict(&format!("{node}-p{i:04}"), &EvictParams::default())
+                    .await;
+            }
+        })
+        .await;
+    wait_empty(client, node).await;
+    t.elapsed()
+}
