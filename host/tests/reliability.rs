@@ -335,13 +335,19 @@ async fn ten_hostile_policies_through_the_operator() {
             .await;
         let err = s.last_error.unwrap();
         assert!(err.contains(says), "{reason}: {err}");
-        let events = env.events_for(&name).await;
-        assert!(
-            events
-                .iter()
-                .any(|(t, r, m)| t == "Warning" && r == "PolicyError" && m.contains(says)),
-            "{reason}: {events:?}"
-        );
+        // Events are written by their own task, after the status: wait
+        // for it (a busy machine writes it later).
+        wait_until(
+            &format!("{reason}: a PolicyError event"),
+            Duration::from_secs(30),
+            || async {
+                env.events_for(&name)
+                    .await
+                    .iter()
+                    .any(|(t, r, m)| t == "Warning" && r == "PolicyError" && m.contains(says))
+            },
+        )
+        .await;
         assert_eq!(on_node(&env).await, before, "{reason}: nothing acted on");
         assert!(!env.controller.is_finished(), "{reason}: the operator runs");
         env.nms()
