@@ -126,6 +126,7 @@ pub async fn full_cycle_on_a_worker_moves_the_workload_and_restores_the_node(
         "the Deployment is whole again"
     );
 
+    wait_event(env, "nm-1", "SucceedMaintenance").await;
     let events = env.events_for("nm-1").await;
     let reasons: Vec<&str> = events.iter().map(|(_, r, _)| r.as_str()).collect();
     assert_eq!(
@@ -168,6 +169,7 @@ pub async fn full_cycle_on_a_worker_moves_the_workload_and_restores_the_node(
             .unwrap()
             .is_none()
     );
+    wait_event(env, "worker-1", "UncordonNode").await;
     let node_events = env.events_for("worker-1").await;
     assert_eq!(
         node_events,
@@ -177,6 +179,7 @@ pub async fn full_cycle_on_a_worker_moves_the_workload_and_restores_the_node(
             "Uncordon a node".into()
         )]
     );
+    wait_event(env, "nm-1", "RemovedMaintenance").await;
     let events = env.events_for("nm-1").await;
     assert!(
         events
@@ -193,6 +196,7 @@ pub async fn a_missing_node_fails_the_maintenance(env: &impl ClusterOps) {
         nm.status.unwrap().last_error.as_deref(),
         Some("nodes \"ghost\" not found")
     );
+    wait_event(env, "nm-ghost", "FailedMaintenance").await;
     let events = env.events_for("nm-ghost").await;
     assert!(
         events.contains(&(
@@ -250,4 +254,20 @@ pub async fn a_pdb_blocks_the_drain_until_it_allows(env: &impl ClusterOps) {
         .await
         .unwrap();
     env.wait_phase("nm-pdb", MaintenancePhase::Succeeded).await;
+}
+
+/// Waits until the operator has written an event of `reason` about `name`
+/// (events go out from their own task, after the status).
+async fn wait_event(env: &impl ClusterOps, name: &str, reason: &str) {
+    wait_until(
+        &format!("a {reason} event for {name}"),
+        Duration::from_secs(30),
+        || async {
+            env.events_for(name)
+                .await
+                .iter()
+                .any(|(_, r, _)| r == reason)
+        },
+    )
+    .await;
 }
