@@ -29,13 +29,13 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::floor;
+use common::{floor, wait_succeeded};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use nmo::controller::{self, Context, Settings};
-use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::crd::{NodeMaintenance, NodeMaintenanceSpec};
 use nmo::policy::{EngineConfig, PolicyEngine};
 use nmo_sim::{SimCluster, SimOptions};
 use serde_json::json;
@@ -50,23 +50,6 @@ fn seed_pods(c: &SimCluster, node: &str, count: usize) {
             "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
         }))
         .unwrap();
-    }
-}
-
-async fn wait_succeeded(api: &Api<NodeMaintenance>, names: &[String]) {
-    for name in names {
-        loop {
-            let phase = api
-                .get(name)
-                .await
-                .ok()
-                .and_then(|n| n.status)
-                .and_then(|s| s.phase);
-            if phase == Some(MaintenancePhase::Succeeded) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
     }
 }
 

@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::floor;
+use common::{floor, wait_succeeded};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use nmo::controller::{self, Context, Settings};
-use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::crd::{NodeMaintenance, NodeMaintenanceSpec};
 use nmo::policy::{EngineConfig, PolicyEngine};
 use nmo_control_plane::{ControlPlane, NodeSpec, Options};
 use serde_json::json;
@@ -84,20 +84,7 @@ async fn nmo(cp: &ControlPlane, client: &Client, node: &str) -> (Duration, usize
     )
     .await
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let phase = nms
-            .get(&name)
-            .await
-            .ok()
-            .and_then(|n| n.status)
-            .and_then(|s| s.phase);
-        if phase == Some(MaintenancePhase::Succeeded) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{name} never succeeded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_succeeded(&nms, std::slice::from_ref(&name)).await;
     let took = t.elapsed();
     (took, operator_requests(cp) - before)
 }

@@ -8,6 +8,7 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, EvictParams, ListParams};
+use nmo::crd::{MaintenancePhase, NodeMaintenance};
 
 /// Pods left on `node` (`usize::MAX` when the list fails).
 pub async fn pods_left(client: &Client, node: &str) -> usize {
@@ -44,4 +45,25 @@ pub async fn floor(client: &Client, node: &str, count: usize) -> Duration {
         .await;
     wait_empty(client, node).await;
     t.elapsed()
+}
+
+/// Waits until every maintenance of `names` has Succeeded (10 minutes at
+/// most), reading through API errors.
+pub async fn wait_succeeded(api: &Api<NodeMaintenance>, names: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    for name in names {
+        loop {
+            let phase = api
+                .get(name)
+                .await
+                .ok()
+                .and_then(|n| n.status)
+                .and_then(|s| s.phase);
+            if phase == Some(MaintenancePhase::Succeeded) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{name} never succeeded");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
