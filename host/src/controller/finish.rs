@@ -233,7 +233,11 @@ pub(super) async fn restore_unless_wanted(
     stop_maintenance(ctx, node).await
 }
 
-/// Undoes the maintenance on the node: taints, cordon, label, lease.
+/// Undoes the maintenance on the node: taints, cordon, label, lease, and
+/// last the node's record of its state before the maintenance. Each step
+/// is idempotent and the record goes only after the others, so a restore
+/// that fails (or is killed) anywhere and is retried restores the node to
+/// the record again, never to "nothing".
 async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
     let (node, changed) = node::set_maintenance(&ctx.client, node_name, false).await?;
     if let (Some(node), true) = (node, changed) {
@@ -243,7 +247,8 @@ async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
                 .record(&node, EventType::Normal, reason, message),
         );
     }
-    ctx.leases.invalidate(node_name).await
+    ctx.leases.invalidate(node_name).await?;
+    node::forget_record(&ctx.client, node_name).await
 }
 
 pub(super) fn log_err(r: Result<()>) {

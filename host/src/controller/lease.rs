@@ -261,10 +261,15 @@ impl LeaseManager {
     pub async fn invalidate(&self, node_name: &str) -> Result<()> {
         let name = lease_name(node_name);
         let api = self.api();
-        let lease = match read_lease(&self.client, &self.namespace, &name).await {
-            Ok(Some(l)) => l,
-            Ok(None) | Err(kube::Error::Api(_)) => return Ok(()),
-            Err(e) => return Err(Error::kube("reading the node lease")(e)),
+        // Only a lease that is not there is given up; any other error
+        // (500, 429, 503, a timeout) fails the restore, which is retried:
+        // a lease left behind would keep remediators off the node for up
+        // to an hour.
+        let Some(lease) = read_lease(&self.client, &self.namespace, &name)
+            .await
+            .map_err(Error::kube("reading the node lease"))?
+        else {
+            return Ok(());
         };
         if lease.holder != HOLDER {
             return Ok(());

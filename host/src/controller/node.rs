@@ -93,45 +93,96 @@ struct Target {
     annotation: Option<Option<String>>,
 }
 
-/// The node in maintenance (`true`) or restored (`false`): in maintenance
-/// it carries every mark (and a record of which it had before); restored,
-/// it has again exactly the marks it had before.
-fn desired(node: &Node, maintenance: bool) -> Target {
+/// What a write of the node's marks is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Want {
+    /// Every mark, and a record of which the node had before.
+    Maintenance,
+    /// The marks the record says the node had before; the record stays
+    /// (until [`Want::Forget`]), so a retry restores to it again.
+    Restored,
+    /// The record goes, once the node is restored and its lease given up.
+    Forget,
+}
+
+/// Whether the node carries the `medik8s.io/drain` taint: the mark that
+/// a node maintenance operator (this one, the Go one) has it in
+/// maintenance. It is set in the same write as the record and removed in
+/// the same write as the restore, so a node without it is not (or no
+/// longer) in a maintenance of ours: restoring it again must change
+/// nothing a human did since.
+fn drain_tainted(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == TAINT_KEYS[1] && is_ours(t)))
+}
+
+fn has_exclude_label(node: &Node) -> bool {
+    node.labels().get(EXCLUDE_LABEL).map(String::as_str) == Some("true")
+}
+
+/// The node as it is, changing nothing.
+fn as_is(node: &Node, annotation: Option<Option<String>>) -> Target {
+    let spec = node.spec.clone().unwrap_or_default();
+    Target {
+        taints: spec.taints.unwrap_or_default(),
+        unschedulable: spec.unschedulable.unwrap_or(false),
+        label: has_exclude_label(node),
+        annotation,
+    }
+}
+
+/// What the node should look like for `want`: in maintenance it carries
+/// every mark (and a record of which it had before); restored, it has
+/// again exactly the marks it had before.
+fn desired(node: &Node, want: Want) -> Target {
     let current = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    let recorded = Prior::recorded(node);
     let has_record = node.annotations().contains_key(PRIOR_STATE_ANNOTATION);
     let mut taints: Vec<Taint> = current.into_iter().filter(|t| !is_ours(t)).collect();
-    if maintenance {
-        taints.extend(our_taints());
-        let annotation = if has_record {
-            None
-        } else {
-            Some(Some(
-                serde_json::to_string(&Prior::of(node)).unwrap_or_default(),
-            ))
-        };
-        return Target {
-            taints,
-            unschedulable: true,
-            label: true,
-            annotation,
-        };
-    }
-    let prior = recorded.unwrap_or_default();
-    taints.extend(
-        our_taints()
-            .into_iter()
-            .filter(|t| prior.taints.contains(&t.key)),
-    );
-    Target {
-        taints,
-        unschedulable: prior.unschedulable,
-        label: prior.exclude_label,
-        annotation: has_record.then_some(None),
+    match want {
+        Want::Maintenance => {
+            taints.extend(our_taints());
+            // A record without the drain taint is left from a restore that
+            // has not forgotten it yet: the node's state now is the one to
+            // keep.
+            let annotation = if has_record && drain_tainted(node) {
+                None
+            } else {
+                Some(Some(
+                    serde_json::to_string(&Prior::of(node)).unwrap_or_default(),
+                ))
+            };
+            Target {
+                taints,
+                unschedulable: true,
+                label: true,
+                annotation,
+            }
+        }
+        Want::Restored if !drain_tainted(node) => as_is(node, None),
+        Want::Restored => {
+            let prior = Prior::recorded(node).unwrap_or_default();
+            taints.extend(
+                our_taints()
+                    .into_iter()
+                    .filter(|t| prior.taints.contains(&t.key)),
+            );
+            Target {
+                taints,
+                unschedulable: prior.unschedulable,
+                label: prior.exclude_label,
+                annotation: None,
+            }
+        }
+        Want::Forget => {
+            let forget = has_record && !drain_tainted(node);
+            as_is(node, forget.then_some(None))
+        }
     }
 }
 
@@ -140,11 +191,11 @@ fn escape(key: &str) -> String {
 }
 
 /// Builds the guarded patch, or `None` when the node is already as wanted.
-fn patch_for(node: &Node, maintenance: bool) -> Option<Value> {
+fn patch_for(node: &Node, want: Want) -> Option<Value> {
     let spec = node.spec.clone().unwrap_or_default();
-    let target = desired(node, maintenance);
+    let target = desired(node, want);
     let current_taints = spec.taints.clone().unwrap_or_default();
-    let has_label = node.labels().get(EXCLUDE_LABEL).map(String::as_str) == Some("true");
+    let has_label = has_exclude_label(node);
     let is_unschedulable = spec.unschedulable.unwrap_or(false);
     let same_taints = {
         let key = |t: &Taint| (t.key.clone(), t.effect.clone(), t.value.clone());
@@ -209,7 +260,23 @@ pub async fn set_maintenance(
     name: &str,
     maintenance: bool,
 ) -> Result<(Option<Node>, bool)> {
-    mark(client, name, None, maintenance).await
+    mark(client, name, None, want(maintenance)).await
+}
+
+fn want(maintenance: bool) -> Want {
+    if maintenance {
+        Want::Maintenance
+    } else {
+        Want::Restored
+    }
+}
+
+/// Removes the node's record of its state before the maintenance, once
+/// the node is restored (it no longer carries the drain taint): the last
+/// step of a restore, after the lease is given up. Until then every retry
+/// of the restore restores to the record, never to "nothing".
+pub async fn forget_record(client: &Client, name: &str) -> Result<()> {
+    mark(client, name, None, Want::Forget).await.map(|_| ())
 }
 
 /// [`set_maintenance`] starting from `node` as just read (no second read
@@ -220,14 +287,14 @@ pub async fn set_maintenance_from(
     maintenance: bool,
 ) -> Result<(Option<Node>, bool)> {
     let name = node.name_any();
-    mark(client, &name, Some(node), maintenance).await
+    mark(client, &name, Some(node), want(maintenance)).await
 }
 
 async fn mark(
     client: &Client,
     name: &str,
     mut known: Option<Node>,
-    maintenance: bool,
+    want: Want,
 ) -> Result<(Option<Node>, bool)> {
     let api: Api<Node> = Api::all(client.clone());
     for _ in 0..ATTEMPTS {
@@ -242,7 +309,7 @@ async fn mark(
                 None => return Ok((None, false)),
             },
         };
-        let Some(patch) = patch_for(&node, maintenance) else {
+        let Some(patch) = patch_for(&node, want) else {
             return Ok((Some(node), false));
         };
         let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed patch");
@@ -263,10 +330,10 @@ async fn mark(
 /// Whether the node is as it was before any maintenance: restoring it
 /// would change nothing.
 pub fn restored(node: &Node) -> bool {
-    patch_for(node, false).is_none()
+    patch_for(node, Want::Restored).is_none()
 }
 
 /// Whether the node carries every mark of maintenance.
 pub fn in_maintenance(node: &Node) -> bool {
-    patch_for(node, true).is_none()
+    patch_for(node, Want::Maintenance).is_none()
 }

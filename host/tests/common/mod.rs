@@ -127,6 +127,54 @@ pub async fn web_node(env: &impl ClusterOps, ready: usize) -> String {
     }
 }
 
+/// What the human did to the node before any maintenance.
+pub async fn cordon_by_hand(client: &Client, node: &str) {
+    Api::<Node>::all(client.clone())
+        .patch(
+            node,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({
+                "metadata": {"labels": {nmo::controller::node::EXCLUDE_LABEL: "true"}},
+                "spec": {"unschedulable": true, "taints": [
+                    {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+                    {"key": "team/bad-hardware", "value": "dimm", "effect": "NoSchedule"}
+                ]}
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+/// The node is as the human left it: cordoned, their taints, the label,
+/// none of ours and no record left.
+pub fn as_the_human_left_it(node: &Node) -> Result<(), String> {
+    let mut taints = taint_keys(node);
+    taints.sort();
+    let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable);
+    let label = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(nmo::controller::node::EXCLUDE_LABEL))
+        .cloned();
+    let record = node
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(nmo::controller::node::PRIOR_STATE_ANNOTATION));
+    if unschedulable == Some(true)
+        && taints == ["node.kubernetes.io/unschedulable", "team/bad-hardware"]
+        && label.as_deref() == Some("true")
+        && !record
+    {
+        Ok(())
+    } else {
+        Err(format!(
+            "unschedulable={unschedulable:?} taints={taints:?} label={label:?} record={record}"
+        ))
+    }
+}
+
 pub fn taint_keys(node: &Node) -> Vec<String> {
     let mut keys: Vec<String> = node
         .spec

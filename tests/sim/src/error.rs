@@ -174,6 +174,12 @@ impl ApiError {
         )
     }
 
+    /// A 503, as an API server that is shutting down (or a webhook or
+    /// aggregated API behind it that is not there) answers.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(503, "ServiceUnavailable", message)
+    }
+
     pub fn forbidden(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
     }

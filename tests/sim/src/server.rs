@@ -424,11 +424,11 @@ async fn handle(
             if let Some(e) = denied {
                 return reply.error(&e);
             }
-            let faults = sim.faults();
-            if !faults.latency.is_zero() {
-                tokio::time::sleep(faults.latency).await;
+            let (latency, fault) = sim.fault_for(verb, &resource);
+            if !latency.is_zero() {
+                tokio::time::sleep(latency).await;
             }
-            if let Some(code) = faults.roll(verb, &resource) {
+            if let Some(code) = fault {
                 let e = match code {
                     409 => ApiError::stale(&target.rt, target.name.as_deref().unwrap_or_default()),
                     429 => ApiError::too_many_requests(
@@ -436,6 +436,7 @@ async fn handle(
                         Vec::new(),
                         Some(1),
                     ),
+                    503 => ApiError::unavailable("injected fault: the server is unavailable"),
                     _ => ApiError::internal("injected fault"),
                 };
                 return reply.error(&e);
@@ -447,7 +448,7 @@ async fn handle(
                 *target,
                 q,
                 verb,
-                faults.drop_watches_after,
+                sim.faults().drop_watches_after,
                 stop,
             )
             .await

@@ -85,7 +85,7 @@ pub struct FaultRule {
     pub resource: Option<String>,
     /// Share of matching requests that fail, 0.0 to 1.0.
     pub rate: f64,
-    /// 500, 409 or 429.
+    /// 500, 409, 429 or 503.
     pub code: u16,
 }
 
@@ -99,16 +99,68 @@ pub struct Faults {
     pub drop_watches_after: Option<Duration>,
     /// The kubelet stops: pods neither start nor finish terminating.
     pub kubelet_paused: bool,
+    /// One-shot rules: each lets `after` matching requests through, fails
+    /// the next one (its `rate` ignored), then is gone. A test that must
+    /// fail one given write (the second patch of a node, say) queues one.
+    pub next: Vec<OneShot>,
+}
+
+/// A fault for one request: see [`Faults::next`].
+#[derive(Debug, Clone)]
+pub struct OneShot {
+    pub after: u32,
+    pub rule: FaultRule,
+}
+
+impl FaultRule {
+    fn matches(&self, verb: &str, resource: &str) -> bool {
+        self.verb.as_deref().is_none_or(|v| v == verb)
+            && self.resource.as_deref().is_none_or(|x| x == resource)
+    }
+}
+
+impl OneShot {
+    /// `code` for the `(after + 1)`th `verb` on `resource` from now.
+    pub fn new(verb: &str, resource: &str, after: u32, code: u16) -> OneShot {
+        OneShot {
+            after,
+            rule: FaultRule {
+                verb: Some(verb.into()),
+                resource: Some(resource.into()),
+                rate: 1.0,
+                code,
+            },
+        }
+    }
 }
 
 impl Faults {
+    /// The status code to fail this request with, if a rule fires; a
+    /// one-shot rule that fires is used up.
+    pub fn take(&mut self, verb: &str, resource: &str) -> Option<u16> {
+        let mut fired = None;
+        for (i, shot) in self.next.iter_mut().enumerate() {
+            if !shot.rule.matches(verb, resource) {
+                continue;
+            }
+            if shot.after == 0 {
+                fired = Some(i);
+                break;
+            }
+            shot.after -= 1;
+        }
+        if let Some(i) = fired {
+            return Some(self.next.remove(i).rule.code);
+        }
+        self.roll(verb, resource)
+    }
+
     /// The status code to fail this request with, if a rule fires.
     pub fn roll(&self, verb: &str, resource: &str) -> Option<u16> {
         let mut rng = rand::rng();
         self.rules
             .iter()
-            .filter(|r| r.verb.as_deref().is_none_or(|v| v == verb))
-            .filter(|r| r.resource.as_deref().is_none_or(|x| x == resource))
+            .filter(|r| r.matches(verb, resource))
             .find(|r| rng.random::<f64>() < r.rate)
             .map(|r| r.code)
     }
@@ -200,6 +252,13 @@ impl Sim {
     pub fn set_faults(&self, f: impl FnOnce(&mut Faults)) {
         f(&mut self.faults.lock().unwrap_or_else(|p| p.into_inner()));
         self.wake.notify_one();
+    }
+
+    /// The latency to add and the fault (if any) for one request, using up
+    /// a one-shot rule that fires.
+    pub fn fault_for(&self, verb: &str, resource: &str) -> (std::time::Duration, Option<u16>) {
+        let mut faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        (faults.latency, faults.take(verb, resource))
     }
 
     /// Finds a served resource type by group, version and plural.
