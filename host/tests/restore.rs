@@ -186,3 +186,29 @@ async fn a_maintenance_that_never_started_leaves_a_human_cordon_alone() {
     }
     env.stop().await;
 }
+
+/// A node named with the longest name a Node may have (253 characters)
+/// gets a lease too (a cut name ending in a hash): its maintenance
+/// succeeds and ends like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_a_253_character_name_is_maintained_and_restored() {
+    let env = Env::start(1).await;
+    let node = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61)
+    );
+    env.cluster.add_node(&node).unwrap();
+    env.create_nm("long", &node).await;
+    env.wait_phase("long", MaintenancePhase::Succeeded).await;
+    let leases = Api::<Lease>::namespaced(env.client.clone(), "medik8s-leases");
+    let name = nmo::controller::lease::lease_name(&node);
+    assert!(leases.get_opt(&name).await.unwrap().is_some(), "lease {name}");
+    delete(&env, "long").await;
+    env.wait_gone("long").await;
+    assert!(!in_maintenance(&env.node(&node).await));
+    assert!(leases.get_opt(&name).await.unwrap().is_none());
+    env.stop().await;
+}

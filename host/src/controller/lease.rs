@@ -19,9 +19,26 @@ pub const HOLDER: &str = "node-maintenance";
 /// How long a lease lasts, in seconds.
 pub const DURATION_SECONDS: i32 = 3600;
 
-/// The lease name for a node.
+/// The longest object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// The lease name for a node: `node-<name>`, as medik8s names it. A node
+/// name over 248 characters (a valid Node name is up to 253) would make a
+/// name no Lease can have: it is then cut and ends in a hash of the whole
+/// node name, `node-<first part>-<16 hex digits>`, which stays unique and
+/// the same on every call.
 pub fn lease_name(node: &str) -> String {
-    format!("node-{node}")
+    let name = format!("node-{node}");
+    if name.len() <= MAX_NAME {
+        return name;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(node.as_bytes());
+    let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let keep = MAX_NAME - hash.len() - 1;
+    // Node names are ASCII; the cut never splits a character.
+    let prefix = name[..keep].trim_end_matches(['.', '-']);
+    format!("{prefix}-{hash}")
 }
 
 /// Manages node leases in one namespace.
@@ -137,6 +154,42 @@ pub(crate) fn lease_over(record: &LeaseRecord, spec: LeaseSpec) -> Lease {
     Lease {
         metadata: record.metadata.clone(),
         spec: Some(spec),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_name_is_valid_for_any_valid_node_name() {
+        assert_eq!(lease_name("worker-1"), "node-worker-1");
+        let longest_plain = "a".repeat(248);
+        assert_eq!(lease_name(&longest_plain), format!("node-{longest_plain}"));
+        let labels = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
+        assert_eq!(labels.len(), 253);
+        for node in [
+            labels.clone(),
+            "x".repeat(253),
+            format!("{}.{}", "z".repeat(230), "y".repeat(22)),
+        ] {
+            let name = lease_name(&node);
+            assert!(name.len() <= MAX_NAME, "{}", name.len());
+            assert!(!name.contains(".-") && !name.contains("-."), "{name}");
+            assert_eq!(name, lease_name(&node), "stable");
+        }
+        // Unique: two names that share the kept part differ in the hash.
+        let (a, b) = (
+            format!("{}a", "x".repeat(252)),
+            format!("{}b", "x".repeat(252)),
+        );
+        assert_ne!(lease_name(&a), lease_name(&b));
     }
 }
 
