@@ -418,3 +418,52 @@ async fn readiness_follows_the_watch() {
     running.abort();
     cluster.stop().await;
 }
+
+/// The operator owns the status: a user who writes `Succeeded`/100 while
+/// a PodDisruptionBudget still holds a pod on the node sees it corrected
+/// (Running, the pod pending, progress below 100), and automation waiting
+/// for Succeeded does not proceed while pods remain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_forged_mid_drain_is_corrected() {
+    let env = Env::start(3).await;
+    env.cluster
+        .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 2"))
+        .unwrap();
+    let node = web_node(&env, 2).await;
+    env.create_nm("forged", &node).await;
+    env.wait_status("forged", "blocked on the budget", |s| {
+        s.pending_pods
+            .as_ref()
+            .is_some_and(|p| p.iter().any(|p| p.starts_with("web-")))
+    })
+    .await;
+    // Corrected by the end of the drain attempt under way at the latest
+    // (the policy's timeout, 30 s by default), and from then on at the
+    // start of every pass.
+    for attempt in 0..2 {
+        env.nms()
+            .patch_status(
+                "forged",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "phase": "Succeeded", "drainProgress": 100,
+                    "pendingPods": null, "pendingPodsRefs": null}})),
+            )
+            .await
+            .unwrap();
+        let corrected = env
+            .wait_status("forged", "the forged status corrected", |s| {
+                s.phase == Some(MaintenancePhase::Running)
+                    && s.drain_progress < 100
+                    && s.pending_pods
+                        .as_ref()
+                        .is_some_and(|p| p.iter().any(|p| p.starts_with("web-")))
+            })
+            .await;
+        assert!(
+            corrected.drain_progress < 100,
+            "attempt {attempt}: {corrected:?}"
+        );
+    }
+    env.stop().await;
+}

@@ -21,7 +21,7 @@ use serde_json::json;
 use super::drain::{self, Drainer, NodePods};
 use super::events::{EventType, reasons};
 use super::finish;
-use super::status::{Writer, now, set_pending};
+use super::status::{self, Writer, now, set_pending};
 use super::{Context, node};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, Waiting};
 use crate::error::{Error, Result};
@@ -432,11 +432,8 @@ impl Pass {
     /// (phase Running, the policy, the pods to evict); on later ones,
     /// nothing (the drain's progress follows).
     async fn start_drain(&self, plan: &Plan, total: usize) -> Result<()> {
-        if !self.writer.initialising().await {
-            return Ok(());
-        }
         // Blocked pods count: the drain waits for them too.
-        let removals = plan
+        let removals: Vec<crate::crd::PodReference> = plan
             .steps
             .iter()
             .filter(|s| {
@@ -447,6 +444,16 @@ impl Pass {
                 name: s.name.clone(),
             })
             .collect();
+        if !self.writer.initialising().await {
+            // The status is ours: one that claims the drain done while pods
+            // are still to go (written by someone else) is corrected now.
+            let status = self.writer.current().await.status.unwrap_or_default();
+            if status::overstates(&status, &removals) {
+                tracing::warn!(logger = "controller", nodeMaintenance = %self.name, phase = ?status.phase, drainProgress = status.drain_progress, pending = removals.len(), "the status claims more than the drain has done; correcting it");
+                self.writer.update(|s| set_pending(s, &removals)).await?;
+            }
+            return Ok(());
+        }
         self.writer
             .plan_init(|i| {
                 i.total_pods = i32::try_from(total).unwrap_or(i32::MAX);

@@ -54,22 +54,27 @@ pub fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodRe
 /// Sets `pendingPods`, `pendingPodsRefs` and `drainProgress` from the pods
 /// the drain still waits for (those it removes and those it blocks on).
 ///
-/// Progress is the share of `evictionPods` gone, and never goes back
-/// within a maintenance unless pods came back: a pending pod that was not
-/// pending before (a new pod on the node, one that returned) lets it fall.
+/// Everything here is recomputed from what the drain saw, never kept from
+/// the status (which anyone with access to it may have written): progress
+/// is the share of `evictionPods` gone, and a maintenance with pods still
+/// to go is `Running`, whatever the status said before.
 pub fn set_pending(s: &mut NodeMaintenanceStatus, pending: &[PodReference]) {
-    let before: std::collections::HashSet<&PodReference> =
-        s.pending_pods_refs.iter().flatten().collect();
-    let came_back = pending.iter().any(|p| !before.contains(p));
-    let now = progress(s.eviction_pods, pending.len());
     let (names, refs) = pod_refs(pending);
     s.pending_pods = names;
     s.pending_pods_refs = refs;
-    s.drain_progress = if came_back {
-        now
-    } else {
-        now.max(s.drain_progress)
-    };
+    s.drain_progress = progress(s.eviction_pods, pending.len());
+    if !pending.is_empty() && s.phase == Some(MaintenancePhase::Succeeded) {
+        s.phase = Some(MaintenancePhase::Running);
+    }
+}
+
+/// Whether the status claims more than the drain has done: Succeeded, or
+/// all pods gone, while `pending` are still to go.
+pub fn overstates(s: &NodeMaintenanceStatus, pending: &[PodReference]) -> bool {
+    !pending.is_empty()
+        && (s.phase == Some(MaintenancePhase::Succeeded)
+            || s.drain_progress >= 100
+            || s.pending_pods_refs.as_ref().is_none_or(Vec::is_empty))
 }
 
 /// The drain's progress in percent: the share of the pods to evict at the
@@ -297,6 +302,22 @@ mod tests {
                 name: (*n).into(),
             })
             .collect()
+    }
+
+    #[test]
+    fn a_status_written_by_someone_else_is_recomputed() {
+        let mut s = NodeMaintenanceStatus {
+            phase: Some(MaintenancePhase::Succeeded),
+            drain_progress: 100,
+            eviction_pods: 4,
+            ..Default::default()
+        };
+        assert!(overstates(&s, &pods(&["a", "b"])));
+        set_pending(&mut s, &pods(&["a", "b"]));
+        assert_eq!(s.phase, Some(MaintenancePhase::Running));
+        assert_eq!(s.drain_progress, 50);
+        assert!(!overstates(&s, &pods(&["a", "b"])));
+        assert!(!overstates(&s, &[]));
     }
 
     #[test]
