@@ -33,6 +33,10 @@ pub fn readiness_checks(
         (
             "informer-sync",
             Box::new(move || match (ctx.started(), ctx.synced()) {
+                (true, _) if ctx.crd_missing() => Err(
+                    "the NodeMaintenance CRD is not installed (`nmo crd | kubectl apply -f -`)"
+                        .into(),
+                ),
                 (_, true) if !ctx.watching() => Err("the NodeMaintenance watch is failing".into()),
                 (_, true) => Ok(String::new()),
                 (false, false) if standby_ready => Ok(String::new()),

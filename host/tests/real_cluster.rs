@@ -238,3 +238,65 @@ async fn of_two_replicas_with_leader_election_only_one_acts_then_the_other_takes
     b.start_kill().unwrap();
     env.stop();
 }
+
+/// A NodeMaintenance removed without its finalizer running (the operator
+/// down, the finalizer deleted by hand) leaves an orphan: the operator,
+/// once back, finds the node it marked with no maintenance and restores it
+/// as the human left it, lease included. A CRD deleted under a running
+/// operator makes readiness say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphans_are_restored_and_a_missing_crd_is_not_ready() {
+    let mut env = RealEnv::start(Options::workers(2)).await;
+    cordon_by_hand(&env.admin, "worker-1").await;
+    env.create_nm("orphan", "worker-1").await;
+    env.wait_phase("orphan", MaintenancePhase::Succeeded).await;
+    env.controller.take().unwrap().abort();
+    env.nms()
+        .patch(
+            "orphan",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    env.nms()
+        .delete("orphan", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("orphan").await;
+    let leases = Api::<Lease>::namespaced(env.admin.clone(), "medik8s-leases");
+    assert!(
+        leases.get_opt("node-worker-1").await.unwrap().is_some(),
+        "the orphan keeps its lease until the operator is back"
+    );
+    let (ctx, handle) = start_controller_ctx(&env.operator, policy_store(None));
+    env.controller = Some(handle);
+    wait_until("the orphan restored", Duration::from_secs(30), || async {
+        as_the_human_left_it(&env.node("worker-1").await).is_ok()
+            && leases.get_opt("node-worker-1").await.unwrap().is_none()
+    })
+    .await;
+
+    let checks = nmo::server::readiness_checks(ctx, false);
+    let informer = |checks: &[(&str, nmo::server::Check)]| (checks[0].1)();
+    wait_until("ready", Duration::from_secs(30), || async {
+        informer(&checks).is_ok()
+    })
+    .await;
+    env.cp
+        .kubectl(
+            &[
+                "delete",
+                "crd",
+                "nodemaintenances.nodemaintenance.medik8s.io",
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    wait_until("not ready: the CRD", Duration::from_secs(30), || async {
+        informer(&checks).is_err_and(|e| e.contains("CRD is not installed"))
+    })
+    .await;
+    env.stop();
+}

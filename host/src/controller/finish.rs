@@ -238,7 +238,7 @@ pub(super) async fn restore_unless_wanted(
 /// is idempotent and the record goes only after the others, so a restore
 /// that fails (or is killed) anywhere and is retried restores the node to
 /// the record again, never to "nothing".
-async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
+pub(super) async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
     let (node, changed) = node::set_maintenance(&ctx.client, node_name, false).await?;
     if let (Some(node), true) = (node, changed) {
         let (reason, message) = reasons::UNCORDON;

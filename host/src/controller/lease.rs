@@ -310,6 +310,44 @@ impl LeaseManager {
         }
     }
 
+    /// The nodes whose lease here we hold (by the lease's owner reference
+    /// to its Node, else by its name).
+    pub async fn ours(&self) -> Result<Vec<String>> {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &ApiResource::erase::<Lease>(&()),
+        );
+        let list = match api.list(&kube::api::ListParams::default()).await {
+            Ok(l) => l,
+            // No lease namespace: no lease.
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Vec::new()),
+            Err(e) => return Err(Error::kube("listing the node leases")(e)),
+        };
+        Ok(list
+            .items
+            .into_iter()
+            .map(LeaseRecord::from_dynamic)
+            .filter(|l| l.holder == HOLDER)
+            .filter_map(|l| {
+                let owner = l
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .find(|o| o.kind == "Node")
+                    .map(|o| o.name.clone());
+                owner.or_else(|| {
+                    l.metadata
+                        .name
+                        .as_deref()
+                        .and_then(|n| n.strip_prefix("node-"))
+                        .map(str::to_owned)
+                })
+            })
+            .collect())
+    }
+
     /// Gives the lease up if it is ours; another holder's is left alone.
     pub async fn invalidate(&self, node_name: &str) -> Result<()> {
         let name = lease_name(node_name);

@@ -8,6 +8,7 @@ mod finish;
 pub mod leader;
 pub mod lease;
 pub mod node;
+mod orphans;
 mod reconcile;
 mod status;
 
@@ -66,6 +67,9 @@ pub struct Settings {
     /// often (node changes are not watched; the end of another maintenance
     /// is, and asks at once).
     pub admission_recheck: Duration,
+    /// How often nodes marked by this operator with no NodeMaintenance
+    /// left are looked for and restored (see `orphans.rs`).
+    pub orphan_sweep: Duration,
 }
 
 impl Default for Settings {
@@ -83,6 +87,7 @@ impl Default for Settings {
             stop_on_signal: true,
             openshift: false,
             admission_recheck: Duration::from_secs(10),
+            orphan_sweep: Duration::from_secs(60),
         }
     }
 }
@@ -114,6 +119,9 @@ pub struct Context {
     watch_ok: AtomicBool,
     /// When the watch last failed.
     watch_failed_at: Mutex<Option<std::time::Instant>>,
+    /// The API server answered that it serves no NodeMaintenances (the
+    /// CRD is missing), at the last look.
+    crd_missing: AtomicBool,
     /// The policy each maintenance started with, by uid: a maintenance
     /// finishes with the policy it started with, whatever reloads happen
     /// meanwhile.
@@ -166,6 +174,7 @@ impl Context {
             store: Mutex::new(None),
             synced: AtomicBool::new(false),
             watch_ok: AtomicBool::new(true),
+            crd_missing: AtomicBool::new(false),
             watch_failed_at: Mutex::new(None),
             pins: Mutex::new(HashMap::new()),
             own: Mutex::new(HashMap::new()),
@@ -372,6 +381,12 @@ impl Context {
     /// Whether the controller's cache has synced.
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed)
+    }
+
+    /// Whether the NodeMaintenance CRD was missing at the last look (every
+    /// [`Settings::rewind_check`]).
+    pub fn crd_missing(&self) -> bool {
+        self.crd_missing.load(Ordering::Relaxed)
     }
 
     /// Whether the NodeMaintenance watch is working: no failure since
@@ -724,12 +739,25 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     let rewound = async {
         loop {
             tokio::time::sleep(ctx.settings.rewind_check).await;
-            let Ok(list) = api
+            let list = match api
                 .list_metadata(&kube::api::ListParams::default().limit(1))
                 .await
-            else {
-                continue;
+            {
+                Ok(list) => list,
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    if !ctx.crd_missing.swap(true, Ordering::Relaxed) {
+                        tracing::error!(
+                            logger = "controller",
+                            "the API server serves no NodeMaintenances: the CRD is missing (`nmo crd | kubectl apply -f -`)"
+                        );
+                    }
+                    continue;
+                }
+                Err(_) => continue,
             };
+            if ctx.crd_missing.swap(false, Ordering::Relaxed) {
+                tracing::info!(logger = "controller", "the NodeMaintenance CRD is back");
+            }
             let server: u64 = list
                 .metadata
                 .resource_version
@@ -744,6 +772,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     tokio::select! {
         () = controller => Ended::Stopped,
         ended = rewound => ended,
+        () = orphans::run(ctx) => Ended::Stopped,
     }
 }
 

@@ -50,6 +50,15 @@ pub fn start_controller_with(
     client: &Client,
     policies: Arc<PolicyStore>,
 ) -> tokio::task::JoinHandle<()> {
+    start_controller_ctx(client, policies).1
+}
+
+/// [`start_controller_with`], keeping the controller's context (for its
+/// readiness checks).
+pub fn start_controller_ctx(
+    client: &Client,
+    policies: Arc<PolicyStore>,
+) -> (Arc<Context>, tokio::task::JoinHandle<()>) {
     let ctx: Arc<Context> = Context::new(
         client.clone(),
         policies,
@@ -67,12 +76,15 @@ pub fn start_controller_with(
             },
             policy_error_retry: Duration::from_secs(1),
             error_retry: Duration::from_millis(500),
+            orphan_sweep: Duration::from_millis(300),
             ..Settings::default()
         },
     );
-    tokio::spawn(async move {
-        controller::run(ctx).await.expect("controller runs");
-    })
+    let run = ctx.clone();
+    let handle = tokio::spawn(async move {
+        controller::run(run).await.expect("controller runs");
+    });
+    (ctx, handle)
 }
 
 impl Env {
