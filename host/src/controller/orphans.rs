@@ -76,11 +76,11 @@ async fn wanted_nodes(ctx: &Context) -> Result<BTreeSet<String>> {
         .collect())
 }
 
-/// The sweep, every `interval`, for as long as the controller runs.
+/// The sweep at start (an operator that was down finds what went
+/// meanwhile) and every [`super::Settings::orphan_sweep`] after.
 pub(super) async fn run(ctx: &Context) {
     let interval = ctx.settings.orphan_sweep;
     loop {
-        tokio::time::sleep(interval).await;
         match sweep(ctx).await {
             Ok(restored) if !restored.is_empty() => {
                 tracing::info!(logger = "controller", nodes = ?restored, "orphaned nodes restored");
@@ -90,5 +90,6 @@ pub(super) async fn run(ctx: &Context) {
                 tracing::warn!(logger = "controller", error = %e, category = e.category(), "the orphan sweep failed; trying again later");
             }
         }
+        tokio::time::sleep(interval).await;
     }
 }

@@ -76,7 +76,6 @@ pub fn start_controller_ctx(
             },
             policy_error_retry: Duration::from_secs(1),
             error_retry: Duration::from_millis(500),
-            orphan_sweep: Duration::from_millis(300),
             ..Settings::default()
         },
     );
