@@ -85,6 +85,17 @@ pub struct ConnLimits {
     pub header_read_timeout: std::time::Duration,
     /// Time a client has to finish the TLS handshake (the webhook).
     pub handshake_timeout: std::time::Duration,
+    /// Time a client has to send a request's whole body, from its headers
+    /// (the API server gives a webhook 10 s by default: a body slower than
+    /// that has no one waiting for the answer).
+    pub body_read_timeout: std::time::Duration,
+    /// The largest body one request may have.
+    pub max_body_bytes: usize,
+    /// Body bytes all requests together may hold at once; a request whose
+    /// body would go past it is answered 503 at once. With the per-body
+    /// limit, the server's memory for bodies is bounded whatever the
+    /// number of connections.
+    pub max_buffered_body_bytes: usize,
 }
 
 impl Default for ConnLimits {
@@ -93,7 +104,117 @@ impl Default for ConnLimits {
             max_connections: 1024,
             header_read_timeout: std::time::Duration::from_secs(5),
             handshake_timeout: std::time::Duration::from_secs(10),
+            body_read_timeout: std::time::Duration::from_secs(10),
+            max_body_bytes: crate::webhook::MAX_BODY,
+            max_buffered_body_bytes: 32 << 20,
         }
+    }
+}
+
+/// The part of each body that is not counted against the shared total:
+/// a review of a NodeMaintenance is a few KiB, so ordinary requests are
+/// never refused for others' bodies (and this much per connection is
+/// bounded by the connection cap).
+const UNCOUNTED: usize = 64 << 10;
+
+/// The request bodies a server holds, against [`ConnLimits`]: shared by
+/// every connection of one server.
+#[derive(Clone)]
+pub struct BodyBudget {
+    bytes: Arc<tokio::sync::Semaphore>,
+    per_body: usize,
+    timeout: std::time::Duration,
+}
+
+/// Why a body was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    #[error("the body is over {0} bytes")]
+    TooLarge(usize),
+    #[error("too many request bodies in flight; try again")]
+    Busy,
+    #[error("the body did not arrive within {0:?}")]
+    Timeout(std::time::Duration),
+    #[error("reading the body: {0}")]
+    Read(String),
+}
+
+impl BodyError {
+    /// The HTTP status that answers it.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            BodyError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            BodyError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            BodyError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            BodyError::Read(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
+/// A body read within the budget; its share is given back when dropped.
+pub struct HeldBody {
+    pub bytes: Bytes,
+    _held: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl BodyBudget {
+    pub fn new(limits: &ConnLimits) -> Self {
+        let total = limits
+            .max_buffered_body_bytes
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        BodyBudget {
+            bytes: Arc::new(tokio::sync::Semaphore::new(total)),
+            per_body: limits.max_body_bytes,
+            timeout: limits.body_read_timeout,
+        }
+    }
+
+    /// Reads `body` whole, within the deadline, the per-body limit and the
+    /// server's total: each chunk is counted as it arrives, so a slow
+    /// client holds only what it has sent, and for no longer than the
+    /// deadline.
+    pub async fn read(&self, body: Incoming) -> std::result::Result<HeldBody, BodyError> {
+        tokio::time::timeout(self.timeout, self.read_all(body))
+            .await
+            .map_err(|_| BodyError::Timeout(self.timeout))?
+    }
+
+    async fn read_all(&self, mut body: Incoming) -> std::result::Result<HeldBody, BodyError> {
+        use http_body_util::BodyExt;
+        let mut chunks: Vec<Bytes> = Vec::new();
+        let mut len = 0usize;
+        let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            len = len.saturating_add(data.len());
+            if len > self.per_body {
+                return Err(BodyError::TooLarge(self.per_body));
+            }
+            // Only what goes past the uncounted part is counted.
+            let counted = len.saturating_sub(UNCOUNTED).min(data.len());
+            if counted > 0 {
+                let n = u32::try_from(counted).map_err(|_| BodyError::TooLarge(self.per_body))?;
+                let permit = self
+                    .bytes
+                    .clone()
+                    .try_acquire_many_owned(n)
+                    .map_err(|_| BodyError::Busy)?;
+                match held.as_mut() {
+                    Some(h) => h.merge(permit),
+                    None => held = Some(permit),
+                }
+            }
+            chunks.push(data);
+        }
+        let bytes = match chunks.len() {
+            0 => Bytes::new(),
+            1 => chunks.pop().unwrap_or_default(),
+            _ => Bytes::from(chunks.concat()),
+        };
+        Ok(HeldBody { bytes, _held: held })
     }
 }
 
@@ -143,7 +264,10 @@ where
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(limits.header_read_timeout);
+        .header_read_timeout(limits.header_read_timeout)
+        // Room for a request's headers, not more: a body is read by the
+        // handler, against its budget.
+        .max_buf_size(64 << 10);
     let _ = builder
         .serve_connection(hyper_util::rt::TokioIo::new(io), service)
         .await;

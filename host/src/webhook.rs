@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::Node;
@@ -417,15 +417,21 @@ pub async fn serve_with(
 ) -> Result<()> {
     let config = tls_config(Arc::new(ReloadingCert::new(cert_dir)?))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let budget = crate::server::BodyBudget::new(&limits);
     let handler: crate::server::Handler = Arc::new(move |req: Request<Incoming>| {
         let validator = validator.clone();
-        Box::pin(async move { handle(&validator, req).await })
+        let budget = budget.clone();
+        Box::pin(async move { handle(&validator, &budget, req).await })
     });
     crate::server::serve_tls(listener, acceptor, handler, limits).await;
     Ok(())
 }
 
-async fn handle(validator: &Validator, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(
+    validator: &Validator,
+    budget: &crate::server::BodyBudget,
+    req: Request<Incoming>,
+) -> Response<Full<Bytes>> {
     let started = Instant::now();
     let (code, body) = if req.uri().path() != PATH {
         (
@@ -438,12 +444,9 @@ async fn handle(validator: &Validator, req: Request<Incoming>) -> Response<Full<
             error_body("the webhook takes POST"),
         )
     } else {
-        match Limited::new(req.into_body(), MAX_BODY).collect().await {
-            Ok(b) => validator.review(&b.to_bytes()).await,
-            Err(e) => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                error_body(&format!("reading the body: {e}")),
-            ),
+        match budget.read(req.into_body()).await {
+            Ok(body) => validator.review(&body.bytes).await,
+            Err(e) => (e.status(), error_body(&e.to_string())),
         }
     };
     validator

@@ -237,3 +237,181 @@ async fn secure_metrics_serve_only_clients_the_cluster_authorizes() {
     assert!(body.contains("# TYPE "), "Prometheus text: {body}");
     cluster.stop().await;
 }
+
+/// A TLS connection to `addr` trusting the certificate in `ca_pem`.
+async fn tls_connect(
+    addr: std::net::SocketAddr,
+    ca_pem: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    use rustls_pki_types::pem::PemObject;
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    connector.connect(name, tcp).await
+}
+
+/// Peak and current resident memory of a process, in MiB.
+fn memory_mib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap()
+            / 1024
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// The attack that once took the operator from 62 to 738 MiB: 220
+/// connections to the webhook, each sending a 3 MiB body slowly. Bodies
+/// are now read within a deadline and against one budget for the whole
+/// server: the operator's peak memory stays well inside the Deployment's
+/// 512 Mi, the attackers are answered (503, 408) or cut off, and a
+/// genuine review sent during the attack is answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_large_bodies_cannot_grow_the_webhook_past_its_limit() {
+    use tokio::io::AsyncWriteExt;
+    const CONNECTIONS: usize = 220;
+    const BODY: usize = 3 << 20;
+    let (cluster, _client) = common::start_cluster(1).await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    let (certs, _) = common::webhook_cert();
+    let ca = std::fs::read_to_string(certs.path().join("tls.crt")).unwrap();
+    let (probe, hook) = (common::free_port(), common::free_port());
+    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args([
+            "--metrics-bind-address=0".to_owned(),
+            format!("--health-probe-bind-address=127.0.0.1:{probe}"),
+            format!("--webhook-bind-address=127.0.0.1:{hook}"),
+            format!("--webhook-cert-dir={}", certs.path().display()),
+            format!("--policy-dir={}", work.path().join("none").display()),
+            "--policy-cache-dir=".to_owned(),
+            "--zap-level=error".to_owned(),
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOSTNAME", "nmo-servers")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let pid = operator.id().unwrap();
+    common::wait_until("the operator ready", Duration::from_secs(60), || {
+        common::ready_on(probe)
+    })
+    .await;
+    let (before, _) = memory_mib(pid);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{hook}").parse().unwrap();
+
+    let attackers = (0..CONNECTIONS).map(|_| {
+        let ca = ca.clone();
+        tokio::spawn(async move {
+            let Ok(mut tls) = tls_connect(addr, &ca).await else {
+                return;
+            };
+            let head = format!(
+                "POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {BODY}\r\n\r\n",
+                nmo::webhook::PATH
+            );
+            if tls.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let chunk = vec![b' '; 64 << 10];
+            for _ in 0..BODY / chunk.len() {
+                if tls.write_all(&chunk).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(40)).await;
+            }
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        })
+    });
+    let attack: Vec<_> = attackers.collect();
+    // One that stalls after a few bytes is answered 408 at the body
+    // deadline (10 s, the API server's own default webhook timeout).
+    let stalled = {
+        let ca = ca.clone();
+        tokio::spawn(async move {
+            let mut tls = tls_connect(addr, &ca).await.unwrap();
+            let head = format!(
+                "POST {} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{{\"apiVersion\"",
+                nmo::webhook::PATH
+            );
+            tls.write_all(head.as_bytes()).await.unwrap();
+            let started = Instant::now();
+            let mut out = vec![0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(20), tls.read(&mut out))
+                .await
+                .expect("a stalled body is answered within its deadline")
+                .unwrap();
+            (
+                String::from_utf8_lossy(&out[..n]).into_owned(),
+                started.elapsed(),
+            )
+        })
+    };
+    // Mid-attack, an ordinary review is answered.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-1", "operation": "CREATE",
+            "kind": {"group": "nodemaintenance.medik8s.io", "version": "v1beta1", "kind": "NodeMaintenance"},
+            "resource": {"group": "nodemaintenance.medik8s.io", "version": "v1beta1", "resource": "nodemaintenances"},
+            "userInfo": {"username": "admin", "groups": ["system:masters"]},
+            "object": {"apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+                "metadata": {"name": "genuine"}, "spec": {"nodeName": "worker-1", "reason": "r"}}}
+    })
+    .to_string();
+    let started = Instant::now();
+    let mut tls = tls_connect(addr, &ca).await.unwrap();
+    tls.write_all(
+        format!(
+            "POST {} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{review}",
+            nmo::webhook::PATH,
+            review.len()
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), tls.read_to_end(&mut out))
+        .await
+        .expect("the genuine review is answered during the attack")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out);
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.contains("\"allowed\":true"),
+        "{answer}"
+    );
+    let genuine = started.elapsed();
+    let (stalled, stalled_for) = stalled.await.unwrap();
+    assert!(stalled.starts_with("HTTP/1.1 408"), "{stalled}");
+    let (peak, during) = memory_mib(pid);
+    for a in attack {
+        a.abort();
+    }
+    println!(
+        "{CONNECTIONS} connections x {} MiB slow bodies: operator peak {peak} MiB (from {before} MiB, {during} MiB at the end), a genuine review answered in {genuine:?}, a stalled body answered 408 after {stalled_for:?}",
+        BODY >> 20
+    );
+    assert!(peak < 256, "peak {peak} MiB: bodies are not bounded");
+    operator.kill().await.unwrap();
+    cluster.stop().await;
+}
