@@ -861,3 +861,59 @@ fn a_policy_that_needs_settings_refuses_to_run_alone_and_says_where_they_go() {
     // One that takes none runs alone.
     hostile(&engine).alone().expect("no settings needed");
 }
+
+/// Collects the log lines written on this thread.
+#[derive(Clone, Default)]
+struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A policy printing `x\n` and `y\n` in a loop once made 16,386 log
+/// records per decision. Now: at most 64 records a decision (its `log`
+/// calls, stdout and stderr lines together) plus one line saying how much
+/// was dropped, and at most 600 a minute for the policy however often it
+/// is called.
+#[test]
+fn a_policy_printing_short_lines_is_bounded_in_records() {
+    let engine = engine();
+    let policy = hostile(&engine);
+    let out = Lines::default();
+    let writer = out.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let count = |out: &Lines| {
+        String::from_utf8_lossy(&out.0.lock().unwrap())
+            .lines()
+            .count()
+    };
+    tracing::subscriber::with_default(subscriber, || {
+        policy
+            .plan_drain(&maintenance("newlines"), &node(), &pods())
+            .expect("printing is capped, not fatal");
+        let one = count(&out);
+        assert!(one <= 65, "{one} records for one decision");
+        let text = String::from_utf8_lossy(&out.0.lock().unwrap()).into_owned();
+        assert!(
+            text.contains("lines and") && text.contains("dropped"),
+            "no line says what was dropped: {text}"
+        );
+        for _ in 0..19 {
+            policy
+                .plan_drain(&maintenance("newlines"), &node(), &pods())
+                .unwrap();
+        }
+        let twenty = count(&out);
+        assert!(twenty <= 600, "{twenty} records for twenty decisions in a minute");
+        println!("x and y printed 4,000 times each a decision: {one} records for one decision, {twenty} for twenty");
+    });
+}

@@ -23,14 +23,12 @@ use super::compile::{self, CompileLimits};
 use super::bindings::{DrainPolicy, DrainPolicyImports, DrainPolicyPre};
 use super::error::{Error, Result};
 use super::inputs::{Fleet, Inputs, Settings};
-use super::output::CappedOutput;
+use super::output::{CappedOutput, RateWindow, Records};
 use super::types::{self, DrainPlan, Failure, KeyValue, Level, Maintenance};
 use super::validate::{self, Admission, Plan, Verdict};
 use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, WORLD};
 use crate::metrics::Metrics;
 
-/// Lines a policy may log through the `log` import in one call.
-pub const MAX_LOG_LINES: u32 = 64;
 /// Bytes kept of one `log` line.
 pub const MAX_LOG_LINE_BYTES: usize = 1024;
 
@@ -340,6 +338,7 @@ impl PolicyEngine {
                 pre,
                 engine: self.clone(),
                 from_cache,
+                log_window: Arc::default(),
             }),
             now: None,
             settings: Settings::default(),
@@ -506,6 +505,8 @@ struct PolicyInner {
     pre: DrainPolicyPre<HostState>,
     engine: PolicyEngine,
     from_cache: bool,
+    /// The policy's per-minute allowance of log records.
+    log_window: Arc<RateWindow>,
 }
 
 impl std::fmt::Debug for Policy {
@@ -759,7 +760,7 @@ impl Policy {
                 hit: false,
             },
             policy: self.inner.name.clone(),
-            log_lines: 0,
+            records: Records::new(self.inner.log_window.clone()),
             inputs,
         };
         let mut store = Store::new(&engine.engine, state);
@@ -786,8 +787,14 @@ impl Policy {
             None => return Err(Error::Engine("the policy runtime has shut down".into())),
         };
 
-        forward_output(&self.inner.name, "stdout", &stdout);
-        let err_lines = forward_output(&self.inner.name, "stderr", &stderr);
+        let mut records = std::mem::replace(
+            &mut store.data_mut().records,
+            Records::new(self.inner.log_window.clone()),
+        );
+        let out_dropped = forward_output(&self.inner.name, "stdout", &stdout, &mut records).1;
+        let (err_lines, err_dropped) =
+            forward_output(&self.inner.name, "stderr", &stderr, &mut records);
+        records.finish(&self.inner.name, out_dropped + err_dropped);
 
         let deadline = || Error::Deadline {
             policy: self.inner.name.clone(),
@@ -887,22 +894,23 @@ fn root_message(e: &wasmtime::Error) -> String {
     e.root_cause().to_string()
 }
 
-/// Writes what a policy printed to the host's log; returns the lines.
-fn forward_output(policy: &str, stream: &'static str, out: &CappedOutput) -> Vec<String> {
+/// Writes what a policy printed to the host's log, within the decision's
+/// and the policy's allowance of records; returns the lines and the bytes
+/// dropped over the stream's cap.
+fn forward_output(
+    policy: &str,
+    stream: &'static str,
+    out: &CappedOutput,
+    records: &mut Records,
+) -> (Vec<String>, usize) {
     let (lines, dropped) = out.take();
     for line in &lines {
-        let line = crate::text::clean(line, MAX_LOG_LINE_BYTES);
-        tracing::info!(policy, stream, "{line}");
+        if records.admit(policy) {
+            let line = crate::text::clean(line, MAX_LOG_LINE_BYTES);
+            tracing::info!(policy, stream, "{line}");
+        }
     }
-    if dropped > 0 {
-        tracing::warn!(
-            policy,
-            stream,
-            dropped,
-            "policy output over the cap was dropped"
-        );
-    }
-    lines
+    (lines, dropped)
 }
 
 /// The per-decision store state.
@@ -911,7 +919,7 @@ pub(crate) struct HostState {
     table: ResourceTable,
     limiter: MemoryLimiter,
     policy: String,
-    log_lines: u32,
+    records: Records,
     /// What the decision's handles and the `settings` import read.
     pub(crate) inputs: Inputs,
 }
@@ -933,14 +941,7 @@ impl DrainPolicyImports for HostState {
     }
 
     fn log(&mut self, level: Level, message: String) {
-        self.log_lines += 1;
-        if self.log_lines > MAX_LOG_LINES {
-            if self.log_lines == MAX_LOG_LINES + 1 {
-                tracing::warn!(
-                    policy = %self.policy,
-                    "policy logged more than {MAX_LOG_LINES} lines in one call; the rest are dropped"
-                );
-            }
+        if !self.records.admit(&self.policy) {
             return;
         }
         let msg = crate::text::clean(&message, MAX_LOG_LINE_BYTES);

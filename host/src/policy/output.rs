@@ -99,3 +99,115 @@ impl tokio::io::AsyncWrite for CappedOutput {
         Poll::Ready(Ok(()))
     }
 }
+
+/// Records of a policy's output (its `log` import, stdout and stderr lines
+/// together) written to the host's log in one decision.
+pub const RECORDS_PER_DECISION: u32 = 64;
+/// Records of one policy's output written per minute, all its decisions
+/// together: a policy called every second cannot rotate the operator's own
+/// lines out of its log.
+pub const RECORDS_PER_MINUTE: u32 = 600;
+
+/// One policy's per-minute allowance of log records.
+#[derive(Debug)]
+pub(crate) struct RateWindow {
+    state: Mutex<Window>,
+    per_minute: u32,
+}
+
+#[derive(Debug)]
+struct Window {
+    started: std::time::Instant,
+    used: u32,
+    /// Records refused in this window (reported when the next one opens).
+    dropped: u64,
+}
+
+impl Default for RateWindow {
+    fn default() -> Self {
+        RateWindow::new(RECORDS_PER_MINUTE)
+    }
+}
+
+impl RateWindow {
+    pub(crate) fn new(per_minute: u32) -> Self {
+        RateWindow {
+            state: Mutex::new(Window {
+                started: std::time::Instant::now(),
+                used: 0,
+                dropped: 0,
+            }),
+            per_minute,
+        }
+    }
+
+    /// Whether one more record may be written now; the first record of a
+    /// new window reports what the last one dropped.
+    fn admit(&self, policy: &str) -> bool {
+        let mut w = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if w.started.elapsed() >= std::time::Duration::from_secs(60) {
+            if w.dropped > 0 {
+                tracing::warn!(
+                    policy,
+                    dropped = w.dropped,
+                    "policy output over {} records a minute: {} records dropped in the last minute",
+                    self.per_minute,
+                    w.dropped
+                );
+            }
+            *w = Window {
+                started: std::time::Instant::now(),
+                used: 0,
+                dropped: 0,
+            };
+        }
+        if w.used >= self.per_minute {
+            w.dropped += 1;
+            return false;
+        }
+        w.used += 1;
+        true
+    }
+}
+
+/// The records one decision has written and dropped.
+pub(crate) struct Records {
+    window: Arc<RateWindow>,
+    written: u32,
+    dropped_lines: u64,
+}
+
+impl Records {
+    pub(crate) fn new(window: Arc<RateWindow>) -> Self {
+        Records {
+            window,
+            written: 0,
+            dropped_lines: 0,
+        }
+    }
+
+    /// Whether one more record of `policy`'s output may be written.
+    pub(crate) fn admit(&mut self, policy: &str) -> bool {
+        if self.written >= RECORDS_PER_DECISION || !self.window.admit(policy) {
+            self.dropped_lines += 1;
+            return false;
+        }
+        self.written += 1;
+        true
+    }
+
+    /// At the end of the decision: one line saying what was dropped (itself
+    /// within the per-minute allowance).
+    pub(crate) fn finish(&mut self, policy: &str, dropped_bytes: usize) {
+        if (self.dropped_lines > 0 || dropped_bytes > 0) && self.window.admit(policy) {
+            tracing::warn!(
+                policy,
+                dropped_lines = self.dropped_lines,
+                dropped_bytes,
+                "policy output over the limits ({RECORDS_PER_DECISION} records a decision, {RECORDS_PER_MINUTE} a minute, {OUTPUT_CAP} bytes a stream): {} lines and {dropped_bytes} bytes dropped",
+                self.dropped_lines
+            );
+        }
+        self.dropped_lines = 0;
+    }
+}

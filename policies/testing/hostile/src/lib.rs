@@ -191,6 +191,14 @@ impl Policy for Hostile {
                 println!("hello from the policy's stdout");
                 eprintln!("hello from the policy's stderr");
             }
+            "newlines" => {
+                // One short line after another, on both streams: the
+                // record count, not the bytes, is what it attacks.
+                for _ in 0..4_000 {
+                    println!("x");
+                    eprintln!("y");
+                }
+            }
             tune if tune.starts_with("tune:") => {
                 // Knobs for the operator's tests: "tune:timeout=2000,delete,sts-last,max=1".
                 for opt in tune["tune:".len()..].split(',') {
