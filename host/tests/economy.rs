@@ -142,3 +142,69 @@ async fn one_twenty_pod_maintenance_costs_one_plan_and_few_requests() {
     );
     env.stop().await;
 }
+
+/// An `admit` that waits with a reason that changes on every call (a
+/// countdown) and asks to be asked again at once: once one event, one
+/// status write, one node read and one node list a second per waiting
+/// maintenance. Now the recheck has a floor (`admission_recheck_min`) and
+/// the reason is written (status and `Waiting` event) at most once per
+/// `waiting_update_interval` (2 s here, the floor 100 ms; 30 s and 2 s by
+/// default).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reason_that_changes_on_every_call_is_written_at_most_once_an_interval() {
+    let (cluster, client) = start_cluster(2).await;
+    let policies = policy_store(HOSTILE);
+    let metrics = policies.metrics().clone();
+    let (_, controller) = start_controller_tuned(&client, policies, |s| {
+        s.admission_recheck_min = Duration::from_millis(100);
+        s.waiting_update_interval = Duration::from_secs(2);
+    });
+    let env = Env {
+        cluster,
+        client,
+        controller,
+        metrics,
+    };
+    env.cluster.record_audit(true);
+    env.create_nm_with_reason("countdown", "worker-1", "admit-countdown")
+        .await;
+    env.wait_status("countdown", "waiting", |s| s.waiting.is_some())
+        .await;
+    let mine: Api<NodeMaintenance> = Api::all(test_client(&env).await);
+    let first = mine.get("countdown").await.unwrap().status.unwrap();
+    let start = operator_requests(&env);
+    let started = Instant::now();
+    // Watched for long enough that the old behaviour (a write a call)
+    // would show many times over.
+    wait_until("the reason rewritten", Duration::from_secs(30), || async {
+        let now = mine.get("countdown").await.unwrap().status.unwrap();
+        now.waiting.map(|w| w.reason) != first.waiting.as_ref().map(|w| w.reason.clone())
+            && started.elapsed() >= Duration::from_secs(4)
+    })
+    .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let end = operator_requests(&env);
+    let delta = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
+    let writes = delta("update nodemaintenances/status");
+    let events = delta("create events");
+    let calls = nmo_policy_calls(&env);
+    let allowed = (elapsed / 2.0).ceil() as usize + 1;
+    println!(
+        "a countdown reason over {elapsed:.1} s: {writes} status writes, {events} events, {calls} admit calls so far, {} requests",
+        end.values().sum::<usize>() - start.values().sum::<usize>()
+    );
+    assert!(
+        writes <= allowed,
+        "{writes} status writes in {elapsed:.1} s"
+    );
+    assert!(events <= allowed, "{events} events in {elapsed:.1} s");
+    assert!(
+        calls as f64 <= (elapsed + 1.0) / 0.1 + 5.0,
+        "{calls} admit calls: the recheck floor does not hold"
+    );
+    env.stop().await;
+}
+
+fn nmo_policy_calls(env: &Env) -> u64 {
+    policy_calls(&env.metrics, "admit")
+}

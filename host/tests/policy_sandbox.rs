@@ -913,7 +913,12 @@ fn a_policy_printing_short_lines_is_bounded_in_records() {
                 .unwrap();
         }
         let twenty = count(&out);
-        assert!(twenty <= 600, "{twenty} records for twenty decisions in a minute");
-        println!("x and y printed 4,000 times each a decision: {one} records for one decision, {twenty} for twenty");
+        assert!(
+            twenty <= 600,
+            "{twenty} records for twenty decisions in a minute"
+        );
+        println!(
+            "x and y printed 4,000 times each a decision: {one} records for one decision, {twenty} for twenty"
+        );
     });
 }

@@ -67,6 +67,12 @@ pub struct Settings {
     /// often (node changes are not watched; the end of another maintenance
     /// is, and asks at once).
     pub admission_recheck: Duration,
+    /// A policy's `recheck-after` is never shorter than this: a policy
+    /// asking for 0 s does not turn admission into a busy loop.
+    pub admission_recheck_min: Duration,
+    /// A waiting maintenance's reason (its status and `Waiting` event) is
+    /// written at most this often when the policy's reason keeps changing.
+    pub waiting_update_interval: Duration,
     /// How often nodes marked by this operator with no NodeMaintenance
     /// left are looked for and restored (see `orphans.rs`).
     pub orphan_sweep: Duration,
@@ -87,6 +93,8 @@ impl Default for Settings {
             stop_on_signal: true,
             openshift: false,
             admission_recheck: Duration::from_secs(10),
+            admission_recheck_min: Duration::from_secs(2),
+            waiting_update_interval: Duration::from_secs(30),
             orphan_sweep: Duration::from_secs(60),
         }
     }
@@ -137,6 +145,10 @@ pub struct Context {
     /// Maintenances this process admitted (by uid), which the cache may
     /// not show admitted yet.
     admitted_here: Mutex<std::collections::HashSet<String>>,
+    /// When each waiting maintenance's reason was last written (status and
+    /// event): a reason that changes on every call is written at most every
+    /// [`Settings::waiting_update_interval`].
+    waiting_written: Mutex<HashMap<String, std::time::Instant>>,
     /// The last list of the nodes for admission, and when it was asked
     /// for; held while a list is made, so admissions asking at once share
     /// one (see [`Context::fresh_nodes`]).
@@ -181,6 +193,7 @@ impl Context {
             admission: tokio::sync::Mutex::new(()),
             nodes_listed: tokio::sync::Mutex::new(None),
             admitted_here: Mutex::new(std::collections::HashSet::new()),
+            waiting_written: Mutex::new(HashMap::new()),
             forced: Mutex::new(std::collections::HashSet::new()),
         })
     }
@@ -355,10 +368,32 @@ impl Context {
         self.succeeded(uid);
         self.unpin(uid);
         self.readmit(uid);
+        self.waiting_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(uid);
         self.own
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(uid);
+    }
+
+    /// Whether a waiting maintenance's new reason may be written now (and,
+    /// if so, notes that it is): the first always, then at most one every
+    /// [`Settings::waiting_update_interval`].
+    fn may_write_reason(&self, uid: &str) -> bool {
+        let mut written = self
+            .waiting_written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        match written.get(uid) {
+            Some(at) if now.duration_since(*at) < self.settings.waiting_update_interval => false,
+            _ => {
+                written.insert(uid.to_owned(), now);
+                true
+            }
+        }
     }
 
     /// Forgets the policy a maintenance started with (it is gone).

@@ -259,26 +259,11 @@ impl Pass {
                 reason,
                 recheck_after,
             }) => {
-                let since = was_waiting
-                    .as_ref()
-                    .and_then(|w| w.since.clone())
-                    .unwrap_or_else(now);
-                self.writer
-                    .update_before_admission(|s| {
-                        s.waiting = Some(Waiting {
-                            reason: reason.clone(),
-                            since: Some(since.clone()),
-                        })
-                    })
-                    .await?;
-                if was_waiting.is_none_or(|w| w.reason != reason) {
-                    self.event(EventType::Normal, reasons::WAITING, &reason)
-                        .await;
-                    tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, reason = %reason, "the policy holds the maintenance back");
-                }
-                let most = self.ctx.settings.admission_recheck;
+                self.waiting(was_waiting, reason).await?;
+                let settings = &self.ctx.settings;
+                let (least, most) = (settings.admission_recheck_min, settings.admission_recheck);
                 Ok(Some(Next::After(
-                    recheck_after.map_or(most, |d| d.min(most)),
+                    recheck_after.map_or(most, |d| d.clamp(least.min(most), most)),
                 )))
             }
             Ok(Admission::Deny(message)) => {
@@ -287,6 +272,33 @@ impl Pass {
                 finish::mark_failed(self, message).await.map(Some)
             }
         }
+    }
+
+    /// The policy holds the maintenance back for `reason`: the status and
+    /// a `Waiting` event say so when the reason changes, but a reason that
+    /// changes on every call (a countdown, a timestamp) is written at most
+    /// every [`super::Settings::waiting_update_interval`].
+    async fn waiting(&self, was: Option<Waiting>, reason: String) -> Result<()> {
+        if was.as_ref().is_some_and(|w| w.reason == reason) {
+            return Ok(());
+        }
+        if !self.ctx.may_write_reason(&self.uid) {
+            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, reason = %reason, "the waiting reason changed again; written later");
+            return Ok(());
+        }
+        let since = was.and_then(|w| w.since).unwrap_or_else(now);
+        self.writer
+            .update_before_admission(|s| {
+                s.waiting = Some(Waiting {
+                    reason: reason.clone(),
+                    since: Some(since.clone()),
+                })
+            })
+            .await?;
+        self.event(EventType::Normal, reasons::WAITING, &reason)
+            .await;
+        tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, reason = %reason, "the policy holds the maintenance back");
+        Ok(())
     }
 
     /// The node, if it exists. A name no node can have is a node that does

@@ -59,31 +59,46 @@ pub fn start_controller_ctx(
     client: &Client,
     policies: Arc<PolicyStore>,
 ) -> (Arc<Context>, tokio::task::JoinHandle<()>) {
-    let ctx: Arc<Context> = Context::new(
-        client.clone(),
-        policies,
-        Settings {
-            max_concurrent: 25,
-            lease_namespace: "medik8s-leases".into(),
-            instance: "test".into(),
-            rewind_check: Duration::from_millis(500),
-            watch_failure_window: Duration::from_secs(2),
-            // The same logic on short timings: tests wait for it, not for
-            // production's seconds.
-            drain_retries: nmo::controller::drain::Retries {
-                pdb: Duration::from_millis(300),
-                api_error: Duration::from_millis(200),
-            },
-            policy_error_retry: Duration::from_secs(1),
-            error_retry: Duration::from_millis(500),
-            ..Settings::default()
-        },
-    );
+    start_controller_tuned(client, policies, |_| {})
+}
+
+/// [`start_controller_ctx`] with the tests' settings changed by `tune`.
+pub fn start_controller_tuned(
+    client: &Client,
+    policies: Arc<PolicyStore>,
+    tune: impl FnOnce(&mut Settings),
+) -> (Arc<Context>, tokio::task::JoinHandle<()>) {
+    let mut settings = test_settings();
+    tune(&mut settings);
+    let ctx: Arc<Context> = Context::new(client.clone(), policies, settings);
     let run = ctx.clone();
     let handle = tokio::spawn(async move {
         controller::run(run).await.expect("controller runs");
     });
     (ctx, handle)
+}
+
+/// The controller's settings in the tests: the same logic on short
+/// timings.
+pub fn test_settings() -> Settings {
+    Settings {
+        max_concurrent: 25,
+        lease_namespace: "medik8s-leases".into(),
+        instance: "test".into(),
+        rewind_check: Duration::from_millis(500),
+        watch_failure_window: Duration::from_secs(2),
+        // The same logic on short timings: tests wait for it, not for
+        // production's seconds.
+        drain_retries: nmo::controller::drain::Retries {
+            pdb: Duration::from_millis(300),
+            api_error: Duration::from_millis(200),
+        },
+        policy_error_retry: Duration::from_secs(1),
+        error_retry: Duration::from_millis(500),
+        admission_recheck_min: Duration::from_millis(200),
+        waiting_update_interval: Duration::from_secs(1),
+        ..Settings::default()
+    }
 }
 
 impl Env {

@@ -249,6 +249,14 @@ impl Policy for Hostile {
                 std::hint::black_box(spin(1_000));
             },
             "admit-wait-zero" => Admission::wait("zero", Some(0)),
+            // A reason that changes on every call, asking to be asked again
+            // at once.
+            "admit-countdown" => {
+                let ns = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                Admission::wait(format!("opens at {ns}"), Some(1))
+            }
             "admit-deny-empty" => Admission::Deny(String::new()),
             "admit-deny" => Admission::Deny("denied by the hostile policy".into()),
             "admit-wait" => Admission::wait(
