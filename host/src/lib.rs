@@ -30,5 +30,6 @@ pub mod server;
 pub mod telemetry;
 pub mod text;
 pub mod webhook;
+pub mod yaml;
 
 pub use error::{Error, Result};

@@ -15,7 +15,7 @@ fn deploy_crd_matches_the_rust_types() {
 
 #[test]
 fn the_crd_keeps_the_go_operators_api() {
-    let crd: serde_json::Value = serde_yaml::from_str(&nmo::crd::crd_yaml()).unwrap();
+    let crd: serde_json::Value = nmo::yaml::from_str(&nmo::crd::crd_yaml()).unwrap();
     assert_eq!(crd["spec"]["group"], "nodemaintenance.medik8s.io");
     assert_eq!(crd["spec"]["scope"], "Cluster");
     assert_eq!(crd["spec"]["names"]["kind"], "NodeMaintenance");

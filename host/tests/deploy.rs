@@ -23,9 +23,10 @@ fn render(overlay: &str) -> Vec<Value> {
         "kustomize: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_yaml::Deserializer::from_slice(&out.stdout)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
+    nmo::yaml::documents::<Value>(std::str::from_utf8(&out.stdout).unwrap())
+        .unwrap()
+        .into_iter()
+        .filter(|v| !v.is_null())
         .collect()
 }
 
@@ -180,7 +181,7 @@ async fn one_maintenance_through(overlay: &str) {
     c.write_kubeconfig(&kc).unwrap();
     let rendered = docs
         .iter()
-        .map(|d| serde_yaml::to_string(d).unwrap())
+        .map(|d| nmo::yaml::to_string(d).unwrap())
         .collect::<Vec<_>>()
         .join("---\n");
     // Server-side: the policies ConfigMap is too big for client-side

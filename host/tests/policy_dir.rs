@@ -704,3 +704,32 @@ fn settings_in_policies_yaml_reach_the_policy_and_a_bad_one_refuses_the_set() {
         "policy give-up refused its settings: setting timeout: cannot read \"half an hour\" as a duration (use 90s, 15m, 2h)"
     );
 }
+
+/// A deeply nested `policies.yaml` (once 77 s of a core to refuse) is
+/// refused by its depth, whatever its size within the ConfigMap's 1 MiB.
+#[test]
+fn a_deeply_nested_policies_yaml_is_refused_by_its_depth() {
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    for nested in [
+        format!(
+            "settings: {{builtin: {{x: {}{}}}}}",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        ),
+        (0..2_000)
+            .map(|i| format!("{}- \n", " ".repeat(i)))
+            .collect(),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("policies.yaml"), &nested).unwrap();
+        let err = PolicySet::load(&engine, &Snapshot::read(dir.path()).unwrap(), None)
+            .expect_err("refused")
+            .to_string();
+        let lower = err.to_lowercase();
+        assert!(
+            err.contains("policies.yaml")
+                && (lower.contains("depth") || lower.contains("recursion limit")),
+            "{err}"
+        );
+    }
+}

@@ -369,3 +369,52 @@ fn a_refused_policy_on_reload_shows_in_readiness() {
         "{ready}"
     );
 }
+
+/// `podsFrom` reads only inside the scenario's folder (the scenario file's
+/// folder or below, after resolving `..` and symbolic links), only regular
+/// files, at most 16 MiB, and an error never shows what the file held:
+/// a hostile pull request cannot print a token into a CI log, nor make the
+/// tool read `/dev/zero`.
+#[test]
+fn pods_from_reads_only_bounded_files_inside_the_scenarios_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenarios = dir.path().join("scenarios");
+    std::fs::create_dir(&scenarios).unwrap();
+    std::fs::create_dir(scenarios.join("data")).unwrap();
+    std::fs::write(dir.path().join("token"), "s3cr3t-t0ken-value\n").unwrap();
+    std::fs::write(scenarios.join("data/token"), "s3cr3t-t0ken-value\n").unwrap();
+    std::os::unix::fs::symlink(dir.path().join("token"), scenarios.join("link")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", scenarios.join("zero")).unwrap();
+    let big = "- {metadata: {name: p}}\n".repeat(800_000);
+    std::fs::write(scenarios.join("big.yaml"), &big).unwrap();
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let policy = engine.default_policy().unwrap();
+    let cases = [
+        ("../token", "outside the scenario's folder"),
+        ("/etc/passwd", "outside the scenario's folder"),
+        ("/dev/zero", "outside the scenario's folder"),
+        ("link", "outside the scenario's folder"),
+        ("zero", "outside the scenario's folder"),
+        ("data/token", "document 1 is not a Pod"),
+        ("big.yaml", "over 16777216 bytes"),
+        ("missing.yaml", "No such file"),
+    ];
+    let mut held = 0;
+    for (from, want) in cases {
+        std::fs::write(
+            scenarios.join("s.yaml"),
+            format!("name: reads {from}\nnode: {{metadata: {{name: worker-1}}}}\npodsFrom: {from}\nexpect: {{}}\n"),
+        )
+        .unwrap();
+        let err = harness::run_paths(&policy, &[scenarios.join("s.yaml")])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "podsFrom {from}: {err}");
+        assert!(
+            !err.contains("s3cr3t"),
+            "podsFrom {from} echoed the file: {err}"
+        );
+        held += 1;
+    }
+    println!("podsFrom: {} tried, {held} held", cases.len());
+}

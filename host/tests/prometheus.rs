@@ -46,13 +46,14 @@ fn tool(name: &str) -> Option<PathBuf> {
 /// The PrometheusRule's groups, as a Prometheus rules file.
 fn rules_file(dir: &Path) -> (PathBuf, Value) {
     let text = std::fs::read_to_string(deploy("prometheus/monitor.yaml")).unwrap();
-    let rule: Value = serde_yaml::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .find(|d: &Value| d["kind"] == "PrometheusRule")
+    let rule: Value = nmo::yaml::documents::<Value>(&text)
+        .unwrap()
+        .into_iter()
+        .find(|d| d["kind"] == "PrometheusRule")
         .expect("a PrometheusRule");
     let groups = serde_json::json!({"groups": rule["spec"]["groups"]});
     let path = dir.join("rules.yaml");
-    std::fs::write(&path, serde_yaml::to_string(&groups).unwrap()).unwrap();
+    std::fs::write(&path, nmo::yaml::to_string(&groups).unwrap()).unwrap();
     (path, rule)
 }
 
@@ -161,7 +162,7 @@ fn the_alerts_fire_when_they_should_and_only_then() {
     });
     std::fs::write(
         dir.path().join("tests.yaml"),
-        serde_yaml::to_string(&tests).unwrap(),
+        nmo::yaml::to_string(&tests).unwrap(),
     )
     .unwrap();
     let (ok, out) = run(&promtool, &["test", "rules", "tests.yaml"], dir.path());
@@ -171,7 +172,7 @@ fn the_alerts_fire_when_they_should_and_only_then() {
 /// The dashboard's panel queries.
 fn dashboard_queries() -> Vec<(String, String)> {
     let text = std::fs::read_to_string(deploy("grafana/dashboard.yaml")).unwrap();
-    let cm: Value = serde_yaml::from_str(&text).unwrap();
+    let cm: Value = nmo::yaml::from_str(&text).unwrap();
     let json = cm["data"]["node-maintenance-operator.json"]
         .as_str()
         .unwrap();

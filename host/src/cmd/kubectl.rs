@@ -205,7 +205,7 @@ async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     match args.output {
         Output::Table => print!("{}", report.table()),
         Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Output::Yaml => print!("{}", serde_yaml::to_string(&report)?),
+        Output::Yaml => print!("{}", nmo::yaml::to_string(&report)?),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -290,7 +290,7 @@ async fn status(cluster: &ClusterArgs, output: Output) -> anyhow::Result<ExitCod
         .collect();
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&lines)?),
-        Output::Yaml => print!("{}", serde_yaml::to_string(&lines)?),
+        Output::Yaml => print!("{}", nmo::yaml::to_string(&lines)?),
         Output::Table => {
             if lines.is_empty() {
                 println!("No NodeMaintenances.");

@@ -176,12 +176,32 @@ fn is_object(doc: &Value) -> bool {
 
 /// The pods of a file kubectl wrote (`kubectl get pods -o yaml`: one
 /// `kind: List`; or Pod documents), as one list.
-fn pods_file(path: &Path) -> std::result::Result<Value, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("podsFrom {}: {e}", path.display()))?;
+///
+/// `from` is read only if it is inside `folder` (the scenario file's own
+/// folder, or one below it): both are resolved (`..`, symbolic links) and
+/// the file must be a regular file of at most [`MAX_PODS_FILE`] bytes. An
+/// error names the file and where it failed, never its content.
+fn pods_file(folder: &Path, from: &Path) -> std::result::Result<Value, String> {
+    let shown = from.display();
+    let inside = folder
+        .canonicalize()
+        .map_err(|e| format!("podsFrom {shown}: {e}"))?;
+    let path = inside
+        .join(from)
+        .canonicalize()
+        .map_err(|e| format!("podsFrom {shown}: {e}"))?;
+    if !path.starts_with(&inside) {
+        return Err(format!(
+            "podsFrom {shown}: outside the scenario's folder {} (only files in it, or below it, are read)",
+            inside.display()
+        ));
+    }
+    let text = crate::yaml::read_file(&path, MAX_PODS_FILE)
+        .map_err(|e| format!("podsFrom {shown}: {e}"))?;
+    let docs: Vec<Value> =
+        crate::yaml::documents_redacted(&text).map_err(|e| format!("podsFrom {shown}: {e}"))?;
     let mut items = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
-        let v = Value::deserialize(doc).map_err(|e| format!("podsFrom {}: {e}", path.display()))?;
+    for (i, v) in docs.into_iter().enumerate() {
         match v {
             Value::Null => {}
             Value::Object(mut o) if o.get("kind").and_then(Value::as_str) == Some("List") => {
@@ -190,11 +210,26 @@ fn pods_file(path: &Path) -> std::result::Result<Value, String> {
                 }
             }
             Value::Array(a) => items.extend(a),
-            other => items.push(other),
+            o @ Value::Object(_) => items.push(o),
+            _ => {
+                return Err(format!(
+                    "podsFrom {shown}: document {} is not a Pod, a list of pods or a kind: List",
+                    i + 1
+                ));
+            }
         }
+    }
+    if let Some(i) = items.iter().position(|p| !p.is_object()) {
+        return Err(format!("podsFrom {shown}: item {} is not a Pod", i + 1));
     }
     Ok(Value::Array(items))
 }
+
+/// The largest file a scenario's `podsFrom` may name (`kubectl get pods
+/// -o yaml` of a few thousand pods).
+pub const MAX_PODS_FILE: u64 = 16 << 20;
+/// The largest scenario file.
+pub const MAX_SCENARIO_FILE: u64 = 4 << 20;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -528,11 +563,11 @@ pub fn load(path: &Path) -> Result<Vec<Scenario>> {
         }
         return Ok(all);
     }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let text = crate::yaml::read_file(path, MAX_SCENARIO_FILE).map_err(|e| bad(e.to_string()))?;
+    let docs: Vec<Value> = crate::yaml::documents(&text).map_err(|e| bad(e.to_string()))?;
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+    for (i, value) in docs.into_iter().enumerate() {
         let source = format!("{}#{}", path.display(), i + 1);
-        let value = Value::deserialize(doc).map_err(|e| bad(format!("document {}: {e}", i + 1)))?;
         if value.is_null() {
             continue;
         }
@@ -557,8 +592,12 @@ pub fn load(path: &Path) -> Result<Vec<Scenario>> {
                     "scenario {name:?}: pods and podsFrom both given"
                 )));
             }
-            let file = path.parent().unwrap_or(Path::new(".")).join(from);
-            raw.pods = pods_file(&file).map_err(|e| bad(format!("scenario {name:?}: {e}")))?;
+            let folder = match path.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            raw.pods =
+                pods_file(folder, &from).map_err(|e| bad(format!("scenario {name:?}: {e}")))?;
         }
         out.push(
             Scenario::from_raw(raw, source).map_err(|e| bad(format!("scenario {name:?}: {e}")))?,
@@ -572,12 +611,12 @@ pub fn load(path: &Path) -> Result<Vec<Scenario>> {
 
 /// Whether a file's first document is a Kubernetes object.
 fn is_object_file(path: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string(path) else {
+    let Ok(text) = crate::yaml::read_file(path, MAX_PODS_FILE) else {
         return false;
     };
-    serde_yaml::Deserializer::from_str(&text)
-        .next()
-        .and_then(|d| Value::deserialize(d).ok())
+    crate::yaml::documents::<Value>(&text)
+        .ok()
+        .and_then(|d| d.into_iter().next())
         .is_some_and(|v| is_object(&v))
 }
 
@@ -788,7 +827,7 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
             if let Some(want) = e.verdict.as_ref().filter(|w| !check_verdict(w, &verdict)) {
                 let want = match want {
                     Value::String(s) => s.clone(),
-                    other => serde_yaml::to_string(other)
+                    other => crate::yaml::to_string(other)
                         .map(|s| format!("{{{}}}", s.trim().replace('\n', ", ")))
                         .unwrap_or_default(),
                 };

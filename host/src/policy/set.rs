@@ -61,24 +61,24 @@ struct ConfigFile {
     #[serde(default)]
     rules: Vec<RuleFile>,
     #[serde(default)]
-    settings: BTreeMap<String, BTreeMap<String, serde_yaml::Value>>,
+    settings: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
 }
 
 /// A policy's settings from `policies.yaml`, every value as its text.
-fn settings_of(name: &str, raw: &BTreeMap<String, serde_yaml::Value>) -> Result<Settings> {
+fn settings_of(name: &str, raw: &BTreeMap<String, serde_json::Value>) -> Result<Settings> {
     let mut out = BTreeMap::new();
     for (key, value) in raw {
         let text = match value {
-            serde_yaml::Value::String(s) => s.clone(),
-            serde_yaml::Value::Number(n) => n.to_string(),
-            serde_yaml::Value::Bool(b) => b.to_string(),
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::Bool(b) => b.to_string(),
             other => {
                 return Err(Error::Set(format!(
                     "{CONFIG_FILE}: settings of {name}: {key} must be a string, number or \
                      boolean, not {}",
                     match other {
-                        serde_yaml::Value::Null => "empty",
-                        serde_yaml::Value::Sequence(_) => "a list",
+                        serde_json::Value::Null => "empty",
+                        serde_json::Value::Array(_) => "a list",
                         _ => "a map",
                     }
                 )));
@@ -239,7 +239,7 @@ impl PolicySet {
         cache: Option<&PolicyCache>,
     ) -> Result<Self> {
         let config: ConfigFile = match snap.files.get(CONFIG_FILE) {
-            Some(bytes) => serde_yaml::from_slice::<Option<ConfigFile>>(bytes)
+            Some(bytes) => crate::yaml::from_slice::<Option<ConfigFile>>(bytes)
                 .map_err(|e| Error::Set(format!("{CONFIG_FILE}: {e}")))?
                 .unwrap_or_default(),
             None => ConfigFile::default(),

@@ -318,9 +318,9 @@ impl SimCluster {
     /// Creates every object of a multi-document YAML string, in order.
     pub fn apply_yaml(&self, yaml: &str) -> Result<Vec<Value>, SimError> {
         let mut out = Vec::new();
-        for doc in serde_yaml::Deserializer::from_str(yaml) {
-            let v: Value = serde::Deserialize::deserialize(doc)
-                .map_err(|e| SimError::Scenario(e.to_string()))?;
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(yaml).map_err(|e| SimError::Scenario(e.to_string()))?;
+        for v in docs {
             if v.is_null() {
                 continue;
             }

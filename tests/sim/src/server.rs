@@ -307,7 +307,7 @@ fn parse_body(sim: &Sim, bytes: &[u8], ct: &str) -> Result<Value, ApiError> {
         return Err(ApiError::unsupported_media(ct));
     }
     if ct.contains("yaml") {
-        return serde_yaml::from_slice(bytes)
+        return serde_saphyr::from_slice(bytes)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")));
     }
     serde_json::from_slice(bytes).map_err(|e| {
