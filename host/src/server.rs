@@ -48,6 +48,49 @@ pub fn readiness_checks(
     ]
 }
 
+/// Readiness while the operator starts: the probe server answers from the
+/// first moment (liveness: alive), and readiness names what it waits for
+/// (the policies being compiled, the controller) until the real checks of
+/// [`readiness_checks`] take over.
+#[derive(Default)]
+pub struct Startup {
+    checks: std::sync::OnceLock<Vec<(&'static str, Check)>>,
+    waiting: std::sync::Mutex<String>,
+}
+
+impl Startup {
+    /// Says what start-up waits for now.
+    pub fn waiting_for(&self, what: impl Into<String>) {
+        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = what.into();
+    }
+
+    /// Start-up is over: the real checks answer from now on.
+    pub fn started(&self, checks: Vec<(&'static str, Check)>) {
+        let _ = self.checks.set(checks);
+    }
+
+    /// The probe server's checks, under the same names as the real ones.
+    pub fn checks(self: &Arc<Self>) -> Vec<(&'static str, Check)> {
+        ["informer-sync", "policy"]
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let startup = self.clone();
+                let check: Check = Box::new(move || match startup.checks.get() {
+                    Some(checks) => checks.get(i).map_or(Ok(String::new()), |(_, c)| c()),
+                    None if i == 0 => Err("the controller has not started".into()),
+                    None => Err(startup
+                        .waiting
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone()),
+                });
+                (name, check)
+            })
+            .collect()
+    }
+}
+
 /// Parses a Go-style bind address (`:8080`, `127.0.0.1:8080`); `0`
 /// disables the server (controller-runtime's convention).
 pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>> {

@@ -415,3 +415,89 @@ async fn slow_large_bodies_cannot_grow_the_webhook_past_its_limit() {
     operator.kill().await.unwrap();
     cluster.stop().await;
 }
+
+/// GET `path` on the probe server; `None` while nothing answers.
+async fn probe(port: u16, path: &str) -> Option<(u16, String)> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        let code = out.split_whitespace().nth(1)?.parse().ok()?;
+        Some((code, out))
+    })
+    .await
+    .unwrap()
+}
+
+/// With many policies to compile, the probe server answers from the start:
+/// `/healthz` is 200 at once (the liveness probe never restarts a pod that
+/// is compiling), `/readyz` says it is compiling the policies, and the
+/// policies are compiled in parallel (four at a time at most).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probes_answer_while_many_policies_compile() {
+    const POLICIES: usize = 24;
+    let (cluster, _client) = common::start_cluster(1).await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    let dir = work.path().join("policies");
+    std::fs::create_dir(&dir).unwrap();
+    let wasm = common::built_policy("never_force");
+    for i in 0..POLICIES {
+        std::fs::write(dir.join(format!("p{i}.wasm")), &wasm).unwrap();
+    }
+    let port = common::free_port();
+    let started = Instant::now();
+    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args([
+            "--metrics-bind-address=0".to_owned(),
+            format!("--health-probe-bind-address=127.0.0.1:{port}"),
+            "--webhook-bind-address=0".to_owned(),
+            format!("--policy-dir={}", dir.display()),
+            "--policy-cache-dir=".to_owned(),
+            "--zap-level=error".to_owned(),
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("HOSTNAME", "nmo-startup")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut alive_after = None;
+    let mut said = String::new();
+    while alive_after.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no probe answered"
+        );
+        if let Some((200, _)) = probe(port, "/healthz").await {
+            alive_after = Some(started.elapsed());
+            said = probe(port, "/readyz?verbose").await.unwrap().1;
+        } else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    common::wait_until("ready", Duration::from_secs(300), || async {
+        matches!(probe(port, "/readyz").await, Some((200, _)))
+    })
+    .await;
+    let ready_after = started.elapsed();
+    println!(
+        "{POLICIES} policies to compile: /healthz answered after {:?}, ready after {ready_after:?}",
+        alive_after.unwrap()
+    );
+    assert!(
+        said.contains("compiling and self-checking the policies"),
+        "readiness during start-up: {said}"
+    );
+    operator.kill().await.unwrap();
+    cluster.stop().await;
+}

@@ -286,23 +286,18 @@ fn own_namespace(cli: &Cli) -> Option<String> {
 /// Runs the operator until interrupted.
 fn operator(cli: &Cli) -> anyhow::Result<()> {
     let max_concurrent = cli.max_concurrent_maintenances;
-    let engine = engine()?;
-    let cache = policy_cache(std::path::Path::new(&cli.policy_cache_dir));
-    let policies = match &cli.policy {
-        Some(path) => {
-            let policy = engine.load_file(path)?.alone()?;
-            selfcheck::run(&policy)?;
-            tracing::info!(
-                logger = "setup",
-                policy = policy.name(),
-                digest = policy.digest(),
-                "policy loaded"
-            );
-            PolicyStore::single(policy)
-        }
-        None => PolicyStore::from_dir(engine, &cli.policy_dir, cache)?,
-    };
     let runtime = tokio::runtime::Runtime::new()?;
+    // The probes answer while the policies are compiled: liveness says the
+    // process is alive, readiness what it waits for.
+    let startup = std::sync::Arc::new(nmo::server::Startup::default());
+    startup.waiting_for("compiling and self-checking the policies");
+    if let Some(addr) = nmo::server::parse_bind(&cli.health_probe_bind_address)? {
+        let listener = runtime.block_on(tokio::net::TcpListener::bind(addr))?;
+        let probes = nmo::server::probes(startup.checks());
+        runtime.spawn(nmo::server::serve(listener, probes));
+        tracing::info!(logger = "setup", address = %addr, "serving probes");
+    }
+    let policies = load_policies(cli)?;
     runtime.block_on(async {
         let client = nmo::client::operator_client_counted(
             kube::Config::infer().await?,
@@ -321,6 +316,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
         };
         let ctx = nmo::controller::Context::new(client.clone(), policies.clone(), settings);
         tokio::spawn(policies.watch(Duration::from_millis(250), Duration::from_secs(30)));
+        startup.started(nmo::server::readiness_checks(ctx.clone(), cli.leader_elect));
         start_servers(cli, &ctx, &client).await?;
         if cli.leader_elect {
             let ns = cli
@@ -342,7 +338,28 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
     })
 }
 
-/// Starts the probe, metrics and webhook servers.
+/// The policies the operator decides with: one file (`--policy`) or the
+/// policy directory (compiled in parallel, from the cache when present).
+fn load_policies(cli: &Cli) -> anyhow::Result<std::sync::Arc<PolicyStore>> {
+    let engine = engine()?;
+    let cache = policy_cache(std::path::Path::new(&cli.policy_cache_dir));
+    Ok(match &cli.policy {
+        Some(path) => {
+            let policy = engine.load_file(path)?.alone()?;
+            selfcheck::run(&policy)?;
+            tracing::info!(
+                logger = "setup",
+                policy = policy.name(),
+                digest = policy.digest(),
+                "policy loaded"
+            );
+            PolicyStore::single(policy)
+        }
+        None => PolicyStore::from_dir(engine, &cli.policy_dir, cache)?,
+    })
+}
+
+/// Starts the metrics and webhook servers (the probes run from the start).
 async fn start_servers(
     cli: &Cli,
     ctx: &std::sync::Arc<nmo::controller::Context>,
@@ -377,12 +394,6 @@ async fn start_servers(
             tokio::spawn(server::serve(listener, handler));
             tracing::info!(logger = "setup", address = %addr, "serving metrics");
         }
-    }
-    if let Some(addr) = server::parse_bind(&cli.health_probe_bind_address)? {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let checks = server::readiness_checks(ctx.clone(), cli.leader_elect);
-        tokio::spawn(server::serve(listener, server::probes(checks)));
-        tracing::info!(logger = "setup", address = %addr, "serving probes");
     }
     if let Some(addr) = server::parse_bind(&cli.webhook_bind_address)? {
         if cli.webhook_cert_dir.join("tls.crt").exists() {

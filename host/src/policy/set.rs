@@ -64,6 +64,57 @@ struct ConfigFile {
     settings: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
 }
 
+/// Policies compiled (or taken from the cache) and self-checked at once.
+const PARALLEL_LOADS: usize = 4;
+
+/// Compiles (or takes from `cache`) and self-checks each policy, up to
+/// [`PARALLEL_LOADS`] at a time (and no more than the machine's cores);
+/// results in the order given. Those that pass are cached.
+fn load_all(
+    engine: &PolicyEngine,
+    wasm: &[(&str, &[u8])],
+    cache: Option<&PolicyCache>,
+) -> Vec<Result<Policy>> {
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(PARALLEL_LOADS)
+        .min(wasm.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<Policy>>>> =
+        wasm.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let load = |name: &str, bytes: &[u8]| -> Result<Policy> {
+        let policy = engine.load_cached(name, bytes, cache)?;
+        selfcheck::run(&policy)?;
+        if let Some(cache) = cache {
+            cache.store(&policy);
+        }
+        Ok(policy)
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((name, bytes)) = wasm.get(i) else {
+                        break;
+                    };
+                    let result = load(name, bytes);
+                    *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| Err(Error::Engine("a policy load did not finish".into())))
+        })
+        .collect()
+}
+
 /// A policy's settings from `policies.yaml`, every value as its text.
 fn settings_of(name: &str, raw: &BTreeMap<String, serde_json::Value>) -> Result<Settings> {
     let mut out = BTreeMap::new();
@@ -250,6 +301,7 @@ impl PolicySet {
             cache.store(&builtin);
         }
         policies.insert(BUILTIN.to_owned(), builtin);
+        let mut wasm = Vec::new();
         for (file, bytes) in &snap.files {
             let Some(name) = file.strip_suffix(".wasm") else {
                 continue;
@@ -259,12 +311,10 @@ impl PolicySet {
                     "{file}: the name {BUILTIN:?} is reserved for the embedded default policy"
                 )));
             }
-            let policy = engine.load_cached(name, bytes, cache)?;
-            selfcheck::run(&policy)?;
-            if let Some(cache) = cache {
-                cache.store(&policy);
-            }
-            policies.insert(name.to_owned(), policy);
+            wasm.push((name, bytes.as_slice()));
+        }
+        for (name, loaded) in wasm.iter().map(|w| w.0).zip(load_all(engine, &wasm, cache)) {
+            policies.insert(name.to_owned(), loaded?);
         }
         let known = |name: &str, what: &str| -> Result<()> {
             if policies.contains_key(name) {
