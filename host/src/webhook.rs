@@ -88,7 +88,41 @@ impl Validator {
         self
     }
 
-    /// Validates a create; `Err(message)` refuses.
+    /// The access rules in force (policies.yaml's `access`; the defaults
+    /// without the operator's policies).
+    fn access(&self) -> crate::policy::access::Access {
+        self.policies
+            .as_ref()
+            .map(|p| p.current().access().clone())
+            .unwrap_or_default()
+    }
+
+    /// Validates a create by `who`; `Err(message)` refuses.
+    pub async fn validate_create_by(
+        &self,
+        nm: &NodeMaintenance,
+        who: &crate::policy::access::Requester,
+    ) -> std::result::Result<(), String> {
+        let access = self.access();
+        if let Some(name) = annotated_policy(nm)
+            && let Some(why) = access.annotation_refused(who, name)
+        {
+            return Err(why);
+        }
+        let node = Api::<Node>::all(self.client.clone())
+            .get_opt(&nm.spec.node_name)
+            .await
+            .map_err(|e| format!("could not check the node: {e}"))?;
+        if let Some(node) = &node
+            && let Some(why) = access.node_refused(who, &nm.spec.node_name, node.labels())
+        {
+            return Err(why);
+        }
+        self.validate_create(nm).await
+    }
+
+    /// Validates a create whoever asks (the Go operator's rules and the
+    /// policy's); `Err(message)` refuses.
     pub async fn validate_create(&self, nm: &NodeMaintenance) -> std::result::Result<(), String> {
         let node_name = &nm.spec.node_name;
         let node = Api::<Node>::all(self.client.clone())
@@ -190,6 +224,26 @@ impl Validator {
         }
     }
 
+    /// Validates an update by `who`: the Go operator's rule, and a policy
+    /// annotation added or changed needs the same grant as at creation.
+    pub fn validate_update_by(
+        &self,
+        old: &NodeMaintenance,
+        new: &NodeMaintenance,
+        who: &crate::policy::access::Requester,
+    ) -> std::result::Result<(), String> {
+        Self::validate_update(old, new)?;
+        match annotated_policy(new) {
+            Some(name) if annotated_policy(old) != Some(name) => {
+                match self.access().annotation_refused(who, name) {
+                    Some(why) => Err(why),
+                    None => Ok(()),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Validates an update; `Err(message)` refuses.
     pub fn validate_update(
         old: &NodeMaintenance,
@@ -233,14 +287,18 @@ impl Validator {
             serde_json::from_value::<NodeMaintenance>(v.clone())
                 .map_err(|e| format!("the object is not a NodeMaintenance: {e}"))
         };
+        let who = crate::policy::access::Requester {
+            username: request.user_info.username.clone().unwrap_or_default(),
+            groups: request.user_info.groups.clone().unwrap_or_default(),
+        };
         let verdict = match request.operation {
             Operation::Create => match parse(&object) {
-                Ok(nm) => self.validate_create(&nm).await,
+                Ok(nm) => self.validate_create_by(&nm, &who).await,
                 Err(e) => Err(e),
             },
             Operation::Update => parse(&old_object)
                 .and_then(|old| Ok((old, parse(&object)?)))
-                .and_then(|(old, new)| Self::validate_update(&old, &new)),
+                .and_then(|(old, new)| self.validate_update_by(&old, &new, &who)),
             _ => Ok(()),
         };
         let mut response = AdmissionResponse::from(&request);
@@ -258,6 +316,14 @@ impl Validator {
             ),
         }
     }
+}
+
+/// The policy a NodeMaintenance names with the annotation, if any.
+fn annotated_policy(nm: &NodeMaintenance) -> Option<&str> {
+    nm.annotations()
+        .get(crate::policy::POLICY_ANNOTATION)
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
 }
 
 fn error_body(message: &str) -> Value {

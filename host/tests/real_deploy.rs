@@ -240,6 +240,46 @@ async fn one_maintenance_through(overlay: &str) {
             nmo::webhook::messages::NODE_NAME_IMMUTABLE,
         )
         .await;
+        // Who may take which node down: a user allowed to create
+        // NodeMaintenances, but not in system:masters, may neither drain a
+        // control-plane node nor choose a policy (the shipped policies.yaml
+        // has no `access` section: the defaults).
+        kubectl_ok(
+            &cp,
+            &[
+                "label",
+                "node",
+                "worker-2",
+                "node-role.kubernetes.io/control-plane=",
+            ],
+            None,
+        )
+        .await;
+        kubectl_ok(&cp, &["apply", "-f", "-"], Some(DEV_USER)).await;
+        let dev = cp.service_account_token("default", "dev").await.unwrap();
+        let dev_kc = cp.write_kubeconfig("dev.kubeconfig", &dev).unwrap();
+        let refused_for_dev = async |stdin: &str, message: &str| {
+            let (ok, out) = nmo_control_plane::kubectl_with(&dev_kc, &create, Some(stdin))
+                .await
+                .unwrap();
+            assert!(
+                !ok && out.contains("denied the request") && out.contains(message),
+                "{overlay}: refused for dev with {message:?}: {out}"
+            );
+        };
+        refused_for_dev(
+            &nm("nm-cp").replace("worker-1", "worker-2"),
+            "user \"system:serviceaccount:default:dev\" may not put node \"worker-2\" into maintenance: nodes matching node-role.kubernetes.io/control-plane need groups system:masters",
+        )
+        .await;
+        refused_for_dev(
+            &nm("nm-annotated").replace(
+                "metadata: {name: nm-annotated}",
+                "metadata: {name: nm-annotated, annotations: {nodemaintenance.medik8s.io/policy: never-force}}",
+            ),
+            "may not choose a policy with the nodemaintenance.medik8s.io/policy annotation",
+        )
+        .await;
     }
     let nms: Api<nmo::crd::NodeMaintenance> = Api::all(admin.clone());
     common::wait_succeeded(&nms, "nm-1", Duration::from_secs(90)).await;
@@ -268,6 +308,28 @@ async fn one_maintenance_through(overlay: &str) {
     );
     cp.stop();
 }
+
+/// A user who may create NodeMaintenances and nothing more.
+const DEV_USER: &str = r#"
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: dev, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: nm-creator}
+rules:
+- apiGroups: [nodemaintenance.medik8s.io]
+  resources: [nodemaintenances]
+  verbs: [create, get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: dev-nm-creator}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nm-creator}
+subjects:
+- {kind: ServiceAccount, name: dev, namespace: default}
+"#;
 
 /// The Deployment's ServiceAccount, as rendered.
 fn deployment_service_account(rendered: &str) -> String {

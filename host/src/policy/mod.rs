@@ -21,6 +21,7 @@
 //!   directly in Rust, as the reference the embedded default policy is
 //!   checked and benchmarked against.
 
+pub mod access;
 mod cache;
 mod compile;
 mod engine;

@@ -62,6 +62,8 @@ struct ConfigFile {
     rules: Vec<RuleFile>,
     #[serde(default)]
     settings: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
+    /// Who may take which node down (see `access.rs`).
+    access: Option<super::access::AccessFile>,
 }
 
 /// Policies compiled (or taken from the cache) and self-checked at once.
@@ -246,6 +248,7 @@ pub struct PolicySet {
     default: String,
     rules: Vec<Rule>,
     fingerprint: String,
+    access: super::access::Access,
 }
 
 /// Which policy decides for a maintenance, and why.
@@ -276,6 +279,7 @@ impl PolicySet {
             policies: BTreeMap::from([(name.clone(), policy)]),
             default: name,
             rules: Vec::new(),
+            access: super::access::Access::default(),
         }
     }
 
@@ -364,6 +368,8 @@ impl PolicySet {
         for name in config.settings.keys() {
             known(name, "settings")?;
         }
+        let access = super::access::Access::from_file(config.access)
+            .map_err(|e| Error::Set(format!("{CONFIG_FILE}: {e}")))?;
         // Every policy checks its settings (none, for most): one that needs
         // a setting it was not given refuses the set too.
         for (name, policy) in policies.iter_mut() {
@@ -381,6 +387,7 @@ impl PolicySet {
             default,
             rules,
             fingerprint: snap.fingerprint.clone(),
+            access,
         })
     }
 
@@ -401,20 +408,11 @@ impl PolicySet {
         annotation: Option<&str>,
         node_labels: Option<&BTreeMap<String, String>>,
     ) -> Result<Selected> {
-        let pick = |name: &str, why: String| -> Result<Selected> {
-            match self.policies.get(name) {
-                Some(p) => Ok(Selected {
-                    policy: p.clone(),
-                    name: name.to_owned(),
-                    why,
-                }),
-                None => Err(Error::NotFound {
-                    name: name.to_owned(),
-                    available: self.names().join(", "),
-                }),
-            }
-        };
+        let pick = |name: &str, why: String| self.named(name, why);
         if let Some(name) = annotation.map(str::trim).filter(|s| !s.is_empty()) {
+            if let Some(why) = self.access.annotation_not_allowed(name) {
+                return Err(Error::Set(why));
+            }
             return pick(name, format!("annotation {POLICY_ANNOTATION}"));
         }
         if let Some(labels) = node_labels
@@ -423,6 +421,21 @@ impl PolicySet {
             return pick(&rule.policy, format!("rule nodeSelector {}", rule.shown));
         }
         pick(&self.default, "default".to_owned())
+    }
+
+    /// The policy called `name`.
+    fn named(&self, name: &str, why: String) -> Result<Selected> {
+        match self.policies.get(name) {
+            Some(p) => Ok(Selected {
+                policy: p.clone(),
+                name: name.to_owned(),
+                why,
+            }),
+            None => Err(Error::NotFound {
+                name: name.to_owned(),
+                available: self.names().join(", "),
+            }),
+        }
     }
 
     /// Picks the policy for a maintenance as the operator does at its first
@@ -438,7 +451,7 @@ impl PolicySet {
         let recorded = nm.status.as_ref().and_then(|s| s.policy.as_deref());
         if let Some(r) = recorded {
             let (name, digest) = r.rsplit_once("@sha256:").unwrap_or((r, ""));
-            match self.select(Some(name), None) {
+            match self.named(name, String::new()) {
                 Ok(mut s) => {
                     s.why = format!("recorded in status ({r})");
                     if !s.policy.digest().starts_with(digest) {
@@ -453,6 +466,12 @@ impl PolicySet {
         }
         let annotation = nm.annotations().get(POLICY_ANNOTATION).map(String::as_str);
         self.select(annotation, node_labels)
+    }
+
+    /// Who may take which node down and choose a policy (policies.yaml's
+    /// `access`).
+    pub fn access(&self) -> &super::access::Access {
+        &self.access
     }
 
     /// The names of the policies, sorted.
