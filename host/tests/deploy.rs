@@ -43,7 +43,7 @@ const OVERLAYS: [&str; 4] = [
     "default",
     "with-prometheus",
     "no-cert-manager",
-    "metrics-secure",
+    "metrics-open",
 ];
 
 #[test]
@@ -66,7 +66,7 @@ fn the_overlays_hold_what_they_promise() {
     }
     // The Prometheus Operator's objects are an optional component.
     assert!(!default.contains("ServiceMonitor"));
-    for overlay in ["with-prometheus", "metrics-secure"] {
+    for overlay in ["with-prometheus", "metrics-open"] {
         let docs = render(overlay);
         for (kind, name) in [
             (
@@ -347,9 +347,20 @@ fn allowed(rules: &[Value], verb: &str, group: &str, resource: &str) -> bool {
 }
 
 /// The rules of the ClusterRoles and Roles an overlay ships.
+/// Whether a role is one of `--metrics-secure`'s (the reviews it asks for,
+/// the reader role a scraper is bound to): what they grant is shown needed
+/// by [`metrics_are_secure_by_default_and_open_only_in_their_overlay`] and
+/// servers.rs's secure-metrics test, not by the controller's scenario.
+fn metrics_role(d: &Value) -> bool {
+    d["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| n.ends_with("-metrics-auth-role") || n.ends_with("-metrics-reader"))
+}
+
 fn shipped_rules(docs: &[Value]) -> Vec<Value> {
     docs.iter()
         .filter(|d| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
+        .filter(|d| !metrics_role(d))
         .flat_map(|d| d["rules"].as_array().cloned().unwrap_or_default())
         .collect()
 }
@@ -623,6 +634,7 @@ async fn the_shipped_rbac_is_enough_and_every_rule_is_needed() {
         .iter()
         .enumerate()
         .filter(|(_, d)| matches!(d["kind"].as_str(), Some("ClusterRole" | "Role")))
+        .filter(|(_, d)| !metrics_role(d))
         .flat_map(|(i, d)| {
             let role = d["metadata"]["name"]
                 .as_str()
@@ -784,39 +796,65 @@ fn the_policies_configmap_is_the_built_policies_and_loads() {
     );
 }
 
-/// deploy/metrics-secure: the manager serves metrics with --metrics-secure
-/// on :8443 (args nmo accepts), the ServiceMonitor scrapes over HTTPS with
-/// a token, and the RBAC it adds does what the mode needs on the simulated
-/// cluster's authorizer: the operator may create TokenReviews and
-/// SubjectAccessReviews, a scraper bound to the reader role may read
-/// /metrics, and one not bound may not.
+/// Metrics are protected by default: deploy/default's manager serves them
+/// with --metrics-secure on :8443 (args nmo accepts), the ServiceMonitor of
+/// deploy/with-prometheus scrapes over HTTPS with a token, and the RBAC does
+/// what the mode needs on the simulated cluster's authorizer: the operator
+/// may create TokenReviews and SubjectAccessReviews, a scraper bound to the
+/// reader role may read /metrics, and one not bound may not. deploy/
+/// metrics-open serves them over plain HTTP on :8080, without that RBAC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_metrics_secure_overlay_grants_what_the_mode_needs() {
-    let docs = render("metrics-secure");
-    let find = |kind: &str, name: &str| {
-        docs.iter()
-            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
-            .unwrap_or_else(|| panic!("{kind} {name} missing"))
-            .clone()
+async fn metrics_are_secure_by_default_and_open_only_in_their_overlay() {
+    let args_of = |docs: &[Value]| -> Vec<String> {
+        let deployment = docs
+            .iter()
+            .find(|d| {
+                d["kind"] == "Deployment"
+                    && d["metadata"]["name"] == "node-maintenance-operator-controller-manager"
+            })
+            .expect("the Deployment");
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_owned())
+            .collect()
     };
-    let deployment = find("Deployment", "node-maintenance-operator-controller-manager");
-    let args: Vec<String> = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_owned())
-        .collect();
+    let open = render("metrics-open");
+    let open_args = args_of(&open);
+    assert!(
+        !open_args.contains(&"--metrics-secure".to_owned()),
+        "{open_args:?}"
+    );
+    assert!(
+        open_args.contains(&"--metrics-bind-address=:8080".to_owned()),
+        "{open_args:?}"
+    );
+    assert!(
+        !open.iter().any(|d| d["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| n.contains("metrics-auth"))),
+        "open metrics need no review rights"
+    );
+    let open_monitor = open.iter().find(|d| d["kind"] == "ServiceMonitor").unwrap();
+    assert_eq!(open_monitor["spec"]["endpoints"][0]["port"], "metrics");
+
+    let docs = render("with-prometheus");
+    let args = args_of(&docs);
+    assert_eq!(args, args_of(&render("default")));
     assert!(args.contains(&"--metrics-secure".to_owned()), "{args:?}");
     assert!(
         args.contains(&"--metrics-bind-address=:8443".to_owned()),
         "{args:?}"
     );
-    let help = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args(&args)
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(help.status.success(), "nmo refuses {args:?}");
+    for args in [&args, &open_args] {
+        let help = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(help.status.success(), "nmo refuses {args:?}");
+    }
     let monitor = docs.iter().find(|d| d["kind"] == "ServiceMonitor").unwrap();
     assert_eq!(monitor["spec"]["endpoints"][0]["scheme"], "https");
     assert!(monitor["spec"]["endpoints"][0]["bearerTokenFile"].is_string());
@@ -840,7 +878,7 @@ async fn the_metrics_secure_overlay_grants_what_the_mode_needs() {
     c.stop().await;
 }
 
-/// The checks of [`the_metrics_secure_overlay_grants_what_the_mode_needs`]
+/// The checks of [`metrics_are_secure_by_default_and_open_only_in_their_overlay`]
 /// against the simulated cluster's authorizer (holding its store's lock).
 fn overlay_rbac_holds(c: &SimCluster) {
     let store = c.sim().store();

@@ -357,6 +357,6 @@ async fn no_cert_manager_overlay_runs_without_the_webhook() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_secure_overlay_runs_with_cert_manager() {
-    one_maintenance_through("metrics-secure").await;
+async fn metrics_open_overlay_runs_with_cert_manager() {
+    one_maintenance_through("metrics-open").await;
 }
