@@ -280,6 +280,25 @@ async fn one_maintenance_through(overlay: &str) {
             "may not choose a policy with the nodemaintenance.medik8s.io/policy annotation",
         )
         .await;
+        // Nor add the annotation afterwards.
+        let (ok, out) = nmo_control_plane::kubectl_with(
+            &dev_kc,
+            &[
+                "patch",
+                "nm",
+                "nm-1",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"annotations":{"nodemaintenance.medik8s.io/policy":"never-force"}}}"#,
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+        assert!(
+            !ok && out.contains("may not choose a policy"),
+            "{overlay}: the annotation added by patch: {out}"
+        );
     }
     let nms: Api<nmo::crd::NodeMaintenance> = Api::all(admin.clone());
     common::wait_succeeded(&nms, "nm-1", Duration::from_secs(90)).await;
@@ -321,7 +340,7 @@ metadata: {name: nm-creator}
 rules:
 - apiGroups: [nodemaintenance.medik8s.io]
   resources: [nodemaintenances]
-  verbs: [create, get, list]
+  verbs: [create, get, list, patch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

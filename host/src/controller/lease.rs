@@ -157,42 +157,6 @@ pub(crate) fn lease_over(record: &LeaseRecord, spec: LeaseSpec) -> Lease {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lease_name_is_valid_for_any_valid_node_name() {
-        assert_eq!(lease_name("worker-1"), "node-worker-1");
-        let longest_plain = "a".repeat(248);
-        assert_eq!(lease_name(&longest_plain), format!("node-{longest_plain}"));
-        let labels = format!(
-            "{}.{}.{}.{}",
-            "a".repeat(63),
-            "b".repeat(63),
-            "c".repeat(63),
-            "d".repeat(61)
-        );
-        assert_eq!(labels.len(), 253);
-        for node in [
-            labels.clone(),
-            "x".repeat(253),
-            format!("{}.{}", "z".repeat(230), "y".repeat(22)),
-        ] {
-            let name = lease_name(&node);
-            assert!(name.len() <= MAX_NAME, "{}", name.len());
-            assert!(!name.contains(".-") && !name.contains("-."), "{name}");
-            assert_eq!(name, lease_name(&node), "stable");
-        }
-        // Unique: two names that share the kept part differ in the hash.
-        let (a, b) = (
-            format!("{}a", "x".repeat(252)),
-            format!("{}b", "x".repeat(252)),
-        );
-        assert_ne!(lease_name(&a), lease_name(&b));
-    }
-}
-
 impl LeaseManager {
     pub fn new(client: Client, namespace: impl Into<String>) -> Self {
         LeaseManager {
@@ -379,5 +343,41 @@ impl LeaseManager {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
             Err(e) => Err(Error::kube("deleting the node lease")(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_name_is_valid_for_any_valid_node_name() {
+        assert_eq!(lease_name("worker-1"), "node-worker-1");
+        let longest_plain = "a".repeat(248);
+        assert_eq!(lease_name(&longest_plain), format!("node-{longest_plain}"));
+        let labels = format!(
+            "{}.{}.{}.{}",
+            "a".repeat(63),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(61)
+        );
+        assert_eq!(labels.len(), 253);
+        for node in [
+            labels.clone(),
+            "x".repeat(253),
+            format!("{}.{}", "z".repeat(230), "y".repeat(22)),
+        ] {
+            let name = lease_name(&node);
+            assert!(name.len() <= MAX_NAME, "{}", name.len());
+            assert!(!name.contains(".-") && !name.contains("-."), "{name}");
+            assert_eq!(name, lease_name(&node), "stable");
+        }
+        // Unique: two names that share the kept part differ in the hash.
+        let (a, b) = (
+            format!("{}a", "x".repeat(252)),
+            format!("{}b", "x".repeat(252)),
+        );
+        assert_ne!(lease_name(&a), lease_name(&b));
     }
 }

@@ -56,8 +56,7 @@ impl Grant {
     }
 
     fn allows(&self, who: &Requester) -> bool {
-        self.users.iter().any(|u| *u == who.username)
-            || self.groups.iter().any(|g| who.groups.contains(g))
+        self.users.contains(&who.username) || self.groups.iter().any(|g| who.groups.contains(g))
     }
 
     fn shown(&self) -> String {

@@ -34,6 +34,8 @@ pub struct Attempt<'a> {
     pub object: &'a Value,
     pub old_object: Option<&'a Value>,
     pub dry_run: bool,
+    /// Who asks, as the review's `userInfo` tells the webhook.
+    pub user: &'a crate::auth::User,
 }
 
 fn rule_matches(rule: &Value, a: &Attempt<'_>) -> bool {
@@ -196,7 +198,7 @@ async fn call(hook: &Value, a: &Attempt<'_>) -> Result<Value, String> {
             "name": a.name,
             "namespace": a.namespace.unwrap_or_default(),
             "operation": a.operation,
-            "userInfo": {"username": "nmo-sim-user", "groups": ["system:authenticated"]},
+            "userInfo": {"username": a.user.name, "groups": a.user.groups},
             "object": a.object,
             "oldObject": a.old_object,
             "dryRun": a.dry_run,

@@ -688,6 +688,13 @@ async fn resource_request(
 ) -> Result<Response<Body>, ApiError> {
     let ns = t.namespace.as_deref();
     let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
+    // Who asks, for a webhook's `userInfo`: the token's user, or the
+    // admin a kubeconfig without one stands for.
+    let requester = if admission::has_webhooks(sim) {
+        request_user(&sim.store(), &req).unwrap_or_else(crate::auth::admin)
+    } else {
+        crate::auth::admin()
+    };
     let table = wants_table(&req);
     let include = q
         .get("includeObject")
@@ -840,6 +847,7 @@ async fn resource_request(
                         object: &candidate,
                         old_object: None,
                         dry_run,
+                        user: &requester,
                     },
                 )
                 .await?;
@@ -863,6 +871,7 @@ async fn resource_request(
                         object: &candidate,
                         old_object: Some(&old),
                         dry_run,
+                        user: &requester,
                     },
                 )
                 .await?;
@@ -896,6 +905,7 @@ async fn resource_request(
                         object: &candidate,
                         old_object: old.as_ref(),
                         dry_run,
+                        user: &requester,
                     },
                 )
                 .await?;
