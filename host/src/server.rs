@@ -148,11 +148,15 @@ impl Default for ConnLimits {
             header_read_timeout: std::time::Duration::from_secs(5),
             handshake_timeout: std::time::Duration::from_secs(10),
             body_read_timeout: std::time::Duration::from_secs(10),
-            max_body_bytes: crate::webhook::MAX_BODY,
+            max_body_bytes: MAX_BODY,
             max_buffered_body_bytes: 32 << 20,
         }
     }
 }
+
+/// The largest request body a server reads by default (the webhook's:
+/// the API server sends at most 3 MiB objects).
+pub const MAX_BODY: usize = 3 << 20;
 
 /// The part of each body that is not counted against the shared total:
 /// a review of a NodeMaintenance is a few KiB, so ordinary requests are

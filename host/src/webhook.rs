@@ -35,8 +35,8 @@ use crate::metrics::Metrics;
 
 /// The path the Go operator's webhook is registered at.
 pub const PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
-/// Largest AdmissionReview accepted.
-pub const MAX_BODY: usize = 3 << 20;
+/// Largest AdmissionReview accepted (the servers' default body limit).
+pub use crate::server::MAX_BODY;
 
 /// The Go operator's messages.
 pub mod messages {
