@@ -35,8 +35,12 @@ pub fn lease_name(node: &str) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(node.as_bytes());
     let hash: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    let keep = MAX_NAME - hash.len() - 1;
-    // Node names are ASCII; the cut never splits a character.
+    let mut keep = MAX_NAME - hash.len() - 1;
+    // A Node's name is ASCII, but the name may come from a NodeMaintenance's
+    // spec, which only bounds its length: never cut inside a character.
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
     let prefix = name[..keep].trim_end_matches(['.', '-']);
     format!("{prefix}-{hash}")
 }
@@ -373,6 +377,9 @@ mod tests {
             assert!(!name.contains(".-") && !name.contains("-."), "{name}");
             assert_eq!(name, lease_name(&node), "stable");
         }
+        // A name no Node can have (from a NodeMaintenance's spec) is cut
+        // between characters, not inside one.
+        assert!(lease_name(&"é".repeat(253)).len() <= MAX_NAME);
         // Unique: two names that share the kept part differ in the hash.
         let (a, b) = (
             format!("{}a", "x".repeat(252)),
