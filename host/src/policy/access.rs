@@ -146,15 +146,8 @@ impl Access {
         if let Some(nodes) = file.nodes {
             access.nodes = Vec::new();
             for (i, r) in nodes.into_iter().enumerate() {
-                let (selector, shown) = match &r.node_selector {
-                    serde_json::Value::String(s) => (selector::parse(s), s.clone()),
-                    v @ serde_json::Value::Object(_) => (selector::from_object(v), v.to_string()),
-                    other => (
-                        Err(format!("expected a label selector, found {other}")),
-                        String::new(),
-                    ),
-                };
-                let selector = selector.map_err(|e| format!("access.nodes rule {}: {e}", i + 1))?;
+                let (selector, shown) = selector::from_value(&r.node_selector)
+                    .map_err(|e| format!("access.nodes rule {}: {e}", i + 1))?;
                 access.nodes.push(NodeRule {
                     selector,
                     shown,

@@ -22,6 +22,16 @@ pub fn parse(text: &str) -> Result<Selector, String> {
     Ok(Selector::from_iter(expressions))
 }
 
+/// A `nodeSelector` of `policies.yaml` (a rule's, an access rule's): the
+/// string form or a metav1.LabelSelector object, with how to show it.
+pub fn from_value(value: &serde_json::Value) -> Result<(Selector, String), String> {
+    match value {
+        serde_json::Value::String(s) => parse(s).map(|sel| (sel, s.clone())),
+        v @ serde_json::Value::Object(_) => from_object(v).map(|sel| (sel, v.to_string())),
+        other => Err(format!("expected a label selector, found {other}")),
+    }
+}
+
 /// The selector of a metav1.LabelSelector object (`matchLabels`,
 /// `matchExpressions`).
 pub fn from_object(value: &serde_json::Value) -> Result<Selector, String> {

@@ -343,15 +343,7 @@ impl PolicySet {
         for (i, r) in config.rules.into_iter().enumerate() {
             let what = format!("rule {}", i + 1);
             known(&r.policy, &what)?;
-            let (selector, shown) = match &r.node_selector {
-                serde_json::Value::String(s) => (selector::parse(s), s.clone()),
-                v @ serde_json::Value::Object(_) => (selector::from_object(v), v.to_string()),
-                other => (
-                    Err(format!("expected a label selector, found {other}")),
-                    String::new(),
-                ),
-            };
-            let selector = selector
+            let (selector, shown) = selector::from_value(&r.node_selector)
                 .map_err(|e| Error::Set(format!("{CONFIG_FILE}: {what}: nodeSelector: {e}")))?;
             if selector.selects_all() {
                 return Err(Error::Set(format!(
