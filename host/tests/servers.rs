@@ -262,6 +262,30 @@ async fn tls_connect(
     connector.connect(name, tcp).await
 }
 
+/// The real `nmo` binary against `kubeconfig`: probes on `probe`, no
+/// metrics, no compiled-policy cache, `args` added; killed on drop.
+fn spawn_operator(
+    kubeconfig: &std::path::Path,
+    probe: u16,
+    args: &[String],
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args([
+            "--metrics-bind-address=0".to_owned(),
+            format!("--health-probe-bind-address=127.0.0.1:{probe}"),
+            "--policy-cache-dir=".to_owned(),
+            "--zap-level=error".to_owned(),
+        ])
+        .args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env("HOSTNAME", "nmo-servers")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
 /// Peak and current resident memory of a process, in MiB.
 fn memory_mib(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -294,23 +318,15 @@ async fn slow_large_bodies_cannot_grow_the_webhook_past_its_limit() {
     let (certs, _) = common::webhook_cert();
     let ca = std::fs::read_to_string(certs.path().join("tls.crt")).unwrap();
     let (probe, hook) = (common::free_port(), common::free_port());
-    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args([
-            "--metrics-bind-address=0".to_owned(),
-            format!("--health-probe-bind-address=127.0.0.1:{probe}"),
+    let mut operator = spawn_operator(
+        &kubeconfig,
+        probe,
+        &[
             format!("--webhook-bind-address=127.0.0.1:{hook}"),
             format!("--webhook-cert-dir={}", certs.path().display()),
             format!("--policy-dir={}", work.path().join("none").display()),
-            "--policy-cache-dir=".to_owned(),
-            "--zap-level=error".to_owned(),
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("HOSTNAME", "nmo-servers")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        ],
+    );
     let pid = operator.id().unwrap();
     common::wait_until("the operator ready", Duration::from_secs(60), || {
         common::ready_on(probe)
@@ -455,22 +471,14 @@ async fn the_probes_answer_while_many_policies_compile() {
     }
     let port = common::free_port();
     let started = Instant::now();
-    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args([
-            "--metrics-bind-address=0".to_owned(),
-            format!("--health-probe-bind-address=127.0.0.1:{port}"),
+    let mut operator = spawn_operator(
+        &kubeconfig,
+        port,
+        &[
             "--webhook-bind-address=0".to_owned(),
             format!("--policy-dir={}", dir.display()),
-            "--policy-cache-dir=".to_owned(),
-            "--zap-level=error".to_owned(),
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("HOSTNAME", "nmo-startup")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        ],
+    );
     let mut alive_after = None;
     let mut said = String::new();
     while alive_after.is_none() {
