@@ -29,14 +29,14 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{floor, wait_succeeded};
+use common::{create_nms, floor, wait_succeeded};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams};
 use nmo::controller::{self, Context, Settings};
-use nmo::crd::{NodeMaintenance, NodeMaintenanceSpec};
-use nmo::policy::{EngineConfig, PolicyEngine};
+use nmo::crd::NodeMaintenance;
+use nmo::policy::{Decision, EngineConfig, PolicyEngine};
 use nmo_sim::{SimCluster, SimOptions};
 use serde_json::json;
 
@@ -96,24 +96,6 @@ fn seed_slow_pods(c: &SimCluster, node: &str, count: usize, seconds: u32) {
     }
 }
 
-/// Creates a NodeMaintenance for each node, all at once (as many users or
-/// a tool applying them in parallel would).
-async fn create_nms(api: &Api<NodeMaintenance>, nodes: &[String]) -> Vec<String> {
-    let names: Vec<String> = nodes.iter().map(|n| format!("nm-{n}")).collect();
-    futures::future::join_all(nodes.iter().zip(&names).map(|(node, name)| {
-        let nm = NodeMaintenance::new(
-            name,
-            NodeMaintenanceSpec {
-                node_name: node.clone(),
-                reason: None,
-            },
-        );
-        async move { api.create(&PostParams::default(), &nm).await.unwrap() }
-    }))
-    .await;
-    names
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let c = SimCluster::start(SimOptions {
@@ -166,7 +148,8 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
         .await
         .unwrap();
     let client = bench_client(&c.kubeconfig()).await;
-    let policy = PolicyEngine::new(EngineConfig::default())
+    let metrics = nmo::registry::OperatorMetrics::register().unwrap();
+    let policy = PolicyEngine::with_metrics(EngineConfig::default(), metrics.policy.clone())
         .unwrap()
         .default_policy()
         .unwrap();
@@ -177,8 +160,9 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
             max_concurrent: 64,
             ..Settings::default()
         },
+        metrics.controller.clone(),
     );
-    let metrics = ctx.metrics.clone();
+    let metrics = metrics.policy;
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     // The real binary first, alone on the cluster.
     // NMO_BENCH_ONLY=speed: only the two drain-speed figures (and the
@@ -200,7 +184,7 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
         .await
         .unwrap()
         .items;
-    let policy_before = policy_seconds(&metrics, "plan-drain");
+    let policy_before = metrics.timed(Decision::PlanDrain);
     c.record_audit(true);
     let requests_before = operator_requests(&c);
     let t = Instant::now();
@@ -213,7 +197,7 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     }
     c.record_audit(false);
     let (policy_calls, policy_time) = {
-        let (n, secs) = policy_seconds(&metrics, "plan-drain");
+        let (n, secs) = metrics.timed(Decision::PlanDrain);
         (n - policy_before.0, secs - policy_before.1)
     };
     // The same decisions made natively: the plan over the node's pods, as
@@ -282,8 +266,8 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
     let fifty_requests = operator_requests(&c) - requests_before;
     if timeline {
         print_timeline(&c, t, requests_before);
-        for f in ["admit", "plan-drain"] {
-            let (n, secs) = policy_seconds(&metrics, f);
+        for f in [Decision::Admit, Decision::PlanDrain] {
+            let (n, secs) = metrics.timed(f);
             println!(
                 "  policy {f}: {n} calls, {:.2} ms on average",
                 secs * 1000.0 / n.max(1) as f64
@@ -573,13 +557,6 @@ fn print_steps(c: &SimCluster, t: Instant, skip: usize) {
             );
         }
     }
-}
-
-/// Calls of the policy's `function` so far and the seconds they took (the
-/// controller's registry).
-fn policy_seconds(metrics: &nmo::metrics::Metrics, function: &str) -> (u64, f64) {
-    let h = metrics.policy_latency.with_label_values(&[function]);
-    (h.get_sample_count(), h.get_sample_sum())
 }
 
 struct BinaryFigures {

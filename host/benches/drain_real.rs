@@ -150,6 +150,9 @@ async fn main() {
             max_concurrent: 64,
             ..Settings::default()
         },
+        nmo::registry::OperatorMetrics::register()
+            .unwrap()
+            .controller,
     );
     tokio::spawn(controller::run(ctx));
 

@@ -1,7 +1,6 @@
 //! The Kubernetes client the operator uses.
 
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use hyper::{Request, Response};
@@ -9,7 +8,6 @@ use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
 
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
 
 /// How long a watch lasts before the server ends it (and it is renewed):
 /// below [`READ_TIMEOUT`], so an idle watch is never taken for a stalled
@@ -33,11 +31,31 @@ pub fn operator_client(config: Config) -> Result<Client> {
     operator_client_counted(config, None)
 }
 
-/// [`operator_client`], counting every request in `metrics`
-/// (`rest_client_requests_total{code, method, host}`, as client-go's).
+/// The client's metric: `rest_client_requests_total{code, method, host}`,
+/// as client-go's. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ClientMetrics {
+    requests: prometheus::IntCounterVec,
+}
+
+impl ClientMetrics {
+    /// Registers the client's family on `registry`.
+    pub fn register(registry: &prometheus::Registry) -> crate::metrics::Result<Self> {
+        Ok(ClientMetrics {
+            requests: crate::metrics::counter_vec(
+                registry,
+                "rest_client_requests_total",
+                "Number of HTTP requests to the API server, partitioned by status code, method, and host.",
+                &["code", "method", "host"],
+            )?,
+        })
+    }
+}
+
+/// [`operator_client`], counting every request in `metrics`.
 pub fn operator_client_counted(
     mut config: Config,
-    metrics: Option<Arc<Metrics>>,
+    metrics: Option<ClientMetrics>,
 ) -> Result<Client> {
     config.default_retry = false;
     if !config
@@ -72,7 +90,7 @@ pub fn operator_client_counted(
 /// A layer counting the requests of the client it wraps.
 #[derive(Clone)]
 struct CountRequests {
-    metrics: Arc<Metrics>,
+    metrics: ClientMetrics,
     host: String,
 }
 
@@ -121,7 +139,7 @@ where
                 Err(_) => "<error>".to_owned(),
             };
             metrics
-                .rest_client_requests
+                .requests
                 .with_label_values(&[code.as_str(), method.as_str(), host.as_str()])
                 .inc();
             result

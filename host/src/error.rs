@@ -13,12 +13,13 @@ pub enum Error {
     #[error(transparent)]
     Policy(#[from] policy::Error),
 
-    /// A Kubernetes API call failed.
-    #[error("{op}: {source}")]
+    /// A Kubernetes API call failed. Its message is the API server's own
+    /// (`nodes "worker-9" not found (NotFound)`), once: the client's error
+    /// is not repeated as a source.
+    #[error("{op}: {}", describe_kube(.error))]
     Kube {
         op: &'static str,
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
 
     /// A watch (kube-runtime's watcher) failed.
@@ -80,7 +81,28 @@ impl Error {
 
     /// Wraps a kube error with what was being done.
     pub fn kube(op: &'static str) -> impl FnOnce(kube::Error) -> Error {
-        move |source| Error::Kube { op, source }
+        move |error| Error::Kube { op, error }
+    }
+
+    /// The API server's answer, when this is an error it sent.
+    pub fn api_status(&self) -> Option<&kube::core::Status> {
+        match self {
+            Error::Kube {
+                error: kube::Error::Api(status),
+                ..
+            } => Some(status),
+            _ => None,
+        }
+    }
+}
+
+/// A client error in words: the API server's message and reason for an
+/// error it sent, the client's own text otherwise.
+pub fn describe_kube(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.reason.is_empty() => format!("{} ({})", s.message, s.code),
+        kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),
+        other => other.to_string(),
     }
 }
 

@@ -7,17 +7,28 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let result = if cmd::invoked_as_plugin() {
         // `kubectl nm …`: a command a person reads; only errors are logged.
-        nmo::telemetry::init(nmo::telemetry::ZapLevel::Error);
+        nmo::telemetry::init_command(nmo::telemetry::ZapLevel::Error);
+        cmd::end_quietly_on_a_closed_pipe();
         cmd::run_plugin(cmd::Plugin::parse())
     } else {
         let cli = cmd::Cli::parse();
-        nmo::telemetry::init(cli.log_level());
+        if cli.command.is_none() || cli.is_demo() {
+            // The operator, and the demo (which runs it): their logs.
+            nmo::telemetry::init(cli.log_level());
+        } else {
+            nmo::telemetry::init_command(cli.log_level());
+        }
+        if cli.command.is_some() {
+            // A command whose output may be piped (`nmo demo | head`); the
+            // operator itself keeps ignoring SIGPIPE.
+            cmd::end_quietly_on_a_closed_pipe();
+        }
         cmd::run(cli)
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("{}", cmd::error_text(&e));
             std::process::ExitCode::FAILURE
         }
     }

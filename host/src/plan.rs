@@ -14,7 +14,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
-use kube::core::SelectorExt;
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
@@ -120,8 +119,10 @@ pub struct PodPlan {
     pub reason: Option<String>,
     /// For an eviction: the PodDisruptionBudgets covering the pod.
     pub pdbs: Vec<PdbInfo>,
-    /// An eviction the API server would refuse at this moment (a budget
-    /// allowing no disruption, or more than one budget).
+    /// An eviction the API server would refuse at this moment: more than
+    /// one budget covers the pod, or its budget's headroom is spent by the
+    /// evictions before it in the plan (a budget allowing one lets the
+    /// first of its pods go, not each of them).
     pub refused_now: bool,
 }
 
@@ -211,20 +212,20 @@ async fn admission(client: &Client, selected: &Selected, nm: &NodeMaintenance) -
     if crate::controller::is_admitted(nm) {
         return Ok("admitted".into());
     }
-    let openshift = crate::admission::is_openshift(client).await;
+    let openshift = crate::fleet::is_openshift(client).await;
     let around =
-        crate::admission::fleet(client, nm, openshift, crate::controller::is_admitted).await?;
-    let Some(position) = around.node else {
-        return Ok("the node does not exist".into());
-    };
+        crate::fleet::around(client, nm, openshift, crate::controller::is_admitted).await?;
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());
-    let p = selected.policy.clone();
-    let fleet = around.fleet;
-    let answer = crate::controller::decide("the policy's admit call", move || {
-        p.admit(&record, position, &fleet)
+    Ok(match around.ask(&selected.policy, record).await? {
+        None => "the node does not exist".into(),
+        Some(answer) => answer.to_string(),
     })
-    .await?;
-    Ok(answer.to_string())
+}
+
+/// Where the policies a set pulls come from: the registries, with the
+/// user's credentials (`~/.docker/config.json`).
+fn registry() -> policy::oci::Registry {
+    policy::oci::Registry::new(policy::oci::RegistryConfig::for_user(Vec::new()))
 }
 
 /// Loads the policy set, saying where from.
@@ -235,7 +236,7 @@ async fn load_set(
 ) -> Result<(PolicySet, String)> {
     match source {
         Source::Dir(dir) => {
-            let snap = Snapshot::read(dir)?;
+            let snap = Snapshot::read(dir)?.with_pulled(&registry())?;
             let set = PolicySet::load(engine, &snap, None)?;
             Ok((set, format!("policy directory {}", dir.display())))
         }
@@ -266,7 +267,8 @@ async fn load_set(
             for (k, v) in cm.data.unwrap_or_default() {
                 files.insert(k, v.into_bytes());
             }
-            let set = PolicySet::load(engine, &Snapshot::from_files(files), None)?;
+            let snap = Snapshot::from_files(files).with_pulled(&registry())?;
+            let set = PolicySet::load(engine, &snap, None)?;
             Ok((set, format!("ConfigMap {namespace}/{name}")))
         }
     }
@@ -281,10 +283,11 @@ async fn decide(
 ) -> Result<policy::Plan> {
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());
     let (p, node, pods) = (selected.policy.clone(), node.clone(), pods.into());
-    crate::controller::decide("the policy's plan-drain call", move || {
+    policy::decide(policy::Decision::PlanDrain, move || {
         p.plan_drain_shared(&record, node, pods)
     })
     .await
+    .map_err(Error::from)
 }
 
 /// The PodDisruptionBudgets of the namespaces the pods are in.
@@ -310,21 +313,62 @@ async fn budgets(
 /// picks none; an empty one picks every pod of its namespace, as in
 /// policy/v1).
 fn covering(pod: &Pod, budgets: &[PodDisruptionBudget]) -> Vec<PdbInfo> {
-    let labels = pod.labels();
     budgets
         .iter()
-        .filter(|b| {
-            b.spec
-                .as_ref()
-                .and_then(|s| s.selector.clone())
-                .and_then(|sel| kube::core::Selector::try_from(sel).ok())
-                .is_some_and(|sel| sel.matches(labels))
-        })
+        .filter(|b| crate::controller::budgets::covers(b, pod.labels()))
         .map(|b| PdbInfo {
             name: b.name_any(),
             disruptions_allowed: b.status.as_ref().map_or(0, |s| s.disruptions_allowed),
         })
         .collect()
+}
+
+/// For each step of `plan`: the budgets covering it (for an eviction),
+/// and whether the API server would refuse it now were every eviction
+/// sent at once: more than one budget covers the pod, or the evictions
+/// before it (by wave, then in the plan's order) spend its budget's
+/// headroom. A budget's headroom is spent across pods, not per pod.
+fn budgets_spent(
+    plan: &policy::Plan,
+    pods: &[Pod],
+    budgets: &BTreeMap<String, Vec<PodDisruptionBudget>>,
+) -> (Vec<Vec<PdbInfo>>, Vec<bool>) {
+    let covered: Vec<Vec<PdbInfo>> = plan
+        .steps
+        .iter()
+        .map(|step| match step.action {
+            Action::Evict { .. } => covering(
+                &pods[step.pod],
+                budgets
+                    .get(&step.namespace)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default(),
+            ),
+            _ => Vec::new(),
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..plan.steps.len()).collect();
+    order.sort_by_key(|i| plan.steps[*i].order);
+    let mut headroom: BTreeMap<(&str, &str), i64> = BTreeMap::new();
+    let mut refused = vec![false; plan.steps.len()];
+    for i in order {
+        let pdbs = &covered[i];
+        let ns = plan.steps[i].namespace.as_str();
+        for p in pdbs {
+            headroom
+                .entry((ns, p.name.as_str()))
+                .or_insert(i64::from(p.disruptions_allowed));
+        }
+        refused[i] = pdbs.len() > 1 || pdbs.iter().any(|p| headroom[&(ns, p.name.as_str())] <= 0);
+        if !refused[i] {
+            for p in pdbs {
+                if let Some(n) = headroom.get_mut(&(ns, p.name.as_str())) {
+                    *n -= 1;
+                }
+            }
+        }
+    }
+    (covered, refused)
 }
 
 fn report(
@@ -338,10 +382,12 @@ fn report(
 ) -> Report {
     let mut summary = Summary::default();
     let mut waves = std::collections::BTreeSet::new();
+    let (covered, refused) = budgets_spent(plan, pods, budgets);
     let pod_plans: Vec<PodPlan> = plan
         .steps
         .iter()
-        .map(|step| {
+        .zip(covered.into_iter().zip(refused))
+        .map(|(step, (pdbs, refused_now))| {
             let pod = &pods[step.pod];
             waves.insert(step.order);
             let own_grace = pod
@@ -358,18 +404,6 @@ fn report(
                 Action::Skip { reason } => ("skip", None, Some(reason.clone())),
                 Action::Block { reason } => ("block", None, Some(reason.clone())),
             };
-            let pdbs = if action == "evict" {
-                covering(
-                    pod,
-                    budgets
-                        .get(&step.namespace)
-                        .map(Vec::as_slice)
-                        .unwrap_or_default(),
-                )
-            } else {
-                Vec::new()
-            };
-            let refused_now = pdbs.len() > 1 || pdbs.iter().any(|p| p.disruptions_allowed <= 0);
             match action {
                 "evict" => summary.evict += 1,
                 "delete" => summary.delete += 1,
@@ -475,8 +509,10 @@ impl Report {
                 if p.refused_now {
                     note = if p.pdbs.len() > 1 {
                         "refused now: more than one budget covers it".into()
-                    } else {
+                    } else if p.pdbs.iter().all(|b| b.disruptions_allowed <= 0) {
                         "refused now: its budget allows no disruption".into()
+                    } else {
+                        "refused now: the evictions before it spend its budget".into()
                     };
                 }
                 [

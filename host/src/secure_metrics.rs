@@ -109,12 +109,13 @@ pub async fn serve(
     limits: ConnLimits,
 ) -> Result<()> {
     let resolver: Arc<dyn tokio_rustls::rustls::server::ResolvesServerCert> = match cert_dir {
-        Some(dir) => Arc::new(crate::webhook::ReloadingCert::new(dir)?),
-        None => Arc::new(crate::webhook::FixedCert(crate::webhook::self_signed(
-            vec!["localhost".into(), "127.0.0.1".into()],
-        )?)),
+        Some(dir) => Arc::new(crate::tls::ReloadingCert::new(dir)?),
+        None => Arc::new(crate::tls::FixedCert(crate::tls::self_signed(vec![
+            "localhost".into(),
+            "127.0.0.1".into(),
+        ])?)),
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(crate::webhook::tls_config(resolver)?));
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(crate::tls::tls_config(resolver)?));
     crate::server::serve_tls(listener, acceptor, guarded(handler, client), limits).await;
     Ok(())
 }

@@ -14,7 +14,6 @@ use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
 
 /// A readiness check: `Ok(detail)` when ready (the detail, if not empty,
 /// is shown by `/readyz?verbose`), `Err(why)` when not.
@@ -428,22 +427,28 @@ pub fn probes(checks: Vec<(&'static str, Check)>) -> Handler {
     })
 }
 
-/// `/metrics`: the registry `metrics`, calling `refresh` first so gauges
-/// read from caches are current.
-pub fn metrics(metrics: Arc<Metrics>, refresh: Arc<dyn Fn() + Send + Sync>) -> Handler {
+/// `/metrics`: `registry` in the text format, calling `refresh` first so
+/// gauges read from caches are current.
+pub fn metrics(registry: prometheus::Registry, refresh: Arc<dyn Fn() + Send + Sync>) -> Handler {
     Arc::new(move |req: Request<Incoming>| {
         let refresh = refresh.clone();
-        let metrics = metrics.clone();
+        let registry = registry.clone();
         Box::pin(async move {
             if req.uri().path() != "/metrics" {
                 return text(StatusCode::NOT_FOUND, "404 page not found\n");
             }
             refresh();
-            Response::builder()
-                .status(StatusCode::OK)
-                .header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                .body(Full::new(Bytes::from(metrics.render())))
-                .expect("valid response")
+            match crate::metrics::render(&registry) {
+                Ok(body) => Response::builder()
+                    .status(StatusCode::OK)
+                    .header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                    .body(Full::new(Bytes::from(body)))
+                    .expect("valid response"),
+                Err(e) => {
+                    tracing::error!(logger = "metrics", error = %e, "rendering the metrics");
+                    text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
+                }
+            }
         })
     })
 }

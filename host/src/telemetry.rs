@@ -1,5 +1,5 @@
 //! JSON logs through `tracing`, in the Go operator's zap shape:
-//! `{"level":"info","ts":"2024-01-15T10:00:00Z","logger":"controller","msg":"Begin a node maintenance","nodeName":"node02"}`.
+//! `{"level":"info","ts":"2024-01-15T10:00:00.000Z","logger":"controller","msg":"Begin a node maintenance","nodeName":"node02"}`.
 //!
 //! `logger` is the event's `logger` field when it has one, else its target;
 //! every other field follows under its own name.
@@ -42,13 +42,28 @@ impl ZapLevel {
     /// The filter: our crate at the chosen level, wasmtime and cranelift
     /// only when they have something serious to say.
     pub fn filter(self) -> EnvFilter {
+        self.directives("warn")
+    }
+
+    /// The filter of a command a person reads (`nmo plan`, `kubectl nm`):
+    /// as [`filter`](Self::filter), but the client library's own lines
+    /// only at `debug`. The command says what failed, once, as kubectl
+    /// does; the client's log line of the same failure would come first.
+    pub fn command_filter(self) -> EnvFilter {
+        match self {
+            ZapLevel::Debug => self.filter(),
+            _ => self.directives("off"),
+        }
+    }
+
+    fn directives(self, kube_client: &str) -> EnvFilter {
         let ours = match self {
             ZapLevel::Debug => "debug",
             ZapLevel::Info => "info",
             ZapLevel::Error => "error",
         };
         EnvFilter::new(format!(
-            "{ours},wasmtime=warn,wasmtime_wasi=warn,cranelift_codegen=warn,cranelift=warn,kube_runtime=warn,kube_client=warn,hyper=warn,rustls=warn"
+            "{ours},wasmtime=warn,wasmtime_wasi=warn,cranelift_codegen=warn,cranelift=warn,kube_runtime=warn,kube_client={kube_client},hyper=warn,rustls=warn"
         ))
     }
 }
@@ -82,6 +97,18 @@ impl Visit for Fields {
 /// The zap-shaped line.
 pub struct ZapJson;
 
+/// A time as zap's ISO 8601 encoder writes it: UTC, always three digits of
+/// milliseconds (`2024-01-15T10:00:00.080Z`, never `…00.08Z`), so the
+/// lines line up and sort as text.
+pub fn zap_time(ts: jiff::Timestamp) -> String {
+    let ts = ts.round(jiff::Unit::Millisecond).unwrap_or(ts);
+    format!(
+        "{}.{:03}Z",
+        ts.strftime("%Y-%m-%dT%H:%M:%S"),
+        ts.subsec_millisecond()
+    )
+}
+
 /// Formats one event as a zap-shaped JSON line: `level`, `ts`, `logger`,
 /// `msg` first, in that order, then the other fields.
 pub fn zap_line(level: &tracing::Level, target: &str, fields: Map<String, Value>) -> String {
@@ -92,8 +119,7 @@ pub fn zap_line(level: &tracing::Level, target: &str, fields: Map<String, Value>
     let logger = fields
         .remove("logger")
         .unwrap_or_else(|| Value::String(target.to_owned()));
-    let ts = jiff::Timestamp::now();
-    let ts = ts.round(jiff::Unit::Millisecond).unwrap_or(ts).to_string();
+    let ts = zap_time(jiff::Timestamp::now());
     let mut line = format!(
         "{{\"level\":{},\"ts\":{},\"logger\":{},\"msg\":{}",
         Value::String(level.as_str().to_lowercase()),
@@ -130,15 +156,39 @@ where
 /// Installs the JSON log subscriber on standard error. Calling it twice is
 /// harmless (the second call does nothing).
 pub fn init(level: ZapLevel) {
+    init_with(level.filter());
+}
+
+/// [`init`] for a command a person reads (see [`ZapLevel::command_filter`]).
+pub fn init_command(level: ZapLevel) {
+    init_with(level.command_filter());
+}
+
+fn init_with(filter: EnvFilter) {
     let _ = tracing_subscriber::fmt()
         .event_format(ZapJson)
-        .with_env_filter(level.filter())
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn times_have_three_digits_of_milliseconds() {
+        let at = |s: &str| zap_time(s.parse::<jiff::Timestamp>().unwrap());
+        assert_eq!(at("2026-12-03T19:23:44.08Z"), "2026-12-03T19:23:44.080Z");
+        assert_eq!(at("2026-12-03T19:23:44Z"), "2026-12-03T19:23:44.000Z");
+        assert_eq!(at("2026-12-03T19:23:44.1234Z"), "2026-12-03T19:23:44.123Z");
+        // Rounding carries into the second.
+        assert_eq!(at("2026-12-03T19:23:44.9996Z"), "2026-12-03T19:23:45.000Z");
+        assert_eq!(
+            at("2026-12-03T20:23:44.5+01:00"),
+            "2026-12-03T19:23:44.500Z"
+        );
+    }
+
     use super::*;
 
     #[test]

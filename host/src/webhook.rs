@@ -9,9 +9,9 @@
 //! `tls.key`, as cert-manager and controller-runtime lay them out) and
 //! read again whenever they change on disk.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -21,17 +21,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::{Client, ResourceExt};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
-use tokio_rustls::rustls::sign::CertifiedKey;
-use tokio_rustls::rustls::{ServerConfig, crypto::ring};
 
 use crate::crd::NodeMaintenance;
-use crate::error::{Error, Result};
-use crate::metrics::Metrics;
+use crate::error::Result;
 
 /// The path the Go operator's webhook is registered at.
 pub const PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
@@ -54,24 +48,58 @@ pub mod messages {
     }
 }
 
+/// The webhook's metrics, controller-runtime's. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct WebhookMetrics {
+    requests: prometheus::IntCounterVec,
+    latency: prometheus::HistogramVec,
+}
+
+impl WebhookMetrics {
+    /// Registers the webhook's families on `registry`.
+    pub fn register(registry: &prometheus::Registry) -> crate::metrics::Result<Self> {
+        Ok(WebhookMetrics {
+            requests: crate::metrics::counter_vec(
+                registry,
+                "controller_runtime_webhook_requests_total",
+                "Total number of admission requests by HTTP status code.",
+                &["webhook", "code"],
+            )?,
+            latency: crate::metrics::histogram_vec(
+                registry,
+                "controller_runtime_webhook_latency_seconds",
+                "Histogram of the latency of processing admission requests",
+                &["webhook"],
+                crate::metrics::exponential(0.001, 2.0, 14),
+            )?,
+        })
+    }
+
+    /// One admission request answered with `code` after `seconds`.
+    fn answered(&self, code: &str, seconds: f64) {
+        self.requests.with_label_values(&[PATH, code]).inc();
+        self.latency.with_label_values(&[PATH]).observe(seconds);
+    }
+}
+
 /// What the rules need.
 #[derive(Clone)]
 pub struct Validator {
     client: Client,
     openshift: bool,
     policies: Option<Arc<crate::policy::PolicyStore>>,
-    metrics: Arc<Metrics>,
+    metrics: Option<WebhookMetrics>,
 }
 
 impl Validator {
     /// Detects OpenShift by the `config.openshift.io` API group.
     pub async fn new(client: Client) -> Self {
-        let openshift = crate::admission::is_openshift(&client).await;
+        let openshift = crate::fleet::is_openshift(&client).await;
         Validator {
             client,
             openshift,
             policies: None,
-            metrics: Arc::default(),
+            metrics: None,
         }
     }
 
@@ -80,11 +108,14 @@ impl Validator {
     /// operator has not loaded (beyond the Go operator's rules: without
     /// this, such a maintenance would wait, doing nothing, until the policy
     /// appears).
-    /// Its requests are then counted in the policies' registry, the one the
-    /// operator serves.
     pub fn with_policies(mut self, policies: Arc<crate::policy::PolicyStore>) -> Self {
-        self.metrics = policies.metrics().clone();
         self.policies = Some(policies);
+        self
+    }
+
+    /// Counts the webhook's requests in `metrics`.
+    pub fn with_metrics(mut self, metrics: WebhookMetrics) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -183,11 +214,7 @@ impl Validator {
         if selected.is_none() && !(self.openshift && is_control_plane(node)) {
             return Ok(None);
         }
-        let crate::admission::Around {
-            fleet,
-            node: position,
-            ..
-        } = crate::admission::fleet(
+        let around = crate::fleet::around(
             &self.client,
             nm,
             self.openshift,
@@ -196,31 +223,25 @@ impl Validator {
         .await
         .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
         let Some(selected) = selected else {
-            let allowed = fleet
+            let allowed = around
+                .fleet
                 .etcd
                 .as_ref()
-                .is_none_or(crate::admission::etcd_can_lose_one);
+                .is_none_or(crate::fleet::etcd_can_lose_one);
             return Ok((!allowed).then(|| messages::etcd_quorum(&nm.spec.node_name)));
-        };
-        let Some(position) = position else {
-            return Ok(None);
         };
         let record =
             crate::policy::convert::maintenance(nm, 1, k8s_openapi::jiff::Timestamp::now());
-        let policy = selected.policy.clone();
-        let answer =
-            tokio::task::spawn_blocking(move || policy.admit(&record, position, &fleet)).await;
-        match answer {
-            Ok(Ok(crate::policy::Admission::Deny(message))) => Ok(Some(message)),
-            Ok(Ok(_)) => Ok(None),
+        match around.ask(&selected.policy, record).await {
+            Ok(Some(crate::policy::Admission::Deny(message))) => Ok(Some(message)),
+            Ok(_) => Ok(None),
             // The policy could not decide: the controller meets the same
             // error and reports it on the maintenance; refusing here would
             // hide it behind a webhook message.
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(logger = "webhook", error = %e, "the policy's admit failed; allowing the NodeMaintenance");
                 Ok(None)
             }
-            Err(e) => Err(format!("the policy's admit call did not finish: {e}")),
         }
     }
 
@@ -336,131 +357,6 @@ fn is_control_plane(node: &Node) -> bool {
     })
 }
 
-/// A certificate resolver that reads `tls.crt`/`tls.key` again whenever
-/// they change on disk (a rotated cert-manager secret).
-#[derive(Debug)]
-pub struct ReloadingCert {
-    dir: PathBuf,
-    current: Mutex<(SystemTime, Arc<CertifiedKey>)>,
-}
-
-fn modified(dir: &Path) -> SystemTime {
-    ["tls.crt", "tls.key"]
-        .iter()
-        .filter_map(|f| {
-            std::fs::metadata(dir.join(f))
-                .and_then(|m| m.modified())
-                .ok()
-        })
-        .max()
-        .unwrap_or(SystemTime::UNIX_EPOCH)
-}
-
-fn load_key(dir: &Path) -> Result<Arc<CertifiedKey>> {
-    let bad = |what: &str, e: &dyn std::fmt::Display| {
-        Error::Config(format!("webhook {what} in {}: {e}", dir.display()))
-    };
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("tls.crt"))
-        .map_err(|e| bad("certificate", &e))?
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| bad("certificate", &e))?;
-    if certs.is_empty() {
-        return Err(bad("certificate", &"no certificate in tls.crt"));
-    }
-    let key = PrivateKeyDer::from_pem_file(dir.join("tls.key")).map_err(|e| bad("key", &e))?;
-    let signing = ring::sign::any_supported_type(&key).map_err(|e| bad("key", &e))?;
-    Ok(Arc::new(CertifiedKey::new(certs, signing)))
-}
-
-impl ReloadingCert {
-    /// Loads the certificate from `dir`; an error when it is missing or bad.
-    pub fn new(dir: &Path) -> Result<Self> {
-        let key = load_key(dir)?;
-        Ok(ReloadingCert {
-            dir: dir.to_owned(),
-            current: Mutex::new((modified(dir), key)),
-        })
-    }
-}
-
-impl ResolvesServerCert for ReloadingCert {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
-        let now = modified(&self.dir);
-        if now != current.0 {
-            match load_key(&self.dir) {
-                Ok(key) => {
-                    tracing::info!(logger = "webhook", "serving certificate reloaded");
-                    *current = (now, key);
-                }
-                Err(e) => {
-                    tracing::warn!(logger = "webhook", error = %e, "keeping the previous certificate")
-                }
-            }
-        }
-        Some(current.1.clone())
-    }
-}
-
-/// A TLS server configuration (HTTP/1.1 only: HTTP/2 stays off, as
-/// controller-runtime's servers default to) with certificates from
-/// `resolver`.
-pub(crate) fn tls_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConfig> {
-    let mut config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Config(format!("TLS: {e}")))?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-/// A certificate that never changes (a self-signed one made at start).
-#[derive(Debug)]
-pub(crate) struct FixedCert(pub Arc<CertifiedKey>);
-
-impl ResolvesServerCert for FixedCert {
-    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.0.clone())
-    }
-}
-
-/// A self-signed certificate for `names`, made now.
-pub(crate) fn self_signed(names: Vec<String>) -> Result<Arc<CertifiedKey>> {
-    let cert = rcgen::generate_simple_self_signed(names)
-        .map_err(|e| Error::Config(format!("making a self-signed certificate: {e}")))?;
-    let key = PrivateKeyDer::try_from(cert.signing_key.serialize_der())
-        .map_err(|e| Error::Config(format!("self-signed key: {e}")))?;
-    let signing = ring::sign::any_supported_type(&key)
-        .map_err(|e| Error::Config(format!("self-signed key: {e}")))?;
-    Ok(Arc::new(CertifiedKey::new(
-        vec![cert.cert.der().clone()],
-        signing,
-    )))
-}
-
-/// A metav1.LabelSelector as the API's `labelSelector` query string.
-pub(crate) fn selector_string(
-    s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-) -> String {
-    let mut parts: Vec<String> = s
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    for e in s.match_expressions.iter().flatten() {
-        let values = e.values.clone().unwrap_or_default().join(",");
-        parts.push(match e.operator.as_str() {
-            "In" => format!("{} in ({values})", e.key),
-            "NotIn" => format!("{} notin ({values})", e.key),
-            "Exists" => e.key.clone(),
-            _ => format!("!{}", e.key),
-        });
-    }
-    parts.join(",")
-}
-
 /// Serves the webhook over TLS on `listener` until dropped, under the
 /// default [`ConnLimits`](crate::server::ConnLimits).
 pub async fn serve(listener: TcpListener, cert_dir: &Path, validator: Validator) -> Result<()> {
@@ -481,7 +377,7 @@ pub async fn serve_with(
     validator: Validator,
     limits: crate::server::ConnLimits,
 ) -> Result<()> {
-    let config = tls_config(Arc::new(ReloadingCert::new(cert_dir)?))?;
+    let config = crate::tls::tls_config(Arc::new(crate::tls::ReloadingCert::new(cert_dir)?))?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let budget = crate::server::BodyBudget::new(&limits);
     let handler: crate::server::Handler = Arc::new(move |req: Request<Incoming>| {
@@ -515,16 +411,9 @@ async fn handle(
             Err(e) => (e.status(), error_body(&e.to_string())),
         }
     };
-    validator
-        .metrics
-        .webhook_requests
-        .with_label_values(&[PATH, code.as_str()])
-        .inc();
-    validator
-        .metrics
-        .webhook_latency
-        .with_label_values(&[PATH])
-        .observe(started.elapsed().as_secs_f64());
+    if let Some(m) = &validator.metrics {
+        m.answered(code.as_str(), started.elapsed().as_secs_f64());
+    }
     Response::builder()
         .status(code)
         .header("Content-Type", "application/json")

@@ -11,23 +11,7 @@ use nmo_sim::{SimCluster, SimOptions};
 use serde_json::{Value, json};
 
 fn render(overlay: &str) -> Vec<Value> {
-    let out = std::process::Command::new("kubectl")
-        .args([
-            "kustomize",
-            &format!("{}/../deploy/{overlay}", env!("CARGO_MANIFEST_DIR")),
-        ])
-        .output()
-        .expect("kubectl");
-    assert!(
-        out.status.success(),
-        "kustomize: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    nmo::yaml::documents::<Value>(std::str::from_utf8(&out.stdout).unwrap())
-        .unwrap()
-        .into_iter()
-        .filter(|v| !v.is_null())
-        .collect()
+    common::real::rendered(overlay)
 }
 
 /// CRDs a real cluster gets from cert-manager and the Prometheus operator.
@@ -39,9 +23,10 @@ const THIRD_PARTY: &[(&str, &str, &str)] = &[
 ];
 
 /// The overlays a user applies.
-const OVERLAYS: [&str; 4] = [
+const OVERLAYS: [&str; 5] = [
     "default",
     "with-prometheus",
+    "with-kube-state-metrics",
     "no-cert-manager",
     "metrics-open",
 ];
@@ -64,6 +49,27 @@ fn the_overlays_hold_what_they_promise() {
     ] {
         assert!(default.contains(k), "{k} missing from deploy/default");
     }
+    // The replicas spread over nodes, with a budget of their own that lets
+    // one go at a time (and never holds a single replica's node).
+    let docs = render("default");
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("the Deployment");
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let spread = &deployment["spec"]["template"]["spec"]["topologySpreadConstraints"][0];
+    assert_eq!(spread["topologyKey"], "kubernetes.io/hostname", "{spread}");
+    assert_eq!(&spread["labelSelector"]["matchLabels"], pod_labels);
+    let pdb = docs
+        .iter()
+        .find(|d| d["kind"] == "PodDisruptionBudget")
+        .expect("the operator's PodDisruptionBudget");
+    assert_eq!(
+        pdb["metadata"]["namespace"],
+        "node-maintenance-operator-system"
+    );
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1, "{pdb}");
+    assert_eq!(&pdb["spec"]["selector"]["matchLabels"], pod_labels);
     // The Prometheus Operator's objects are an optional component.
     assert!(!default.contains("ServiceMonitor"));
     for overlay in ["with-prometheus", "metrics-open"] {
@@ -83,6 +89,49 @@ fn the_overlays_hold_what_they_promise() {
             );
         }
     }
+    // kube-state-metrics' configuration, its read rights and the guide's
+    // alerts on it come with its overlay only, and not with the operator's
+    // own alerts (two flavours of the same alerts would page twice).
+    let ksm = render("with-kube-state-metrics");
+    for (kind, name, namespace) in [
+        (
+            "ConfigMap",
+            "kube-state-metrics-nodemaintenance",
+            Some("kube-system"),
+        ),
+        (
+            "ClusterRole",
+            "node-maintenance-operator-kube-state-metrics",
+            None,
+        ),
+        (
+            "ClusterRoleBinding",
+            "node-maintenance-operator-kube-state-metrics",
+            None,
+        ),
+        (
+            "PrometheusRule",
+            "node-maintenance-operator-kube-state-metrics-alerts",
+            Some("node-maintenance-operator-system"),
+        ),
+    ] {
+        assert!(
+            ksm.iter().any(|d| d["kind"] == kind
+                && d["metadata"]["name"] == name
+                && d["metadata"]["namespace"].as_str() == namespace),
+            "with-kube-state-metrics: {kind} {name}"
+        );
+    }
+    assert!(
+        !ksm.iter()
+            .any(|d| d["metadata"]["name"] == "node-maintenance-operator-alerts"),
+        "with-kube-state-metrics ships one flavour of the alerts"
+    );
+    assert!(
+        !render("with-prometheus")
+            .iter()
+            .any(|d| d["metadata"]["name"] == "node-maintenance-operator-kube-state-metrics-alerts")
+    );
     // No name carries the prefix twice.
     for overlay in OVERLAYS {
         for d in render(overlay) {

@@ -105,8 +105,8 @@ async fn one_twenty_pod_maintenance_costs_one_plan_and_few_requests() {
     let counts = settle(&env, Duration::from_secs(1), Duration::from_secs(30)).await;
 
     let total: usize = counts.values().sum();
-    let plans = policy_calls(&env.metrics, "plan-drain");
-    let verdicts = policy_calls(&env.metrics, "on-failure");
+    let plans = policy_calls(&env.metrics.policy, Decision::PlanDrain);
+    let verdicts = policy_calls(&env.metrics.policy, Decision::OnFailure);
     println!(
         "one {PODS}-pod maintenance: {total} API requests, {plans} plan(s), {verdicts} verdict(s)"
     );
@@ -122,6 +122,9 @@ async fn one_twenty_pod_maintenance_costs_one_plan_and_few_requests() {
     assert_eq!(count("create pods/eviction"), PODS);
     assert_eq!(count("list pods"), 1, "{counts:?}");
     assert_eq!(count("watch pods"), 1, "{counts:?}");
+    // Admission's fleet comes from the controller's node watch: no list
+    // of the nodes per decision, however large the cluster.
+    assert_eq!(count("list nodes"), 0, "{counts:?}");
     // The node: read once, marked in one patch.
     assert_eq!(count("get nodes"), 1, "{counts:?}");
     assert_eq!(count("patch nodes"), 1, "{counts:?}");
@@ -153,12 +156,13 @@ async fn one_twenty_pod_maintenance_costs_one_plan_and_few_requests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reason_that_changes_on_every_call_is_written_at_most_once_an_interval() {
     let (cluster, client) = start_cluster(2).await;
-    let policies = policy_store(HOSTILE);
-    let metrics = policies.metrics().clone();
-    let (_, controller) = start_controller_tuned(&client, policies, |s| {
-        s.admission_recheck_min = Duration::from_millis(100);
-        s.waiting_update_interval = Duration::from_secs(2);
-    });
+    let metrics = metrics();
+    let policies = policy_store_counted(HOSTILE, metrics.policy.clone());
+    let (_, controller) =
+        start_controller_counted(&client, policies, metrics.controller.clone(), |s| {
+            s.admission_recheck_min = Duration::from_millis(100);
+            s.waiting_update_interval = Duration::from_secs(2);
+        });
     let env = Env {
         cluster,
         client,
@@ -198,6 +202,8 @@ async fn a_reason_that_changes_on_every_call_is_written_at_most_once_an_interval
         "{writes} status writes in {elapsed:.1} s"
     );
     assert!(events <= allowed, "{events} events in {elapsed:.1} s");
+    // Each of those admit calls read the nodes from the watch: no list.
+    assert_eq!(delta("list nodes"), 0, "{end:?}");
     assert!(
         calls as f64 <= (elapsed + 1.0) / 0.1 + 5.0,
         "{calls} admit calls: the recheck floor does not hold"
@@ -206,5 +212,5 @@ async fn a_reason_that_changes_on_every_call_is_written_at_most_once_an_interval
 }
 
 fn nmo_policy_calls(env: &Env) -> u64 {
-    policy_calls(&env.metrics, "admit")
+    policy_calls(&env.metrics.policy, Decision::Admit)
 }

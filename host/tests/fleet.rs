@@ -271,6 +271,23 @@ async fn a_waiting_maintenance_touches_nothing_and_shows_why() {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
         Api::namespaced(env.client.clone(), "medik8s-leases");
     assert!(leases.get_opt("worker-2").await.unwrap().is_none());
+    // It has not begun: its events say it waits, not that it began.
+    wait_until(
+        "the WaitingMaintenance event",
+        Duration::from_secs(30),
+        || async {
+            env.events_for("second")
+                .await
+                .iter()
+                .any(|(_, r, _)| r == "WaitingMaintenance")
+        },
+    )
+    .await;
+    let events = env.events_for("second").await;
+    assert!(
+        !events.iter().any(|(_, r, _)| r == "BeginMaintenance"),
+        "{events:?}"
+    );
     // `kubectl get nm` shows why (the Waiting column).
     let crd = nmo::crd::crd_yaml();
     assert!(crd.contains("jsonPath: .status.waiting.reason"), "{crd}");
@@ -285,6 +302,12 @@ async fn a_waiting_maintenance_touches_nothing_and_shows_why() {
     let reasons: Vec<&str> = events.iter().map(|(_, r, _)| r.as_str()).collect();
     assert!(
         reasons.contains(&"WaitingMaintenance") && reasons.contains(&"AdmittedMaintenance"),
+        "{reasons:?}"
+    );
+    // It began once, when admitted.
+    assert_eq!(
+        reasons.iter().filter(|r| **r == "BeginMaintenance").count(),
+        1,
         "{reasons:?}"
     );
     env.stop().await;
@@ -366,5 +389,172 @@ async fn an_admission_the_policy_cannot_make_or_refuses_touches_nothing() {
             .any(|(t, r, _)| t == "Warning" && r == "FailedMaintenance"),
         "{events:?}"
     );
+    env.stop().await;
+}
+
+/// Nothing is remembered of a maintenance once it is gone (its policy, its
+/// failures, our own writes to it, its admission, a forced recheck): not of
+/// those that ran, nor of waiting ones deleted together with the one whose
+/// end freed their place (the forced recheck the freed place gave them is
+/// never taken by a pass that finds them being deleted). The operator's
+/// memory does not grow with the maintenances it has seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn nothing_is_remembered_of_maintenances_that_are_gone() {
+    let (cluster, client) = start_cluster(4).await;
+    let (ctx, controller) =
+        start_controller_tuned(&client, policy("max-unavailable", &[("max", "1")]), |s| {
+            s.orphan_sweep = Duration::from_secs(1)
+        });
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    for round in 0..3 {
+        let running = format!("run-{round}");
+        create_nm_retrying(&nms, &running, "worker-1").await;
+        wait_succeeded(&nms, &running, Duration::from_secs(60)).await;
+        for (name, node) in [("wait-a", "worker-2"), ("wait-b", "worker-3")] {
+            create_nm_retrying(&nms, name, node).await;
+        }
+        wait_until("both waiting", Duration::from_secs(30), || async {
+            nms.list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|nm| nm.status.as_ref().is_some_and(|s| s.waiting.is_some()))
+                .count()
+                == 2
+        })
+        .await;
+        assert!(ctx.remembered() >= 3, "{}", ctx.remembered());
+        // All three deleted at once: the running one's end frees a place
+        // for the waiting ones, which are being deleted themselves.
+        for name in [running.as_str(), "wait-a", "wait-b"] {
+            nms.delete(name, &DeleteParams::default()).await.unwrap();
+        }
+        wait_all_gone(&nms, Duration::from_secs(60)).await;
+        wait_until(
+            &format!("nothing remembered after round {round}"),
+            Duration::from_secs(10),
+            || async { ctx.remembered() == 0 },
+        )
+        .await;
+    }
+    // A maintenance that goes while the operator is not watching (a watch
+    // gap, a restart of the run with the same context; here its finalizer
+    // removed by hand meanwhile) gets no pass and no Delete event: the
+    // next sweep forgets it.
+    create_nm_retrying(&nms, "vanish", "worker-4").await;
+    wait_succeeded(&nms, "vanish", Duration::from_secs(60)).await;
+    assert!(ctx.remembered() >= 1);
+    controller.abort();
+    let _ = controller.await;
+    nms.patch(
+        "vanish",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    nms.delete("vanish", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_all_gone(&nms, Duration::from_secs(30)).await;
+    let run = ctx.clone();
+    let controller = tokio::spawn(async move {
+        nmo::controller::run(run).await.expect("controller runs");
+    });
+    wait_until(
+        "nothing remembered of the maintenance that went unseen",
+        Duration::from_secs(10),
+        || async { ctx.remembered() == 0 },
+    )
+    .await;
+    controller.abort();
+    cluster.stop().await;
+}
+
+/// What each tool writes on a node, as a merge patch, and the patch that
+/// takes it away again.
+fn tool_marks() -> Vec<(
+    &'static str,
+    serde_json::Value,
+    serde_json::Value,
+    &'static str,
+)> {
+    vec![
+        (
+            "karpenter",
+            json!({"spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]}}),
+            json!({"spec": {"taints": null}}),
+            "is taken by Karpenter (taint karpenter.sh/disrupted)",
+        ),
+        (
+            "autoscaler",
+            json!({"spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1733216400", "effect": "NoSchedule"}]}}),
+            json!({"spec": {"taints": null}}),
+            "is taken by the cluster autoscaler (taint ToBeDeletedByClusterAutoscaler)",
+        ),
+        (
+            "kured",
+            json!({"metadata": {"annotations": {"weave.works/kured-reboot-in-progress": "2026-12-03T09:00:00Z"}}}),
+            json!({"metadata": {"annotations": {"weave.works/kured-reboot-in-progress": null}}}),
+            "is taken by kured (annotation weave.works/kured-reboot-in-progress)",
+        ),
+        (
+            "remediation",
+            json!({"spec": {"taints": [{"key": "medik8s.io/remediation", "value": "self-node-remediation", "effect": "NoExecute"}]}}),
+            json!({"spec": {"taints": null}}),
+            "is taken by a medik8s remediation (taint medik8s.io/remediation)",
+        ),
+        (
+            "cordon",
+            json!({"spec": {"unschedulable": true}}),
+            json!({"spec": {"unschedulable": null}}),
+            "is unschedulable, reason unknown (cordoned)",
+        ),
+    ]
+}
+
+/// Another tool holding a node of the zone (what Karpenter, the cluster
+/// autoscaler, kured, a medik8s remediation or a person writes on it)
+/// holds one-per-zone back, with that tool named in the reason; once the
+/// tool lets go, the maintenance starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_per_zone_waits_while_another_tool_holds_a_node_of_the_zone() {
+    let env = fleet_env(policy("one-per-zone", &[])).await;
+    let nodes: Api<Node> = Api::all(env.client().clone());
+    let patch = |node: &'static str, body: serde_json::Value| {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .patch(node, &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .unwrap();
+        }
+    };
+    // worker-1 and worker-4 are both in zone-a.
+    for (tool, mark, unmark, says) in tool_marks() {
+        patch("worker-4", mark).await;
+        let name = format!("nm-{tool}");
+        env.create_nm(&name, "worker-1").await;
+        let s = env
+            .wait_status(&name, "waiting for the other tool", |s| s.waiting.is_some())
+            .await;
+        let reason = s.waiting.unwrap().reason;
+        assert!(
+            reason.contains(&format!("worker-4 of zone zone-a {says}")),
+            "{tool}: {reason}"
+        );
+        assert_eq!(s.phase, None, "{tool}: nothing started");
+        patch("worker-4", unmark).await;
+        wait_succeeded(&env.nms(), &name, Duration::from_secs(60)).await;
+        env.nms()
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_until("the maintenance gone", Duration::from_secs(30), || async {
+            env.nms().get_opt(&name).await.unwrap().is_none()
+        })
+        .await;
+    }
     env.stop().await;
 }

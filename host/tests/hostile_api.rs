@@ -370,6 +370,7 @@ async fn readiness_follows_the_watch() {
             watch_failure_window: Duration::from_secs(2),
             ..Default::default()
         },
+        metrics().controller,
     );
     let checks = nmo::server::readiness_checks(ctx.clone(), false);
     let ready = |checks: &Vec<(&'static str, nmo::server::Check)>| {

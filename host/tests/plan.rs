@@ -406,8 +406,13 @@ async fn kubectl_nm_round_trip(env: &impl ClusterOps) {
     .await;
     assert!(ok, "{out}");
     assert!(out.contains("bare") && out.contains("block"), "{out}");
+    // A node that does not exist reads as kubectl says it, once.
     let (ok, out) = kubectl_nm(bin, &kubeconfig, &["plan", "no-such-node"]).await;
-    assert!(!ok && out.contains("not found"), "{out}");
+    assert!(!ok, "{out}");
+    assert_eq!(
+        out,
+        "Error from server (NotFound): nodes \"no-such-node\" not found\n"
+    );
 
     let (ok, out) = kubectl_nm(
         bin,
@@ -471,4 +476,184 @@ async fn kubectl_nm_round_trip(env: &impl ClusterOps) {
             .items
             .is_empty()
     );
+}
+
+/// `kubectl nm start -l`: one NodeMaintenance per node the selector picks,
+/// in one group whose progress `status` shows; a selector that picks every
+/// node is refused unless said; a node already started is reported, the
+/// others go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_nm_starts_every_node_a_selector_picks_as_a_group() {
+    let env = Env::start(4).await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.client.clone());
+    for n in ["worker-2", "worker-3"] {
+        nodes
+            .patch(
+                n,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(
+                    serde_json::json!({"metadata": {"labels": {"pool": "batch"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nmo"), tmp.path().join("kubectl-nm")).unwrap();
+    let kubeconfig = tmp.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, env.kubeconfig()).unwrap();
+    let bin = tmp.path();
+
+    // Every node: refused, nothing created.
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["start", "-l", "", "--reason", "all"]).await;
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("picks every node (4)") && out.contains("--all-nodes"),
+        "{out}"
+    );
+    assert!(
+        env.nms()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    let (ok, out) = kubectl_nm(
+        bin,
+        &kubeconfig,
+        &[
+            "start",
+            "-l",
+            "pool=batch",
+            "--reason",
+            "kernel",
+            "--group",
+            "batch-1",
+        ],
+    )
+    .await;
+    assert!(ok, "{out}");
+    for n in ["worker-2", "worker-3"] {
+        assert!(
+            out.contains(&format!(
+                "nodemaintenance.nodemaintenance.medik8s.io/{n} created"
+            )),
+            "{out}"
+        );
+    }
+    assert!(
+        out.contains("group batch-1: 2 of 2 node(s) started"),
+        "{out}"
+    );
+    let made = env.nms().list(&Default::default()).await.unwrap().items;
+    assert_eq!(made.len(), 2);
+    for nm in &made {
+        assert_eq!(
+            kube::ResourceExt::labels(nm)
+                .get("nodemaintenance.medik8s.io/group")
+                .map(String::as_str),
+            Some("batch-1")
+        );
+        assert_eq!(nm.spec.reason.as_deref(), Some("kernel"));
+    }
+    env.wait_phase("worker-2", MaintenancePhase::Succeeded)
+        .await;
+    env.wait_phase("worker-3", MaintenancePhase::Succeeded)
+        .await;
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["status", "--group", "batch-1"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("group batch-1: 2 of 2 succeeded (2 Succeeded)"),
+        "{out}"
+    );
+
+    // Started again: each node reported, the exit code says so.
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["start", "-l", "pool=batch"]).await;
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("worker-2: Error from server (AlreadyExists)"),
+        "{out}"
+    );
+    env.stop().await;
+}
+
+/// A budget's headroom is spent across the pods it covers: six pods of
+/// one node behind a budget allowing one, and the plan says five of the
+/// six evictions would be refused now (it said none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_allowing_one_lets_one_of_six_go_in_the_plan() {
+    let env = Env::start(2).await;
+    env.cluster
+        .apply_yaml(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: six, namespace: default}
+spec:
+  replicas: 6
+  selector: {matchLabels: {app: six}}
+  template:
+    metadata: {labels: {app: six}}
+    spec: {nodeSelector: {kubernetes.io/hostname: worker-1}, containers: [{name: c, image: i}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: six, namespace: default}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: six}}}
+"#,
+        )
+        .unwrap();
+    let engine = PolicyEngine::new(Default::default()).unwrap();
+    let request = Request {
+        node: Some("worker-1".into()),
+        maintenance: None,
+        policy: None,
+        source: Source::Embedded,
+    };
+    // Once the budget has counted the six (it allows one then).
+    let counted = |r: &Report| {
+        r.pods
+            .iter()
+            .filter(|p| p.name.starts_with("six-"))
+            .filter(|p| p.pdbs.first().is_some_and(|b| b.disruptions_allowed == 1))
+            .count()
+            == 6
+    };
+    let started = std::time::Instant::now();
+    let report = loop {
+        let r = nmo::plan::plan(&env.client, &engine, &request)
+            .await
+            .unwrap();
+        if counted(&r) {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the budget never counted six: {}",
+            r.table()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let six: Vec<_> = report
+        .pods
+        .iter()
+        .filter(|p| p.name.starts_with("six-"))
+        .collect();
+    assert_eq!(
+        six.iter().filter(|p| p.refused_now).count(),
+        5,
+        "{}",
+        report.table()
+    );
+    assert_eq!(report.summary.refused_now, 5);
+    assert!(
+        report
+            .table()
+            .contains("refused now: the evictions before it spend its budget"),
+        "{}",
+        report.table()
+    );
+    env.stop().await;
 }

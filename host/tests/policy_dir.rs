@@ -15,8 +15,9 @@ use nmo::policy::set::Snapshot;
 use nmo::policy::{EngineConfig, PolicyCache, PolicyEngine, PolicySet, PolicyStore, Reload};
 use serde_json::json;
 
+/// An engine whose decisions and stores' reloads are counted.
 fn engine() -> PolicyEngine {
-    PolicyEngine::new(EngineConfig::default()).unwrap()
+    PolicyEngine::with_metrics(EngineConfig::default(), metrics().policy).unwrap()
 }
 
 /// Writes `files` as a kubelet writes a ConfigMap volume: a fresh
@@ -196,12 +197,12 @@ fn bad_policy_directories_are_refused_with_a_reason() {
     }
 }
 
-fn reloads(store: &PolicyStore, result: &str) -> u64 {
-    store
-        .metrics()
-        .policy_reloads
-        .with_label_values(&[result])
-        .get()
+fn reloads(store: &PolicyStore, result: ReloadResult) -> u64 {
+    store.metrics().expect("a counted store").reloads(result)
+}
+
+fn reload_ok(store: &PolicyStore) -> i64 {
+    store.metrics().expect("a counted store").reload_ok()
 }
 
 #[test]
@@ -233,8 +234,8 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
 
     // Version 3 is broken: the set stays version 2's, and says why.
     // The store counts in its own registry: exact counts.
-    assert_eq!(reloads(&store, "success"), 1);
-    assert_eq!(reloads(&store, "failure"), 0);
+    assert_eq!(reloads(&store, ReloadResult::Success), 1);
+    assert_eq!(reloads(&store, ReloadResult::Failure), 0);
     configmap_update(
         &dir,
         3,
@@ -255,8 +256,8 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
         store.current().names(),
         ["builtin", "never-force", "opt-out"]
     );
-    assert_eq!(reloads(&store, "failure"), 1);
-    assert_eq!(store.metrics().policy_reload_ok.get(), 0);
+    assert_eq!(reloads(&store, ReloadResult::Failure), 1);
+    assert_eq!(reload_ok(&store), 0);
     let ready = store.readiness();
     assert!(
         ready.contains("new content was rejected, the last good set stays in use: policy opt-out"),
@@ -264,7 +265,7 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
     );
     // The same broken content is not retried (nor logged again).
     assert_eq!(store.reload(), Reload::Unchanged);
-    assert_eq!(reloads(&store, "failure"), 1);
+    assert_eq!(reloads(&store, ReloadResult::Failure), 1);
 
     // Version 4 fixes it.
     configmap_update(&dir, 4, &[("give-up.wasm", built_policy("give_up"))]);
@@ -272,8 +273,8 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
     assert_eq!(store.current().names(), ["builtin", "give-up"]);
     assert_eq!(store.rejected(), None);
     assert!(!store.readiness().contains("rejected"));
-    assert_eq!(reloads(&store, "success"), 2);
-    assert_eq!(store.metrics().policy_reload_ok.get(), 1);
+    assert_eq!(reloads(&store, ReloadResult::Success), 2);
+    assert_eq!(reload_ok(&store), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -371,7 +372,7 @@ fn compiled_policies_are_cached_after_their_self_check_and_a_damaged_artifact_is
         "nothing is cached before the policy passed its self-check"
     );
     nmo::policy::selfcheck::run(&p1).unwrap();
-    cache.store(&p1);
+    p1.cache_in(&cache);
     let files = artifacts(&dir);
     assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
@@ -388,7 +389,7 @@ fn compiled_policies_are_cached_after_their_self_check_and_a_damaged_artifact_is
         .load_cached("never-force", &wasm, Some(&cache))
         .unwrap();
     assert!(p2.from_cache());
-    cache.store(&p2);
+    p2.cache_in(&cache);
     assert_eq!(
         std::fs::metadata(&files[0]).unwrap().modified().unwrap(),
         written,
@@ -404,7 +405,7 @@ fn compiled_policies_are_cached_after_their_self_check_and_a_damaged_artifact_is
         .unwrap();
     assert!(!p3.from_cache());
     nmo::policy::selfcheck::run(&p3).unwrap();
-    cache.store(&p3);
+    p3.cache_in(&cache);
     assert_eq!(
         std::fs::read(&files[0]).unwrap().len(),
         bytes.len(),
@@ -645,7 +646,7 @@ async fn a_restarted_operator_keeps_the_recorded_policy() {
     let _ = (&mut env.controller).await;
     std::fs::write(dir.join("policies.yaml"), "default: builtin\n").unwrap();
     let store = PolicyStore::from_dir(engine(), &dir, None).unwrap();
-    let metrics = store.metrics().clone();
+    let metrics = store.metrics().expect("a counted store").clone();
     env.controller = start_controller_with(&env.client, store);
 
     // A new maintenance follows the new rules...
@@ -665,7 +666,7 @@ async fn a_restarted_operator_keeps_the_recorded_policy() {
     wait_until(
         "nm-1 planned by the new operator",
         Duration::from_secs(20),
-        || async { policy_calls(&metrics, "plan-drain") >= 2 },
+        || async { policy_calls(&metrics, Decision::PlanDrain) >= 2 },
     )
     .await;
     let s = env.nms().get("nm-1").await.unwrap().status.unwrap();
@@ -745,4 +746,96 @@ fn a_deeply_nested_policies_yaml_is_refused_by_its_depth() {
             "{err}"
         );
     }
+}
+
+/// `nmo policy add`: one policy into the operator's policies ConfigMap,
+/// as a merge patch of its one key: the other policies and policies.yaml
+/// stay; a policy that fails its check, or one that would take the
+/// ConfigMap past 1 MiB, changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nmo_policy_add_adds_one_policy_and_keeps_the_others() {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let (cluster, client) = start_cluster(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    let ns = "node-maintenance-operator-system";
+    cluster
+        .create(
+            serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .unwrap();
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), ns);
+    let default = built_policy("default");
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("node-maintenance-operator-policies".into()),
+            ..Default::default()
+        },
+        data: Some([("policies.yaml".to_owned(), "default: default\n".to_owned())].into()),
+        binary_data: Some([("default.wasm".to_owned(), ByteString(default.clone()))].into()),
+        ..Default::default()
+    };
+    api.create(&Default::default(), &cm).await.unwrap();
+    let add = |file: &std::path::Path, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+            .args(["policy", "add"])
+            .arg(file)
+            .args(extra)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let never_force = dir.path().join("never_force.wasm");
+    std::fs::write(&never_force, built_policy("never_force")).unwrap();
+    let (ok, out) = add(&never_force, &[]);
+    assert!(ok, "{out}");
+    assert!(
+        out.starts_with("configmap/node-maintenance-operator-policies patched: never-force.wasm"),
+        "{out}"
+    );
+    let now = api.get("node-maintenance-operator-policies").await.unwrap();
+    let binary = now.binary_data.clone().unwrap();
+    assert_eq!(binary["default.wasm"].0, default);
+    assert_eq!(binary["never-force.wasm"].0, built_policy("never_force"));
+    assert_eq!(
+        now.data.clone().unwrap()["policies.yaml"],
+        "default: default\n"
+    );
+
+    // Not a policy: refused before the cluster is touched.
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"\0asm not really").unwrap();
+    let (ok, out) = add(&garbage, &["--name", "garbage"]);
+    assert!(!ok, "{out}");
+    // Past 1 MiB: refused, saying so.
+    let mut big = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some("full".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    big.binary_data = Some([("pad.bin".to_owned(), ByteString(vec![7; 1_000_000]))].into());
+    api.create(&Default::default(), &big).await.unwrap();
+    let (ok, out) = add(&never_force, &["--policy-configmap", &format!("{ns}/full")]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("past the 1048576 a ConfigMap holds; nothing changed"),
+        "{out}"
+    );
+    let after = api.get("node-maintenance-operator-policies").await.unwrap();
+    assert_eq!(after.binary_data.unwrap().len(), 2);
+    assert_eq!(api.get("full").await.unwrap().binary_data.unwrap().len(), 1);
+    cluster.stop().await;
 }

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::prometheus::{self as prom, run, tool};
 use common::*;
 use nmo::crd::MaintenancePhase;
 use serde_json::Value;
@@ -26,24 +27,7 @@ fn deploy(file: &str) -> PathBuf {
         .join(file)
 }
 
-/// The tool's path; `None` (skip) when it is missing outside CI.
-fn tool(name: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{name} is missing: install Debian's prometheus package (.ci/run does)"
-        );
-        eprintln!("skipped: {name} is not installed (apt-get install prometheus)");
-    }
-    found
-}
-
-/// The PrometheusRule's groups, as a Prometheus rules file.
+/// The operator's PrometheusRule, and its groups as a rules file.
 fn rules_file(dir: &Path) -> (PathBuf, Value) {
     let text = std::fs::read_to_string(deploy("prometheus/monitor.yaml")).unwrap();
     let rule: Value = nmo::yaml::documents::<Value>(&text)
@@ -51,26 +35,7 @@ fn rules_file(dir: &Path) -> (PathBuf, Value) {
         .into_iter()
         .find(|d| d["kind"] == "PrometheusRule")
         .expect("a PrometheusRule");
-    let groups = serde_json::json!({"groups": rule["spec"]["groups"]});
-    let path = dir.join("rules.yaml");
-    std::fs::write(&path, nmo::yaml::to_string(&groups).unwrap()).unwrap();
-    (path, rule)
-}
-
-fn run(cmd: &Path, args: &[&str], dir: &Path) -> (bool, String) {
-    let out = std::process::Command::new(cmd)
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    (prom::rules_file(&rule, dir, "rules.yaml"), rule)
 }
 
 #[test]
@@ -83,90 +48,102 @@ fn the_alerts_fire_when_they_should_and_only_then() {
     let (ok, out) = run(&promtool, &["check", "rules", "rules.yaml"], dir.path());
     assert!(ok, "promtool check rules: {out}");
 
-    // The series the rules read are ones the operator exports.
-    let exported = nmo::metrics::Metrics::new().render();
+    // The series the rules read are ones the operator exports: one per
+    // maintenance, for its phase.
+    let metrics = metrics();
+    metrics
+        .controller
+        .set_maintenances([("nm-a", "worker-1", State::Failed, 0)]);
+    let exported = metrics.render().unwrap();
     assert!(
-        exported.contains(r#"nmo_node_maintenances{phase="Failed"}"#),
+        exported.contains(
+            r#"nmo_node_maintenance_phase{node="worker-1",node_maintenance="nm-a",phase="Failed"} 1"#
+        ),
         "{exported}"
     );
-    assert!(exported.contains(r#"nmo_node_maintenances{phase="Running"}"#));
     for r in rule["spec"]["groups"][0]["rules"].as_array().unwrap() {
         let expr = r["expr"].as_str().unwrap();
-        assert!(expr.starts_with("nmo_node_maintenances{"), "{expr}");
+        assert!(expr.contains("nmo_node_maintenance_phase{"), "{expr}");
     }
-    let annotations = |alert: &str| {
-        rule["spec"]["groups"][0]["rules"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["alert"] == alert)
-            .unwrap()["annotations"]
-            .clone()
+    // An alert as promtool shows it: its labels, and the rule's
+    // annotations filled in for the maintenance.
+    let alert = |name: &str, nm: &str, node: &str| {
+        prom::expected_alert(
+            &prom::rule_of(&rule, name),
+            &serde_json::json!({"node_maintenance": nm, "node": node}),
+        )
     };
-    let scrape = r#"job="nmo", instance="10.0.0.7:8080""#;
-    // As the operator exports them: a gauge per phase, every phase present
-    // (0 when none), one sample per scrape.
+    // As the operator exports it: one series per maintenance, for the
+    // phase it is in (the others absent: `_`), one sample per scrape, from
+    // each of two replicas.
+    let series = |nm: &str, node: &str, phase: &str, values: &str| {
+        ["10.0.0.7:8080", "10.0.0.8:8080"].map(|instance| {
+            serde_json::json!({
+                "series": format!(
+                    "nmo_node_maintenance_phase{{node_maintenance=\"{nm}\", node=\"{node}\", phase=\"{phase}\", job=\"nmo\", instance=\"{instance}\"}}"
+                ),
+                "values": values,
+            })
+        })
+    };
+    let inputs = |all: Vec<[Value; 2]>| all.into_iter().flatten().collect::<Vec<_>>();
+    let none: Vec<Value> = vec![];
     let tests = serde_json::json!({
         "rule_files": [rules.file_name().unwrap().to_str().unwrap()],
         "evaluation_interval": "1m",
         "tests": [
             {
-                // A maintenance fails at 10m and stays Failed.
+                // nm-a runs 10 minutes, then fails and stays Failed.
                 "interval": "1m",
-                "input_series": [
-                    {"series": format!("nmo_node_maintenances{{phase=\"Failed\", {scrape}}}"), "values": "0x9 1x60"},
-                    {"series": format!("nmo_node_maintenances{{phase=\"Running\", {scrape}}}"), "values": "1x9 0x60"},
-                    {"series": format!("nmo_node_maintenances{{phase=\"Succeeded\", {scrape}}}"), "values": "0x70"},
-                    {"series": format!("nmo_node_maintenances{{phase=\"Pending\", {scrape}}}"), "values": "0x70"},
-                ],
+                "input_series": inputs(vec![
+                    series("nm-a", "worker-1", "Running", "1x9"),
+                    series("nm-a", "worker-1", "Failed", "_x10 1x60"),
+                ]),
                 "alert_rule_test": [
-                    {"eval_time": "14m", "alertname": "NodeMaintenanceFailed", "exp_alerts": []},
-                    {"eval_time": "16m", "alertname": "NodeMaintenanceFailed", "exp_alerts": [
-                        {"exp_labels": {"severity": "warning", "phase": "Failed", "job": "nmo", "instance": "10.0.0.7:8080"},
-                         "exp_annotations": annotations("NodeMaintenanceFailed")}
-                    ]},
-                    {"eval_time": "60m", "alertname": "NodeMaintenanceStuck", "exp_alerts": []},
+                    {"eval_time": "14m", "alertname": "NodeMaintenanceFailed", "exp_alerts": none},
+                    {"eval_time": "16m", "alertname": "NodeMaintenanceFailed",
+                     "exp_alerts": [alert("NodeMaintenanceFailed", "nm-a", "worker-1")]},
+                    {"eval_time": "60m", "alertname": "NodeMaintenanceStuck", "exp_alerts": none},
                 ]
             },
             {
-                // A maintenance runs for 3 hours (a drain held up).
+                // nm-b runs for 3 hours (a drain held up); nm-c beside it
+                // succeeds after 20 minutes.
                 "interval": "1m",
-                "input_series": [
-                    {"series": format!("nmo_node_maintenances{{phase=\"Running\", {scrape}}}"), "values": "1x180"},
-                    {"series": format!("nmo_node_maintenances{{phase=\"Failed\", {scrape}}}"), "values": "0x180"},
-                ],
+                "input_series": inputs(vec![
+                    series("nm-b", "worker-2", "Running", "1x180"),
+                    series("nm-c", "worker-3", "Running", "1x19"),
+                    series("nm-c", "worker-3", "Succeeded", "_x20 1x160"),
+                ]),
                 "alert_rule_test": [
-                    {"eval_time": "119m", "alertname": "NodeMaintenanceStuck", "exp_alerts": []},
-                    {"eval_time": "121m", "alertname": "NodeMaintenanceStuck", "exp_alerts": [
-                        {"exp_labels": {"severity": "warning", "phase": "Running", "job": "nmo", "instance": "10.0.0.7:8080"},
-                         "exp_annotations": annotations("NodeMaintenanceStuck")}
-                    ]},
-                    {"eval_time": "170m", "alertname": "NodeMaintenanceFailed", "exp_alerts": []},
+                    {"eval_time": "119m", "alertname": "NodeMaintenanceStuck", "exp_alerts": none},
+                    {"eval_time": "121m", "alertname": "NodeMaintenanceStuck",
+                     "exp_alerts": [alert("NodeMaintenanceStuck", "nm-b", "worker-2")]},
+                    {"eval_time": "170m", "alertname": "NodeMaintenanceFailed", "exp_alerts": none},
                 ]
             },
             {
-                // Maintenances that ran and succeeded: no alert, ever.
+                // Three maintenances back to back, each Running for an
+                // hour, then Succeeded: some maintenance runs for three
+                // hours, none of them for two. No alert, ever.
                 "interval": "1m",
-                "input_series": [
-                    {"series": format!("nmo_node_maintenances{{phase=\"Running\", {scrape}}}"), "values": "1x20 0x200"},
-                    {"series": format!("nmo_node_maintenances{{phase=\"Succeeded\", {scrape}}}"), "values": "0x20 3x200"},
-                    {"series": format!("nmo_node_maintenances{{phase=\"Failed\", {scrape}}}"), "values": "0x220"},
-                ],
+                "input_series": inputs(vec![
+                    series("nm-d", "worker-1", "Running", "1x59"),
+                    series("nm-d", "worker-1", "Succeeded", "_x60 1x140"),
+                    series("nm-e", "worker-2", "Running", "_x60 1x59"),
+                    series("nm-e", "worker-2", "Succeeded", "_x120 1x80"),
+                    series("nm-f", "worker-3", "Running", "_x120 1x59"),
+                    series("nm-f", "worker-3", "Succeeded", "_x180 1x20"),
+                ]),
                 "alert_rule_test": [
-                    {"eval_time": "30m", "alertname": "NodeMaintenanceFailed", "exp_alerts": []},
-                    {"eval_time": "200m", "alertname": "NodeMaintenanceStuck", "exp_alerts": []},
-                    {"eval_time": "200m", "alertname": "NodeMaintenanceFailed", "exp_alerts": []},
+                    {"eval_time": "125m", "alertname": "NodeMaintenanceStuck", "exp_alerts": none},
+                    {"eval_time": "179m", "alertname": "NodeMaintenanceStuck", "exp_alerts": none},
+                    {"eval_time": "200m", "alertname": "NodeMaintenanceFailed", "exp_alerts": none},
                 ]
             }
         ]
     });
-    std::fs::write(
-        dir.path().join("tests.yaml"),
-        nmo::yaml::to_string(&tests).unwrap(),
-    )
-    .unwrap();
-    let (ok, out) = run(&promtool, &["test", "rules", "tests.yaml"], dir.path());
-    assert!(ok, "promtool test rules: {out}");
+    prom::promtool_test(&promtool, dir.path(), &tests);
 }
 
 /// The dashboard's panel queries.
@@ -192,18 +169,6 @@ fn dashboard_queries() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Asks Prometheus's HTTP API.
-async fn query(port: u16, expr: &str) -> Value {
-    let out = tokio::process::Command::new("curl")
-        .args(["-s", "--get", "--data-urlencode"])
-        .arg(format!("query={expr}"))
-        .arg(format!("http://127.0.0.1:{port}/api/v1/query"))
-        .output()
-        .await
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
     let Some(prometheus) = tool("prometheus") else {
@@ -224,14 +189,20 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
     }
     // The operator's client counts its requests in the same registry, as
     // the binary's does.
-    let store = policy_store(None);
+    let counts = metrics();
+    let store = policy_store_counted(None, counts.policy.clone());
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&cluster.kubeconfig()).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
         .unwrap();
     let counted =
-        nmo::client::operator_client_counted(config, Some(store.metrics().clone())).unwrap();
-    let ctx = nmo::controller::Context::new(counted, store, Default::default());
+        nmo::client::operator_client_counted(config, Some(counts.client.clone())).unwrap();
+    let ctx = nmo::controller::Context::new(
+        counted,
+        store,
+        Default::default(),
+        counts.controller.clone(),
+    );
     let env = Env {
         cluster,
         client,
@@ -241,46 +212,30 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
                 nmo::controller::run(ctx).await.expect("controller runs");
             }
         }),
-        metrics: ctx.metrics.clone(),
+        metrics: counts,
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let metrics_port = listener.local_addr().unwrap().port();
     let c = ctx.clone();
     tokio::spawn(nmo::server::serve(
         listener,
-        nmo::server::metrics(env.metrics.clone(), Arc::new(move || c.refresh_gauges())),
+        nmo::server::metrics(
+            env.metrics.registry.clone(),
+            Arc::new(move || c.refresh_gauges()),
+        ),
     ));
 
     let dir = tempfile::tempdir().unwrap();
-    let prom_port = free_port();
-    std::fs::write(
-        dir.path().join("prometheus.yml"),
-        format!(
-            "global: {{scrape_interval: 1s, evaluation_interval: 1s}}\nscrape_configs:\n- job_name: nmo\n  static_configs:\n  - targets: ['127.0.0.1:{metrics_port}']\n"
-        ),
-    )
-    .unwrap();
-    let mut server = tokio::process::Command::new(&prometheus)
-        .arg(format!(
-            "--config.file={}",
-            dir.path().join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.path().join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let server = prom::Server::start(
+        &prometheus,
+        dir.path(),
+        &format!("- job_name: nmo\n  static_configs:\n  - targets: ['127.0.0.1:{metrics_port}']\n"),
+        &[],
+    );
     wait_until(
         "Prometheus scraping the operator",
         Duration::from_secs(30),
-        || async {
-            query(prom_port, "up{job=\"nmo\"}").await["data"]["result"][0]["value"][1] == "1"
-        },
+        || async { server.query("up{job=\"nmo\"}").await["data"]["result"][0]["value"][1] == "1" },
     )
     .await;
 
@@ -291,7 +246,7 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
             &format!("data for the panel {title:?}: {expr}"),
             Duration::from_secs(30),
             || async {
-                let answer = query(prom_port, &expr).await;
+                let answer = server.query(&expr).await;
                 answer["status"] == "success"
                     && answer["data"]["result"]
                         .as_array()
@@ -315,7 +270,7 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
             &format!("a value for {expr}"),
             Duration::from_secs(30),
             || async {
-                query(prom_port, expr).await["data"]["result"][0]["value"][1]
+                server.query(expr).await["data"]["result"][0]["value"][1]
                     .as_str()
                     .and_then(|v| v.parse::<f64>().ok())
                     .is_some_and(|v| v > 0.0)
@@ -324,15 +279,13 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
         .await;
     }
     // The phase the dashboard shows is the maintenance's.
-    let succeeded = query(
-        prom_port,
-        "sum by (phase) (nmo_node_maintenances{phase=\"Succeeded\"})",
-    )
-    .await;
+    let succeeded = server
+        .query("sum by (phase) (nmo_node_maintenances{phase=\"Succeeded\"})")
+        .await;
     assert_eq!(
         succeeded["data"]["result"][0]["value"][1], "1",
         "{succeeded}"
     );
-    server.kill().await.unwrap();
+    drop(server);
     env.stop().await;
 }

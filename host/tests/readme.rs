@@ -3,6 +3,8 @@
 
 const README: &str = include_str!("../../README.md");
 const CI: &str = include_str!("../../.ci/run");
+/// The policy author's guide (the README links to it).
+const GUIDE: &str = include_str!("../../docs/writing-a-policy.md");
 
 #[test]
 fn the_readme_names_the_two_commands_and_ci_runs_the_test_one() {
@@ -63,14 +65,12 @@ fn blocks<'a>(section: &'a str, lang: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// "Writing a policy", as written: `nmo policy new`, the policy and the
+/// The policy guide (docs/writing-a-policy.md), as written: `nmo policy new`, the policy and the
 /// scenarios from the README, then its two commands (build, test): the
 /// crate builds with nothing of this repository but what `nmo` wrote.
 #[test]
 fn the_policy_guide_builds_and_its_scenarios_pass() {
-    let start = README.find("## Writing a policy").expect("the guide");
-    let section = &README[start..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+    let section = GUIDE;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
@@ -167,11 +167,17 @@ fn the_policy_guide_builds_and_its_scenarios_pass() {
 /// node, and exits 1 instead of pretending.
 #[test]
 fn a_demo_whose_drain_cannot_finish_says_so_and_fails() {
-    let policy =
-        std::path::Path::new(env!("NMO_POLICY_WASM_DIR")).join("nmo_policy_never_force.wasm");
+    // The built example policy, by its name, as the README writes it.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args(["demo", "--nodes", "3", "--pods", "12", "--policy"])
-        .arg(&policy)
+        .args([
+            "demo",
+            "--nodes",
+            "3",
+            "--pods",
+            "12",
+            "--policy",
+            "never-force",
+        ])
         .output()
         .expect("nmo runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -238,4 +244,152 @@ fn a_demo_interrupted_mid_drain_restores_the_node_and_exits_130() {
         !text.contains("SucceedMaintenance"),
         "interrupted before the end: {text}"
     );
+}
+
+/// `nmo demo | head -3`: when the reader goes, the demo ends at once and
+/// quietly, as Unix tools do (by SIGPIPE), never with a panic on the
+/// broken pipe. (100 pods: the demo runs for seconds after its first
+/// lines, so it is still writing when the reader goes.)
+#[test]
+fn a_demo_whose_reader_goes_ends_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["demo", "--nodes", "3", "--pods", "100"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("nmo runs");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    for _ in 0..3 {
+        lines.next().expect("a line").unwrap();
+    }
+    drop(lines);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the demo never ended after its reader went"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(status.signal(), Some(libc::SIGPIPE), "{status:?}: {stderr}");
+}
+
+/// A policy name the build did not make is refused at once, naming the
+/// ones it did.
+#[test]
+fn a_demo_with_an_unknown_policy_name_says_which_there_are() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["demo", "--policy", "never-forse"])
+        .output()
+        .expect("nmo runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no policy file never-forse and no built policy of that name")
+            && stderr.contains("never-force")
+            && stderr.contains("stateful-last"),
+        "{stderr}"
+    );
+}
+
+/// `--keep-running --policy never-force`: `nmo plan` against the demo's
+/// cluster shows the plan of the policy the demo's operator runs (its
+/// policies ConfigMap), the kubeconfig is the demo's own and goes with it,
+/// and Ctrl-C ends the demo with the maintenance's code (1: never-force
+/// left a pod it blocks on).
+#[test]
+fn a_kept_demo_plans_with_its_own_policy_and_ends_with_the_maintenance_code() {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args([
+            "demo",
+            "--nodes",
+            "3",
+            "--pods",
+            "12",
+            "--policy",
+            "never-force",
+            "--keep-running",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut kubeconfig = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(path) = line.trim().strip_prefix("export KUBECONFIG=") {
+            kubeconfig = Some(std::path::PathBuf::from(path));
+            break;
+        }
+    }
+    let kubeconfig = kubeconfig.expect("the kept cluster's kubeconfig");
+    assert!(
+        kubeconfig
+            .display()
+            .to_string()
+            .ends_with(&format!("nmo-demo-{}.kubeconfig", child.id())),
+        "{}",
+        kubeconfig.display()
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["plan", "worker-2", "-o", "json"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(plan["policy"]["name"], "never-force", "{plan}");
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let _rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1));
+    assert!(!kubeconfig.exists(), "the demo's kubeconfig is removed");
+}
+
+/// `--policy-dir`: the demo decides with a policy directory as the
+/// operator reads one (here `policies.yaml` makes never-force the
+/// default): the plan, the drain and the end are never-force's.
+#[test]
+fn a_demo_with_a_policy_directory_decides_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = std::path::Path::new(env!("NMO_POLICY_WASM_DIR"));
+    std::fs::copy(
+        built.join("nmo_policy_never_force.wasm"),
+        dir.path().join("never-force.wasm"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("policies.yaml"), "default: never-force\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["demo", "--nodes", "3", "--pods", "12", "--policy-dir"])
+        .arg(dir.path())
+        .output()
+        .expect("nmo runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for expected in [
+        "== nmo demo: policy directory",
+        "default never-force",
+        "the drain now waits only for pods the policy blocks on",
+        "node worker-1 restored: unschedulable=false",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
 }

@@ -170,25 +170,7 @@ async fn a_node_deleted_mid_drain_takes_its_maintenance_with_it() {
 /// `nmo` as the Deployment runs it, two replicas with --leader-elect,
 /// under the shipped ServiceAccount.
 fn replica(env: &RealEnv, name: &str, log: &std::path::Path) -> tokio::process::Child {
-    let kc = env.operator_kubeconfig();
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args([
-            "--leader-elect",
-            "--metrics-bind-address=0",
-            "--health-probe-bind-address=0",
-            "--webhook-bind-address=0",
-            "--zap-level=info",
-        ])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("KUBECONFIG", kc)
-        .env("HOSTNAME", name)
-        .env("POD_NAMESPACE", real::NAMESPACE)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap()
+    real::operator_process(env, name, log, &["--leader-elect".to_owned()])
 }
 
 fn led(log: &std::path::Path) -> bool {
@@ -298,5 +280,16 @@ async fn orphans_are_restored_and_a_missing_crd_is_not_ready() {
         informer(&checks).is_err_and(|e| e.contains("CRD is not installed"))
     })
     .await;
+    env.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_behind_a_budget_wait_for_room() {
+    let env = RealEnv::start_without_operator(Options {
+        audit: true,
+        ..Options::workers(2)
+    })
+    .await;
+    scenarios::evictions_behind_a_budget_wait_for_room(&env, &env.operator).await;
     env.stop();
 }

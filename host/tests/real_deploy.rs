@@ -34,16 +34,96 @@ async fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> St
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Applies `overlay` as a user does and takes one maintenance through it.
-async fn one_maintenance_through(overlay: &str) {
+/// How a user installs the operator.
+#[derive(Clone, Copy)]
+enum Install {
+    /// `kubectl apply --server-side -k deploy/<overlay>`.
+    Kustomize(&'static str),
+    /// `helm install --create-namespace` of `deploy/helm/node-maintenance-operator`.
+    Helm,
+}
+
+impl Install {
+    fn chart() -> String {
+        common::real::deploy_dir()
+            .join("helm/node-maintenance-operator")
+            .display()
+            .to_string()
+    }
+
+    /// What it installs, as text.
+    async fn render(self, cp: &ControlPlane) -> String {
+        match self {
+            Install::Kustomize(overlay) => {
+                let dir = common::real::deploy_dir().join(overlay);
+                kubectl_ok(cp, &["kustomize", &dir.display().to_string()], None).await
+            }
+            Install::Helm => helm(
+                cp,
+                &[
+                    "template",
+                    "nmo",
+                    &Self::chart(),
+                    "--namespace",
+                    NS,
+                    "--include-crds",
+                ],
+            ),
+        }
+    }
+
+    /// Exactly the user's command.
+    async fn install(self, cp: &ControlPlane) {
+        match self {
+            // Server-side: the policies ConfigMap is too big for
+            // client-side apply's last-applied annotation.
+            Install::Kustomize(overlay) => {
+                let dir = common::real::deploy_dir().join(overlay);
+                kubectl_ok(
+                    cp,
+                    &["apply", "--server-side", "-k", &dir.display().to_string()],
+                    None,
+                )
+                .await;
+            }
+            Install::Helm => {
+                helm(
+                    cp,
+                    &[
+                        "install",
+                        "nmo",
+                        &Self::chart(),
+                        "--namespace",
+                        NS,
+                        "--create-namespace",
+                    ],
+                );
+            }
+        }
+    }
+}
+
+/// Runs the control plane's `helm` as the cluster admin.
+fn helm(cp: &ControlPlane, args: &[&str]) -> String {
+    common::stdout_of(
+        std::process::Command::new(cp.binaries().path("helm"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(cp.kubeconfig_path()),
+    )
+}
+
+/// Installs the operator as a user does and takes one maintenance through
+/// it.
+async fn one_maintenance_through(install: Install) {
+    let overlay = match install {
+        Install::Kustomize(overlay) => overlay,
+        Install::Helm => "the Helm chart",
+    };
     let mut cp = ControlPlane::start(Options::workers(2))
         .await
         .expect("the real control plane starts");
-    let dir = common::real::deploy_dir()
-        .join(overlay)
-        .display()
-        .to_string();
-    let rendered = kubectl_ok(&cp, &["kustomize", &dir], None).await;
+    let rendered = install.render(&cp).await;
     let with_cert_manager = rendered.contains("\nkind: Certificate\n");
     let registered = rendered.contains("\nkind: ValidatingWebhookConfiguration\n");
     if with_cert_manager {
@@ -54,9 +134,7 @@ async fn one_maintenance_through(overlay: &str) {
             std::fs::read_to_string(cp.binaries().path("prometheus-operator-crds.yaml")).unwrap();
         cp.apply(&crds).await.unwrap();
     }
-    // Exactly the user's command. Server-side: the policies ConfigMap is
-    // too big for client-side apply's last-applied annotation.
-    kubectl_ok(&cp, &["apply", "--server-side", "-k", &dir], None).await;
+    install.install(&cp).await;
 
     let admin = cp.client().await.unwrap();
     let certs = tempfile::tempdir().unwrap();
@@ -362,20 +440,27 @@ fn deployment_service_account(rendered: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_overlay_with_cert_manager_admits_through_the_webhook() {
-    one_maintenance_through("default").await;
+    one_maintenance_through(Install::Kustomize("default")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_prometheus_overlay_validates_against_the_prometheus_operator_crds() {
-    one_maintenance_through("with-prometheus").await;
+    one_maintenance_through(Install::Kustomize("with-prometheus")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_cert_manager_overlay_runs_without_the_webhook() {
-    one_maintenance_through("no-cert-manager").await;
+    one_maintenance_through(Install::Kustomize("no-cert-manager")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_open_overlay_runs_with_cert_manager() {
-    one_maintenance_through("metrics-open").await;
+    one_maintenance_through(Install::Kustomize("metrics-open")).await;
+}
+
+/// The Helm chart, installed as its README says: `helm install
+/// --create-namespace` into the operator's namespace, with cert-manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_helm_chart_installs_an_operator_that_admits_through_the_webhook() {
+    one_maintenance_through(Install::Helm).await;
 }

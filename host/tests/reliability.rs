@@ -534,6 +534,15 @@ async fn bad_node_maintenances() {
         .map(|o| o.name.clone())
         .collect();
     assert_eq!(owners, ["worker-3"]);
+    // And the maintenance says so in its events.
+    wait_until("a MovedMaintenance event", Duration::from_secs(30), || async {
+        env.events_for("moving").await.iter().any(|(t, r, m)| {
+            t == "Warning"
+                && r == "MovedMaintenance"
+                && m == "spec.nodeName changed from worker-4 to worker-3: node worker-4 restored, the maintenance starts over on worker-3"
+        })
+    })
+    .await;
     nms.delete("moving", &DeleteParams::default())
         .await
         .unwrap();

@@ -208,7 +208,7 @@ async fn secure_metrics_serve_only_clients_the_cluster_authorizes() {
     tokio::spawn(async move {
         nmo::secure_metrics::serve(
             listener,
-            server::metrics(Default::default(), std::sync::Arc::new(|| {})),
+            server::metrics(common::metrics().registry, std::sync::Arc::new(|| {})),
             client,
             Some(&cert_dir),
             ConnLimits::default(),

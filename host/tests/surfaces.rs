@@ -67,7 +67,7 @@ async fn metrics_move_with_a_maintenance() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(server::serve(
         listener,
-        server::metrics(env.metrics.clone(), Arc::new(|| {})),
+        server::metrics(env.metrics.registry.clone(), Arc::new(|| {})),
     ));
     env.cluster.apply_yaml(WORKLOAD).unwrap();
     // Every pod of the workload scheduled (3 web, an agent per node, 2
@@ -101,11 +101,8 @@ async fn metrics_move_with_a_maintenance() {
     // The pass that wrote Succeeded has ended (it counts the drain's
     // duration last).
     wait_until("the pass counted", Duration::from_secs(10), || async {
-        env.metrics
-            .reconcile_total
-            .with_label_values(&["nodemaintenance", "requeue_after"])
-            .get()
-            >= 1
+        env.metrics.controller.drain_duration.get_sample_count() >= 1
+            && env.metrics.controller.reconciles(ReconcileResult::Success) >= 1
     })
     .await;
     let (text, after) = scrape(addr).await;
@@ -182,10 +179,12 @@ async fn phase_gauges_and_readiness_follow_the_controller() {
         .unwrap()
         .default_policy()
         .unwrap();
+    let served = metrics();
     let ctx = nmo::controller::Context::new(
         env.client.clone(),
         nmo::policy::PolicyStore::single(policy),
         Default::default(),
+        served.controller.clone(),
     );
     let checks = server::readiness_checks(ctx.clone(), false);
     let probes = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -208,7 +207,10 @@ async fn phase_gauges_and_readiness_follow_the_controller() {
     let c = ctx.clone();
     tokio::spawn(server::serve(
         metrics,
-        server::metrics(c.metrics.clone(), Arc::new(move || c.refresh_gauges())),
+        server::metrics(
+            served.registry.clone(),
+            Arc::new(move || c.refresh_gauges()),
+        ),
     ));
     let run = tokio::spawn(nmo::controller::run(ctx.clone()));
     env.create_nm("nm-a", "worker-1").await;
@@ -597,7 +599,12 @@ async fn deletions_during_start_up_do_not_keep_the_operator_unready() {
                 "spec": {"nodeName": "no-such-node"}}))
             .unwrap();
     }
-    let ctx = nmo::controller::Context::new(client.clone(), policy_store(None), Default::default());
+    let ctx = nmo::controller::Context::new(
+        client.clone(),
+        policy_store(None),
+        Default::default(),
+        metrics().controller,
+    );
     let run = tokio::spawn(nmo::controller::run(ctx.clone()));
     for name in &names {
         let _ = cluster.delete(

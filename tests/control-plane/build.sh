@@ -18,7 +18,7 @@ root="${NMO_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nmo-control-pla
 key="$(cd "$here" && cat versions.env build.sh $(find . -name '*.go' -o -name '*.yaml' | sort) | sha256sum | cut -c1-16)"
 dir="$root/$key"
 bin="$dir/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml prometheus-operator-crds.yaml)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-crd.yaml prometheus-operator-crds.yaml helm operator-verify registry crane)
 
 complete() {
   for b in "${want[@]}"; do [[ -s "$bin/$b" ]] || return 1; done
@@ -38,7 +38,7 @@ if complete; then
 fi
 
 start=$SECONDS
-echo "control-plane: building Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, cert-manager $CERT_MANAGER_VERSION into $dir (cold, with empty Go caches: about 20 minutes on 2 cores; once built, reused)" >&2
+echo "control-plane: building Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, cert-manager $CERT_MANAGER_VERSION, kube-state-metrics $KUBE_STATE_METRICS_VERSION, the Go Node Maintenance Operator $NODE_MAINTENANCE_OPERATOR_VERSION, helm $HELM_VERSION, operator-verify $OPERATOR_FRAMEWORK_API_VERSION, Distribution $DISTRIBUTION_VERSION, crane $GO_CONTAINERREGISTRY_VERSION into $dir (cold, with empty Go caches: 10 to 15 minutes on 2 cores; once built, reused)" >&2
 rm -rf "$dir.tmp"
 mkdir -p "$dir.tmp/bin" "$dir.tmp/src"
 out="$dir.tmp/bin"
@@ -103,10 +103,18 @@ step "kwok: building"
 GOBIN="$out" go install -trimpath -ldflags "$ld -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 # Its stages: kwok's own fast node and pod stages, node heartbeats with a
 # lease, and the pod deletion of kwok/pod-delete.yaml (a grace period kept).
+# The fast pod-ready stage gets the delay kwok's general one takes from the
+# pod's annotation pod-ready.stage.kwok.x-k8s.io/delay ("2s"; none: at
+# once), so a benchmark's replacements can take their time to be Ready.
 stages="$(go env GOMODCACHE)/sigs.k8s.io/kwok@$KWOK_VERSION/kustomize/stage"
 for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
   pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml; do
-  cat "$stages/$f"
+  if [[ "$f" == pod/fast/pod-ready.yaml ]]; then
+    awk -v delay="$(cat "$here/kwok/pod-ready-delay.yaml")" \
+      '/^  next:/ && !done { print delay; done = 1 } { print }' "$stages/$f"
+  else
+    cat "$stages/$f"
+  fi
   echo "---"
 done >"$out/kwok-stages.yaml"
 cat "$here/kwok/pod-delete.yaml" >>"$out/kwok-stages.yaml"
@@ -122,6 +130,49 @@ step "cert-manager: building the controller and the cainjector"
 (cd "$c" && go build -trimpath -ldflags "$ld" -o "$out/cert-manager-controller" ./controller &&
   go build -trimpath -ldflags "$ld" -o "$out/cert-manager-cainjector" ./cainjector)
 cat "$(go env GOMODCACHE)/github.com/cert-manager/cert-manager@$CERT_MANAGER_VERSION"/deploy/crds/*.yaml >"$out/cert-manager-crds.yaml"
+
+# A module's main package, built from a wrapper module that requires the
+# exact version: `go install name@version` first asks the proxy for the
+# module's version list, which it does not serve for some modules.
+#   wrapped_main LABEL NAME MODULE@VERSION PACKAGE EXTRA_LDFLAGS
+wrapped_main() {
+  local label="$1" name="$2" module="$3" package="$4" ldflags="$5"
+  local w="$dir.tmp/src/$name"
+  mkdir -p "$w"
+  printf 'module nmo.invalid/control-plane/%s\n\ngo 1.26.0\n' "$name" >"$w/go.mod"
+  step "$label: resolving modules"
+  (cd "$w" && quiet go get -tool "$module")
+  step "$label: building"
+  (cd "$w" && go build -trimpath -ldflags "$ld $ldflags" -o "$out/$name" "$package")
+}
+
+wrapped_main kube-state-metrics kube-state-metrics "k8s.io/kube-state-metrics/v2@$KUBE_STATE_METRICS_VERSION" \
+  k8s.io/kube-state-metrics/v2 "-X github.com/prometheus/common/version.Version=${KUBE_STATE_METRICS_VERSION#v}"
+
+# The Go Node Maintenance Operator (its go.mod has no replace directives),
+# and its CRD as its release ships it.
+wrapped_main "the Go Node Maintenance Operator" node-maintenance-operator \
+  "github.com/medik8s/node-maintenance-operator@$NODE_MAINTENANCE_OPERATOR_VERSION" \
+  github.com/medik8s/node-maintenance-operator ""
+cp "$(go env GOMODCACHE)/github.com/medik8s/node-maintenance-operator@$NODE_MAINTENANCE_OPERATOR_VERSION/config/crd/bases/nodemaintenance.medik8s.io_nodemaintenances.yaml" \
+  "$out/node-maintenance-operator-crd.yaml"
+
+# Helm, for the chart's tests (host/tests/helm.rs, real_deploy.rs).
+wrapped_main helm helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" helm.sh/helm/v4/cmd/helm \
+  "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION"
+
+# operator-verify, for the OLM bundle's test (host/tests/olm.rs).
+wrapped_main operator-verify operator-verify \
+  "github.com/operator-framework/api/cmd/operator-verify@$OPERATOR_FRAMEWORK_API_VERSION" \
+  github.com/operator-framework/api/cmd/operator-verify ""
+
+# The registry (CNCF Distribution) and crane, for host/tests/oci.rs.
+wrapped_main "the Distribution registry" registry \
+  "github.com/distribution/distribution/v3/cmd/registry@$DISTRIBUTION_VERSION" \
+  github.com/distribution/distribution/v3/cmd/registry \
+  "-X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION"
+wrapped_main crane crane "github.com/google/go-containerregistry/cmd/crane@$GO_CONTAINERREGISTRY_VERSION" \
+  github.com/google/go-containerregistry/cmd/crane ""
 
 # The Prometheus Operator's CRDs, from its module (nothing to build).
 step "Prometheus Operator: its CRDs"

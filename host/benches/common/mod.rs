@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, EvictParams, ListParams};
-use nmo::crd::{MaintenancePhase, NodeMaintenance};
+use kube::api::{Api, EvictParams, ListParams, PostParams};
+use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
 
 /// Pods left on `node` (`usize::MAX` when the list fails).
 pub async fn pods_left(client: &Client, node: &str) -> usize {
@@ -66,4 +66,22 @@ pub async fn wait_succeeded(api: &Api<NodeMaintenance>, names: &[String]) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
+}
+
+/// Creates a NodeMaintenance for each node, all at once (as many users or
+/// a tool applying them in parallel would).
+pub async fn create_nms(api: &Api<NodeMaintenance>, nodes: &[String]) -> Vec<String> {
+    let names: Vec<String> = nodes.iter().map(|n| format!("nm-{n}")).collect();
+    futures::future::join_all(nodes.iter().zip(&names).map(|(node, name)| {
+        let nm = NodeMaintenance::new(
+            name,
+            NodeMaintenanceSpec {
+                node_name: node.clone(),
+                reason: None,
+            },
+        );
+        async move { api.create(&PostParams::default(), &nm).await.unwrap() }
+    }))
+    .await;
+    names
 }

@@ -5,7 +5,7 @@
 //! prints the final NodeMaintenance as `kubectl describe nm` would, then
 //! ends the maintenance and shows the node restored.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,9 @@ use nmo_sim::{SimCluster, SimOptions};
 /// Options of `nmo demo`.
 pub struct DemoOptions {
     pub policy: Option<PathBuf>,
+    /// A policy directory (`.wasm` files and `policies.yaml`, with the
+    /// policies' settings), as the operator's `--policy-dir`.
+    pub policy_dir: Option<PathBuf>,
     pub nodes: usize,
     pub pods: usize,
     pub keep_running: bool,
@@ -29,14 +32,19 @@ pub struct DemoOptions {
 
 /// The maintenance the demo creates.
 const NM: &str = "worker-1-maintenance";
-/// How long the demo waits for the maintenance to end.
-const DRAIN_LIMIT: Duration = Duration::from_secs(90);
+/// How long the demo watches a drain that makes no progress (no pod goes)
+/// before it says so and ends; a drain that progresses is watched to its
+/// end, however long it takes.
+const STALL_LIMIT: Duration = Duration::from_secs(120);
 /// How long an interrupted demo waits for the node to be restored.
 const RESTORE_LIMIT: Duration = Duration::from_millis(1500);
 
 /// How the demo ended, as its exit code says: 0 the maintenance
-/// succeeded and the node was restored; 1 it did not (failed, or still
-/// running at the limit); 130 interrupted (Ctrl-C or SIGTERM).
+/// succeeded and the node was restored; 1 it did not (failed, only pods
+/// the policy blocks on left, or no progress for [`STALL_LIMIT`]); 130
+/// interrupted (Ctrl-C or SIGTERM) before the maintenance ended. With
+/// `--keep-running`, Ctrl-C is how the demo ends: the code is the
+/// maintenance's (0 or 1).
 pub enum Outcome {
     Succeeded,
     NotSucceeded,
@@ -154,7 +162,12 @@ spec: {nodeName: worker-1, containers: [{name: sh, image: busybox}]}
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: cache-warmer, namespace: shop}
+metadata:
+  name: cache-warmer
+  namespace: shop
+  # The opt-out policy leaves it in place (a node-local cache); the
+  # default ignores the annotation and evicts it.
+  annotations: {nmo.medik8s.io/drain: skip}
 spec:
   nodeName: worker-1
   containers: [{name: warm, image: "warmer:1"}]
@@ -256,20 +269,46 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     let began = Instant::now();
     let mut interrupt = Interrupt::listen();
     let engine = PolicyEngine::new(EngineConfig::default())?;
-    let policy = match &opts.policy {
-        Some(path) => engine.load_file(path)?.alone()?,
-        None => engine.default_policy()?,
+    let (store, files) = match (&opts.policy_dir, &opts.policy) {
+        (Some(dir), _) => {
+            let store = nmo::policy::PolicyStore::from_dir(engine.clone(), dir, None)?;
+            println!(
+                "== nmo demo: policy directory {}: {}",
+                dir.display(),
+                store.current().summary()
+            );
+            (store, Some(directory_files(dir)?))
+        }
+        (None, Some(path)) => {
+            let policy = engine.load_file(path)?.alone()?;
+            println!(
+                "== nmo demo: policy {} (sha256 {})",
+                policy.name(),
+                &policy.digest()[..12]
+            );
+            (
+                nmo::policy::PolicyStore::single(policy),
+                Some(single_file(path)?),
+            )
+        }
+        (None, None) => {
+            let policy = engine.default_policy()?;
+            println!(
+                "== nmo demo: policy {} (sha256 {})",
+                policy.name(),
+                &policy.digest()[..12]
+            );
+            (nmo::policy::PolicyStore::single(policy), None)
+        }
     };
-    println!(
-        "== nmo demo: policy {} (sha256 {})",
-        policy.name(),
-        &policy.digest()[..12]
-    );
     let cluster = start_cluster(&opts).await?;
     let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig()).await?;
+    if let Some(files) = files {
+        publish_policies(&client, files).await?;
+    }
     let ctx = Context::new(
         client.clone(),
-        nmo::policy::PolicyStore::single(policy),
+        store,
         Settings {
             instance: "nmo-demo".into(),
             // The demo ends its maintenance after Ctrl-C: the operator
@@ -277,15 +316,19 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
             stop_on_signal: false,
             ..Settings::default()
         },
+        // The demo serves no metrics: a registry of its own.
+        controller::ControllerMetrics::register(&prometheus::Registry::new())?,
     );
     let operator = tokio::spawn(controller::run(ctx));
-    // Biased: with --keep-running, Ctrl-C is how the demo ends, and the
-    // maintenance's own outcome stands.
     let outcome = tokio::select! {
-        biased;
-        r = maintain(&cluster, &client, &opts, &engine, interrupt.clone()) => r?,
+        r = maintain(&client, &opts, &engine) => r?,
         () = interrupt.wait() => Outcome::Interrupted,
     };
+    // With --keep-running, Ctrl-C is how the demo ends, and the
+    // maintenance's own outcome stands: the wait is outside the race above.
+    if opts.keep_running && !matches!(outcome, Outcome::Interrupted) {
+        keep_running(&cluster, interrupt.clone()).await?;
+    }
     // After a signal, the node gets a short while to be restored.
     let hurry = *interrupt.0.borrow();
     let outcome = finish(&client, outcome, hurry).await?;
@@ -293,6 +336,122 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     operator.abort();
     cluster.stop().await;
     Ok(outcome)
+}
+
+/// The policies ConfigMap's files for one policy file: the policy, named
+/// after the file (a built one without its `nmo_policy_` prefix), as the
+/// default.
+fn single_file(path: &std::path::Path) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "demo".into());
+    let policy = stem
+        .strip_prefix("nmo_policy_")
+        .map(|s| s.replace('_', "-"))
+        .unwrap_or(stem);
+    Ok([
+        (format!("{policy}.wasm"), std::fs::read(path)?),
+        (
+            "policies.yaml".to_owned(),
+            format!("default: {policy}\n").into_bytes(),
+        ),
+    ]
+    .into())
+}
+
+/// The policies ConfigMap's files for a policy directory: its regular
+/// files, as a ConfigMap made from it holds them.
+fn directory_files(dir: &std::path::Path) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+    let mut files = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+        let entry = entry?;
+        if entry.file_type()?.is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            files.insert(name, std::fs::read(entry.path())?);
+        }
+    }
+    Ok(files)
+}
+
+/// Puts the demo's policies where `nmo plan` and `kubectl nm plan` look
+/// for the operator's: the policies ConfigMap `deploy/` installs (`.wasm`
+/// files as binaryData, the rest as data). So `--keep-running` shows the
+/// plan of the policies the demo's operator runs, not the embedded
+/// default.
+async fn publish_policies(client: &Client, files: BTreeMap<String, Vec<u8>>) -> anyhow::Result<()> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+    let (namespace, name) = nmo::plan::DEFAULT_CONFIGMAP;
+    let (mut data, mut binary) = (BTreeMap::new(), BTreeMap::new());
+    for (key, bytes) in files {
+        if key.ends_with(".wasm") {
+            binary.insert(key, ByteString(bytes));
+        } else {
+            data.insert(key, String::from_utf8_lossy(&bytes).into_owned());
+        }
+    }
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))?;
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e).context("creating the operator's namespace"),
+    }
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        data: Some(data),
+        binary_data: Some(binary),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &cm)
+        .await
+        .context("creating the policies ConfigMap")?;
+    Ok(())
+}
+
+/// The policy file `--policy` names: a path, or the name of a policy this
+/// build made (`never-force`, `stateful-last`, ...: the crates under
+/// `policies/`, built into the build's policy folder).
+pub fn policy_path(given: &std::path::Path) -> anyhow::Result<PathBuf> {
+    if given.exists() || given.extension().is_some_and(|e| e == "wasm") {
+        return Ok(given.to_owned());
+    }
+    let built = std::path::Path::new(env!("NMO_POLICY_WASM_DIR"));
+    let name = given.display().to_string();
+    let file = built.join(format!("nmo_policy_{}.wasm", name.replace('-', "_")));
+    if file.is_file() {
+        return Ok(file);
+    }
+    let known: Vec<String> = std::fs::read_dir(built)
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    let stem = n.strip_prefix("nmo_policy_")?.strip_suffix(".wasm")?;
+                    Some(stem.replace('_', "-"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    anyhow::bail!(
+        "no policy file {name} and no built policy of that name{}",
+        if known.is_empty() {
+            String::new()
+        } else {
+            let mut known = known;
+            known.sort();
+            format!(" (built: {})", known.join(", "))
+        }
+    )
 }
 
 /// The simulated cluster with its workload placed: controllers' pods
@@ -343,14 +502,11 @@ async fn start_cluster(opts: &DemoOptions) -> anyhow::Result<SimCluster> {
     Ok(cluster)
 }
 
-/// The plan, the maintenance and its live progress; with
-/// `--keep-running`, the cluster left up until interrupted.
+/// The plan, the maintenance and its live progress.
 async fn maintain(
-    cluster: &SimCluster,
     client: &Client,
     opts: &DemoOptions,
     engine: &PolicyEngine,
-    mut interrupt: Interrupt,
 ) -> anyhow::Result<Outcome> {
     print_pods(client, "worker-1").await?;
     let plan = show_plan(client, opts, engine).await?;
@@ -382,23 +538,29 @@ async fn maintain(
                 .unwrap_or_default()
         );
     }
-    if opts.keep_running {
-        let path = std::env::temp_dir().join("nmo-demo.kubeconfig");
-        cluster.write_kubeconfig(&path)?;
-        let exe = std::env::current_exe()
-            .map(|p| p.display().to_string())
-            .unwrap_or_else(|_| "nmo".into());
-        println!(
-            "== cluster left running (Ctrl-C to stop). Try:\n   export KUBECONFIG={}\n   kubectl get nm,nodes,pods -A\n   ln -sf {exe} /usr/local/bin/kubectl-nm   # the kubectl plugin, once\n   kubectl nm plan worker-2   # what a maintenance of worker-2 would do\n   kubectl nm status",
-            path.display()
-        );
-        interrupt.wait().await;
-    }
     Ok(if succeeded {
         Outcome::Succeeded
     } else {
         Outcome::NotSucceeded
     })
+}
+
+/// `--keep-running`: leaves the cluster up, with its own kubeconfig, until
+/// Ctrl-C (or SIGTERM); the kubeconfig goes with the demo.
+async fn keep_running(cluster: &SimCluster, mut interrupt: Interrupt) -> anyhow::Result<()> {
+    // One per demo: two demos never share (or remove) one file.
+    let path = std::env::temp_dir().join(format!("nmo-demo-{}.kubeconfig", std::process::id()));
+    cluster.write_kubeconfig(&path)?;
+    let _remove = RemoveOnDrop(path.clone());
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "nmo".into());
+    println!(
+        "== cluster left running (Ctrl-C to stop). Try:\n   export KUBECONFIG={}\n   kubectl get nm,nodes,pods -A\n   ln -sf {exe} /usr/local/bin/kubectl-nm   # the kubectl plugin, once\n   kubectl nm plan worker-2   # what a maintenance of worker-2 would do\n   kubectl nm status",
+        path.display()
+    );
+    interrupt.wait().await;
+    Ok(())
 }
 
 /// What the policy decides for each pod of worker-1, before the drain.
@@ -407,9 +569,10 @@ async fn show_plan(
     opts: &DemoOptions,
     engine: &PolicyEngine,
 ) -> anyhow::Result<nmo::plan::Report> {
-    let source = match &opts.policy {
-        Some(path) => nmo::plan::Source::File(path.clone()),
-        None => nmo::plan::Source::Embedded,
+    let source = match (&opts.policy_dir, &opts.policy) {
+        (Some(dir), _) => nmo::plan::Source::Dir(dir.clone()),
+        (None, Some(path)) => nmo::plan::Source::File(path.clone()),
+        (None, None) => nmo::plan::Source::Embedded,
     };
     let report = nmo::plan::plan(
         client,
@@ -430,9 +593,9 @@ async fn show_plan(
 }
 
 /// Shows the drain live until the maintenance ends, only pods the policy
-/// blocks on are left (nothing moves them but a person), or
-/// [`DRAIN_LIMIT`]: progress, what it waits for, events. Returns it as it
-/// ended.
+/// blocks on are left (nothing moves them but a person), or no pod has
+/// gone for [`STALL_LIMIT`]: progress, what it waits for, events. Returns
+/// it as it ended.
 async fn follow(
     client: &Client,
     nms: &Api<NodeMaintenance>,
@@ -451,7 +614,8 @@ async fn follow(
     );
     let mut seen_events = HashSet::new();
     let mut last_line = String::new();
-    let started = Instant::now();
+    let mut last_pending = usize::MAX;
+    let mut progressed = Instant::now();
     let done = loop {
         let current = nms.get(NM).await?;
         let s = current.status.clone().unwrap_or_default();
@@ -502,8 +666,20 @@ async fn follow(
         if matches!(
             s.phase,
             Some(MaintenancePhase::Succeeded | MaintenancePhase::Failed)
-        ) || started.elapsed() > DRAIN_LIMIT
-        {
+        ) {
+            break current;
+        }
+        if pending.len() != last_pending {
+            last_pending = pending.len();
+            progressed = Instant::now();
+        } else if progressed.elapsed() > STALL_LIMIT {
+            say(
+                &bar,
+                format!(
+                    "  no pod has gone for {} s: the demo stops watching (the drain itself goes on trying)",
+                    STALL_LIMIT.as_secs()
+                ),
+            );
             break current;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -570,4 +746,13 @@ async fn finish(client: &Client, outcome: Outcome, hurry: bool) -> anyhow::Resul
         (Outcome::Succeeded, false) => Outcome::NotSucceeded,
         (o, _) => o,
     })
+}
+
+/// Removes a file when dropped (the demo's kubeconfig, when it ends).
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }

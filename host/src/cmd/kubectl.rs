@@ -66,6 +66,106 @@ pub struct PlanArgs {
     pub cluster: ClusterArgs,
 }
 
+/// `nmo policy add`: one policy into the operator's policies ConfigMap.
+#[derive(Debug, Clone, Args)]
+pub struct AddArgs {
+    /// The policy (.wasm), as `cargo build --target wasm32-wasip2` made it.
+    pub file: PathBuf,
+    /// Its name in the set (the ConfigMap key NAME.wasm; default: the
+    /// file's name, without .wasm, `_` as `-`).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The operator's policies ConfigMap, NAMESPACE/NAME.
+    #[arg(
+        long,
+        default_value = "node-maintenance-operator-system/node-maintenance-operator-policies"
+    )]
+    pub policy_configmap: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// A policy's name is lowercase letters, digits and '-' (it is a
+/// ConfigMap key, `NAME.wasm`, and an artifact's title).
+pub fn check_policy_name(name: &str) -> anyhow::Result<()> {
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        anyhow::bail!("{name:?} is no policy name: lowercase letters, digits and '-' (--name)");
+    }
+    Ok(())
+}
+
+/// What one ConfigMap may hold, as the API server counts it.
+const CONFIGMAP_LIMIT: usize = 1024 * 1024;
+
+/// `nmo policy add`.
+pub fn run_policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Runtime::new()?.block_on(policy_add(args))
+}
+
+async fn policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams};
+    let name = match &args.name {
+        Some(n) => n.clone(),
+        None => args
+            .file
+            .file_stem()
+            .map(|s| s.to_string_lossy().replace('_', "-"))
+            .unwrap_or_default(),
+    };
+    check_policy_name(&name)?;
+    let wasm =
+        std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
+    // Checked as the operator will check it, before the cluster is touched.
+    let engine = super::engine()?;
+    let policy = engine.load(&name, &wasm)?;
+    nmo::policy::selfcheck::run(&policy)?;
+    let (namespace, cm_name) = args
+        .policy_configmap
+        .split_once('/')
+        .context("--policy-configmap is NAMESPACE/NAME")?;
+    let client = client(&args.cluster).await?;
+    let api = Api::<ConfigMap>::namespaced(client, namespace);
+    let key = format!("{name}.wasm");
+    let current = api.get(cm_name).await?;
+    let others: usize = current
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .chain(
+            current
+                .binary_data
+                .iter()
+                .flatten()
+                .filter(|(k, _)| **k != key)
+                .map(|(k, v)| k.len() + v.0.len()),
+        )
+        .sum();
+    let total = others + key.len() + wasm.len();
+    if total > CONFIGMAP_LIMIT {
+        anyhow::bail!(
+            "{key} ({} bytes) would make ConfigMap {namespace}/{cm_name} {total} bytes, past the {CONFIGMAP_LIMIT} a ConfigMap holds; nothing changed",
+            wasm.len()
+        );
+    }
+    // A merge patch of this one key: every other key stays as it is, and
+    // no other field manager's fields are taken.
+    let patch = serde_json::json!({"binaryData": {&key: k8s_openapi::ByteString(wasm.clone())}});
+    api.patch(cm_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    println!(
+        "configmap/{cm_name} patched: {key} ({} bytes, sha256 {}); {total} of {CONFIGMAP_LIMIT} bytes used",
+        wasm.len(),
+        &policy.digest()[..12]
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `kubectl nm`: node maintenance with nmo.
 #[derive(Debug, Parser)]
 #[command(
@@ -85,14 +185,28 @@ pub enum PluginCommand {
     /// wave and grace period, the budgets that would hold it up. Changes
     /// nothing.
     Plan(PlanArgs),
-    /// Put NODE into maintenance (creates a NodeMaintenance).
+    /// Put NODE into maintenance (creates a NodeMaintenance), or every node
+    /// a label selector picks (-l: one NodeMaintenance each, in one group;
+    /// the policy's admission decides their order).
     Start {
-        node: String,
+        #[arg(required_unless_present = "selector", conflicts_with = "selector")]
+        node: Option<String>,
+        /// Every node this label selector picks (as kubectl's -l).
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
+        /// With -l: a selector that picks every node is refused unless
+        /// this says it is meant.
+        #[arg(long, requires = "selector")]
+        all_nodes: bool,
+        /// With -l: the group's name (the nodemaintenance.medik8s.io/group
+        /// label of its NodeMaintenances; default: start-<unix time>).
+        #[arg(long, requires = "selector")]
+        group: Option<String>,
         /// Why (the NodeMaintenance's spec.reason).
         #[arg(long)]
         reason: Option<String>,
         /// The NodeMaintenance's name (default: the node's).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "selector")]
         name: Option<String>,
         /// The policy to drain with (the nodemaintenance.medik8s.io/policy
         /// annotation).
@@ -101,10 +215,14 @@ pub enum PluginCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
-    /// Every maintenance: phase, progress, pending pods, age.
+    /// Every maintenance: phase, progress, pending pods, age; and each
+    /// group's progress (maintenances started together by start -l).
     Status {
         #[arg(short, long, value_enum, default_value = "table")]
         output: Output,
+        /// Only this group's maintenances.
+        #[arg(long)]
+        group: Option<String>,
         #[command(flatten)]
         cluster: ClusterArgs,
     },
@@ -133,13 +251,36 @@ pub fn run_plugin(plugin: Plugin) -> anyhow::Result<ExitCode> {
         match plugin.command {
             PluginCommand::Plan(args) => plan(&args).await,
             PluginCommand::Start {
-                node,
+                node: Some(node),
                 reason,
                 name,
                 policy,
                 cluster,
+                ..
             } => start(&cluster, &node, reason, name, policy).await,
-            PluginCommand::Status { output, cluster } => status(&cluster, output).await,
+            PluginCommand::Start {
+                selector,
+                all_nodes,
+                group,
+                reason,
+                policy,
+                cluster,
+                ..
+            } => {
+                let many = Many {
+                    selector: selector.unwrap_or_default(),
+                    all_nodes,
+                    group,
+                    reason,
+                    policy,
+                };
+                start_many(&cluster, many).await
+            }
+            PluginCommand::Status {
+                output,
+                group,
+                cluster,
+            } => status(&cluster, output, group.as_deref()).await,
             PluginCommand::Stop { node, cluster } => stop(&cluster, &node).await,
         }
     })
@@ -210,17 +351,19 @@ async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn start(
-    cluster: &ClusterArgs,
+/// The label that ties the NodeMaintenances one `start -l` made.
+pub const GROUP_LABEL: &str = "nodemaintenance.medik8s.io/group";
+
+/// The NodeMaintenance `start` creates for `node`.
+fn maintenance(
+    name: &str,
     node: &str,
     reason: Option<String>,
-    name: Option<String>,
     policy: Option<String>,
-) -> anyhow::Result<ExitCode> {
-    let client = client(cluster).await?;
-    let name = name.unwrap_or_else(|| node.to_owned());
+    group: Option<&str>,
+) -> NodeMaintenance {
     let mut nm = NodeMaintenance::new(
-        &name,
+        name,
         NodeMaintenanceSpec {
             node_name: node.to_owned(),
             reason,
@@ -230,12 +373,97 @@ async fn start(
         nm.annotations_mut()
             .insert(nmo::policy::POLICY_ANNOTATION.to_owned(), policy);
     }
+    if let Some(group) = group {
+        nm.labels_mut()
+            .insert(GROUP_LABEL.to_owned(), group.to_owned());
+    }
+    nm
+}
+
+async fn start(
+    cluster: &ClusterArgs,
+    node: &str,
+    reason: Option<String>,
+    name: Option<String>,
+    policy: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let client = client(cluster).await?;
+    let name = name.unwrap_or_else(|| node.to_owned());
+    let nm = maintenance(&name, node, reason, policy, None);
     Api::<NodeMaintenance>::all(client)
         .create(&PostParams::default(), &nm)
-        .await
-        .map_err(api_error)?;
+        .await?;
     println!("nodemaintenance.nodemaintenance.medik8s.io/{name} created");
     Ok(ExitCode::SUCCESS)
+}
+
+/// `start -l`: what to start.
+struct Many {
+    selector: String,
+    all_nodes: bool,
+    group: Option<String>,
+    reason: Option<String>,
+    policy: Option<String>,
+}
+
+/// One NodeMaintenance (named after its node) for every node `selector`
+/// picks, labelled with their group. A selector that picks every node is
+/// refused unless `all_nodes`. A node that cannot be started (it has a
+/// maintenance already, the webhook refuses it) is reported and the
+/// others go on; the exit code is 1 when any failed.
+async fn start_many(cluster: &ClusterArgs, many: Many) -> anyhow::Result<ExitCode> {
+    let client = client(cluster).await?;
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    let picked = nodes
+        .list(&ListParams::default().labels(&many.selector))
+        .await?
+        .items;
+    if picked.is_empty() {
+        anyhow::bail!("no node matches the selector {:?}", many.selector);
+    }
+    let total = nodes
+        .list_metadata(&ListParams::default())
+        .await?
+        .items
+        .len();
+    if picked.len() >= total && !many.all_nodes {
+        anyhow::bail!(
+            "the selector {:?} picks every node ({total}): that is the whole cluster; say --all-nodes if it is meant",
+            many.selector
+        );
+    }
+    let group = many
+        .group
+        .unwrap_or_else(|| format!("start-{}", Timestamp::now().as_second()));
+    let api = Api::<NodeMaintenance>::all(client);
+    let mut failed = 0;
+    for node in &picked {
+        let name = node.name_any();
+        let nm = maintenance(
+            &name,
+            &name,
+            many.reason.clone(),
+            many.policy.clone(),
+            Some(&group),
+        );
+        match api.create(&PostParams::default(), &nm).await {
+            Ok(_) => println!("nodemaintenance.nodemaintenance.medik8s.io/{name} created"),
+            Err(e) => {
+                failed += 1;
+                eprintln!("{name}: {}", super::error_text(&anyhow::Error::new(e)));
+            }
+        }
+    }
+    println!(
+        "group {group}: {} of {} node(s) started; `kubectl nm status --group {group}` shows its progress",
+        picked.len() - failed,
+        picked.len()
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// One line of `kubectl nm status`; `-o json|yaml` prints a list of these.
@@ -251,15 +479,22 @@ struct StatusLine {
     last_error: Option<String>,
     /// Why the policy holds it back (phase `Waiting`).
     waiting: Option<String>,
+    /// The group it was started in (`start -l`).
+    group: Option<String>,
     age_seconds: i64,
 }
 
-async fn status(cluster: &ClusterArgs, output: Output) -> anyhow::Result<ExitCode> {
+async fn status(
+    cluster: &ClusterArgs,
+    output: Output,
+    group: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let client = client(cluster).await?;
-    let list = Api::<NodeMaintenance>::all(client)
-        .list(&ListParams::default())
-        .await
-        .map_err(api_error)?;
+    let params = match group {
+        Some(g) => ListParams::default().labels(&format!("{GROUP_LABEL}={g}")),
+        None => ListParams::default(),
+    };
+    let list = Api::<NodeMaintenance>::all(client).list(&params).await?;
     let now = Timestamp::now();
     let lines: Vec<StatusLine> = list
         .items
@@ -280,6 +515,7 @@ async fn status(cluster: &ClusterArgs, output: Output) -> anyhow::Result<ExitCod
                 policy: s.policy,
                 last_error: s.last_error,
                 waiting: s.waiting.map(|w| w.reason),
+                group: nm.labels().get(GROUP_LABEL).cloned(),
                 age_seconds: nm
                     .metadata
                     .creation_timestamp
@@ -318,15 +554,45 @@ async fn status(cluster: &ClusterArgs, output: Output) -> anyhow::Result<ExitCod
                     )
                 );
             }
+            for line in group_lines(&lines) {
+                println!("{line}");
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Each group's progress: how many of its maintenances are in each phase.
+fn group_lines(lines: &[StatusLine]) -> Vec<String> {
+    let mut groups: std::collections::BTreeMap<&str, std::collections::BTreeMap<&str, usize>> =
+        Default::default();
+    for l in lines {
+        if let Some(g) = &l.group {
+            *groups
+                .entry(g.as_str())
+                .or_default()
+                .entry(l.phase.as_str())
+                .or_default() += 1;
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(group, phases)| {
+            let total: usize = phases.values().sum();
+            let done = phases.get("Succeeded").copied().unwrap_or(0);
+            let each: Vec<String> = phases.iter().map(|(p, n)| format!("{n} {p}")).collect();
+            format!(
+                "group {group}: {done} of {total} succeeded ({})",
+                each.join(", ")
+            )
+        })
+        .collect()
+}
+
 async fn stop(cluster: &ClusterArgs, node: &str) -> anyhow::Result<ExitCode> {
     let client = client(cluster).await?;
     let api = Api::<NodeMaintenance>::all(client);
-    let list = api.list(&ListParams::default()).await.map_err(api_error)?;
+    let list = api.list(&ListParams::default()).await?;
     let mine: Vec<&NodeMaintenance> = list
         .items
         .iter()
@@ -336,9 +602,7 @@ async fn stop(cluster: &ClusterArgs, node: &str) -> anyhow::Result<ExitCode> {
         anyhow::bail!("node {node} has no NodeMaintenance");
     }
     for nm in mine {
-        api.delete(&nm.name_any(), &DeleteParams::default())
-            .await
-            .map_err(api_error)?;
+        api.delete(&nm.name_any(), &DeleteParams::default()).await?;
         println!(
             "nodemaintenance.nodemaintenance.medik8s.io/{} deleted",
             nm.name_any()
@@ -354,13 +618,5 @@ fn age(seconds: i64) -> String {
         s if s < 7200 => format!("{}m", s / 60),
         s if s < 172_800 => format!("{}h", s / 3600),
         s => format!("{}d", s / 86_400),
-    }
-}
-
-/// An API error as kubectl shows it: the server's message.
-fn api_error(e: kube::Error) -> anyhow::Error {
-    match e {
-        kube::Error::Api(s) => anyhow::anyhow!("{}", s.message),
-        other => anyhow::Error::new(other),
     }
 }

@@ -100,6 +100,18 @@ pub struct Cli {
     #[arg(long, default_value = "/tmp/nmo-policy-cache")]
     pub policy_cache_dir: String,
 
+    /// A registry (HOST or HOST:PORT) that policies.yaml's `pull:`
+    /// references reach over plain HTTP; loopback registries always are.
+    /// Repeatable.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    pub insecure_registries: Vec<String>,
+
+    /// Credentials for the registries policies are pulled from: a Docker
+    /// config file (a mounted `kubernetes.io/dockerconfigjson` Secret's
+    /// `.dockerconfigjson`). Read at each pull; absent: anonymous.
+    #[arg(long, value_name = "FILE")]
+    pub registry_config: Option<PathBuf>,
+
     /// One policy file (.wasm) for every maintenance, instead of the policy
     /// directory.
     #[arg(long, conflicts_with = "policy_dir")]
@@ -119,9 +131,15 @@ pub enum Command {
     /// maintenance, show the drain live, then restore the node.
     #[cfg(feature = "demo")]
     Demo {
-        /// A policy file (.wasm) to use instead of the embedded default.
+        /// A policy file (.wasm), or the name of a policy this build made
+        /// (never-force, stateful-last, opt-out, give-up, ...), to use
+        /// instead of the embedded default.
         #[arg(long)]
         policy: Option<PathBuf>,
+        /// A policy directory (`.wasm` files and `policies.yaml`, where the
+        /// policies' settings go), read as the operator reads --policy-dir.
+        #[arg(long, conflicts_with = "policy")]
+        policy_dir: Option<PathBuf>,
         /// Worker nodes in the simulated cluster (2 to 50: worker-1 is
         /// drained onto the others).
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(2..=50))]
@@ -146,6 +164,14 @@ pub enum Command {
 impl Cli {
     /// The log level: the flag's, else info for the operator (its logs
     /// are its output) and error for commands a person reads.
+    /// Whether the command is `nmo demo` (which runs the operator).
+    pub fn is_demo(&self) -> bool {
+        #[cfg(feature = "demo")]
+        return matches!(self.command, Some(Command::Demo { .. }));
+        #[cfg(not(feature = "demo"))]
+        return false;
+    }
+
     pub fn log_level(&self) -> ZapLevel {
         self.zap_level.unwrap_or(match self.command {
             None => ZapLevel::Info,
@@ -165,6 +191,30 @@ pub enum PolicyCommand {
         /// embedded default policy.
         #[arg(required = true)]
         files: Vec<PathBuf>,
+    },
+    /// Add one policy to the operator's policies ConfigMap in the cluster
+    /// (or replace the one of that name), keeping every other key: the
+    /// policy is checked first, as `nmo policy check` does, and the
+    /// ConfigMap must stay within the 1 MiB the API server allows.
+    Add(kubectl::AddArgs),
+    /// Push a policy to an OCI registry as a Wasm artifact (checked first,
+    /// as `nmo policy check` does) and print the reference pinned by
+    /// digest that policies.yaml's `pull:` takes. Credentials: `docker
+    /// login`'s (~/.docker/config.json).
+    Push {
+        /// The policy (.wasm).
+        file: PathBuf,
+        /// Where to push it: REGISTRY/REPOSITORY[:TAG].
+        reference: String,
+        /// Its name (the artifact's title NAME.wasm, and the key the
+        /// printed policies.yaml line gives it; default: the file's name,
+        /// without .wasm, `_` as `-`).
+        #[arg(long)]
+        name: Option<String>,
+        /// A registry to push to over plain HTTP (loopback ones always
+        /// are).
+        #[arg(long = "insecure-registry", value_name = "HOST")]
+        insecure_registries: Vec<String>,
     },
     /// Run a policy on scenarios (YAML: a maintenance, a node, pods as
     /// `kubectl get -o yaml` prints them, and the expected decisions).
@@ -200,6 +250,54 @@ pub enum PolicyCommand {
     },
 }
 
+/// How a command's error reads, once: an error the API server sent as
+/// kubectl prints it (`Error from server (NotFound): nodes "worker-9" not
+/// found`), anything else as `error: ` and its chain of causes, each once.
+pub fn error_text(e: &anyhow::Error) -> String {
+    let status = e.chain().find_map(|cause| {
+        cause
+            .downcast_ref::<nmo::Error>()
+            .and_then(nmo::Error::api_status)
+            .or(match cause.downcast_ref::<kube::Error>() {
+                Some(kube::Error::Api(s)) => Some(s),
+                _ => None,
+            })
+    });
+    match status {
+        Some(s) if !s.reason.is_empty() => {
+            format!("Error from server ({}): {}", s.reason, s.message)
+        }
+        Some(s) => format!("Error from server: {}", s.message),
+        None => {
+            // Each cause once: some libraries' messages already hold their
+            // sources' text.
+            let mut text = String::new();
+            for cause in e.chain().map(ToString::to_string) {
+                if !text.contains(&cause) {
+                    if !text.is_empty() {
+                        text.push_str(": ");
+                    }
+                    text.push_str(&cause);
+                }
+            }
+            format!("error: {text}")
+        }
+    }
+}
+
+/// Restores SIGPIPE's default for a command whose output may be piped into
+/// `head` or a pager: when the reader goes, the command ends at once, as
+/// Unix tools do, instead of panicking in `println!` on a broken pipe.
+/// Sockets are unaffected (Rust writes them with `MSG_NOSIGNAL`), so the
+/// demo's embedded servers keep their behaviour.
+pub fn end_quietly_on_a_closed_pipe() {
+    // SAFETY: setting a signal's disposition to its default has no
+    // preconditions; it happens before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => operator(&cli).map(|()| ExitCode::SUCCESS),
@@ -210,12 +308,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         #[cfg(feature = "demo")]
         Some(Command::Demo {
             policy,
+            policy_dir,
             nodes,
             pods,
             keep_running,
         }) => {
             let opts = demo::DemoOptions {
-                policy,
+                policy: policy.as_deref().map(demo::policy_path).transpose()?,
+                policy_dir,
                 nodes: usize::from(nodes),
                 pods: usize::from(pods),
                 keep_running,
@@ -225,6 +325,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Command::Plan(args)) => kubectl::run_plan(&args),
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
+        Some(Command::Policy(PolicyCommand::Add(args))) => kubectl::run_policy_add(&args),
+        Some(Command::Policy(PolicyCommand::Push {
+            file,
+            reference,
+            name,
+            insecure_registries,
+        })) => policy_push(&file, &reference, name, insecure_registries),
         Some(Command::Policy(PolicyCommand::Test { policy, scenarios })) => {
             Ok(policy_test(&policy, &scenarios))
         }
@@ -248,11 +355,17 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// The sandbox as the binary runs it: the defaults, with policies compiled
 /// in a child process of this binary (under a time and memory limit).
 fn engine() -> nmo::policy::Result<PolicyEngine> {
+    PolicyEngine::new(engine_config())
+}
+
+/// The engine's settings: policies compiled in a worker process of this
+/// binary.
+fn engine_config() -> EngineConfig {
     let mut config = EngineConfig::default();
     if let Ok(exe) = std::env::current_exe() {
         config.compile = config.compile.with_worker_exe(exe);
     }
-    PolicyEngine::new(config)
+    config
 }
 
 /// The compiled-policy cache, if its directory is usable (private to this
@@ -297,11 +410,12 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
         runtime.spawn(nmo::server::serve(listener, probes));
         tracing::info!(logger = "setup", address = %addr, "serving probes");
     }
-    let policies = load_policies(cli)?;
+    let metrics = nmo::registry::OperatorMetrics::register()?;
+    let policies = load_policies(cli, metrics.policy.clone())?;
     runtime.block_on(async {
         let client = nmo::client::operator_client_counted(
             kube::Config::infer().await?,
-            Some(policies.metrics().clone()),
+            Some(metrics.client.clone()),
         )?;
         let settings = nmo::controller::Settings {
             max_concurrent,
@@ -311,13 +425,18 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
                 cli.lease_namespace.clone()
             },
             instance: cli.instance.clone(),
-            openshift: nmo::admission::is_openshift(&client).await,
+            openshift: nmo::fleet::is_openshift(&client).await,
             ..Default::default()
         };
-        let ctx = nmo::controller::Context::new(client.clone(), policies.clone(), settings);
+        let ctx = nmo::controller::Context::new(
+            client.clone(),
+            policies.clone(),
+            settings,
+            metrics.controller.clone(),
+        );
         tokio::spawn(policies.watch(Duration::from_millis(250), Duration::from_secs(30)));
         startup.started(nmo::server::readiness_checks(ctx.clone(), cli.leader_elect));
-        start_servers(cli, &ctx, &client).await?;
+        start_servers(cli, &ctx, &client, &metrics).await?;
         if cli.leader_elect {
             let ns = cli
                 .leader_election_namespace
@@ -340,8 +459,11 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
 
 /// The policies the operator decides with: one file (`--policy`) or the
 /// policy directory (compiled in parallel, from the cache when present).
-fn load_policies(cli: &Cli) -> anyhow::Result<std::sync::Arc<PolicyStore>> {
-    let engine = engine()?;
+fn load_policies(
+    cli: &Cli,
+    metrics: nmo::policy::PolicyMetrics,
+) -> anyhow::Result<std::sync::Arc<PolicyStore>> {
+    let engine = PolicyEngine::with_metrics(engine_config(), metrics)?;
     let cache = policy_cache(std::path::Path::new(&cli.policy_cache_dir));
     Ok(match &cli.policy {
         Some(path) => {
@@ -355,8 +477,43 @@ fn load_policies(cli: &Cli) -> anyhow::Result<std::sync::Arc<PolicyStore>> {
             );
             PolicyStore::single(policy)
         }
-        None => PolicyStore::from_dir(engine, &cli.policy_dir, cache)?,
+        None => {
+            let mut registry = nmo::policy::oci::Registry::new(nmo::policy::oci::RegistryConfig {
+                insecure: cli.insecure_registries.clone(),
+                auth_file: cli.registry_config.clone(),
+            });
+            if !cli.policy_cache_dir.is_empty() {
+                registry = registry
+                    .with_disk_cache(&std::path::Path::new(&cli.policy_cache_dir).join("oci"));
+            }
+            PolicyStore::from_dir_pulling(engine, &cli.policy_dir, cache, registry)?
+        }
     })
+}
+
+/// `nmo policy push`: checked, pushed, and the pinned reference printed.
+fn policy_push(
+    file: &std::path::Path,
+    reference: &str,
+    name: Option<String>,
+    insecure: Vec<String>,
+) -> anyhow::Result<ExitCode> {
+    use anyhow::Context as _;
+    let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let name = name.unwrap_or_else(|| {
+        file.file_stem()
+            .map(|s| s.to_string_lossy().replace('_', "-"))
+            .unwrap_or_default()
+    });
+    kubectl::check_policy_name(&name)?;
+    let policy = engine()?.load(&name, &wasm)?;
+    selfcheck::run(&policy)?;
+    let registry =
+        nmo::policy::oci::Registry::new(nmo::policy::oci::RegistryConfig::for_user(insecure));
+    let pinned = registry.push(&wasm, &name, reference)?;
+    println!("{pinned}");
+    eprintln!("\nin policies.yaml:\n  pull:\n    {name}: {pinned}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Starts the metrics and webhook servers (the probes run from the start).
@@ -364,13 +521,14 @@ async fn start_servers(
     cli: &Cli,
     ctx: &std::sync::Arc<nmo::controller::Context>,
     client: &kube::Client,
+    metrics: &nmo::registry::OperatorMetrics,
 ) -> anyhow::Result<()> {
     use nmo::server;
     if let Some(addr) = server::parse_bind(&cli.metrics_bind_address)? {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let ctx = ctx.clone();
         let handler = server::metrics(
-            ctx.metrics.clone(),
+            metrics.registry.clone(),
             std::sync::Arc::new(move || ctx.refresh_gauges()),
         );
         if cli.metrics_secure {
@@ -400,7 +558,8 @@ async fn start_servers(
             let listener = tokio::net::TcpListener::bind(addr).await?;
             let validator = nmo::webhook::Validator::new(client.clone())
                 .await
-                .with_policies(ctx.policies.clone());
+                .with_policies(ctx.policies.clone())
+                .with_metrics(metrics.webhook.clone());
             let dir = cli.webhook_cert_dir.clone();
             tokio::spawn(async move {
                 if let Err(e) = nmo::webhook::serve(listener, &dir, validator).await {
@@ -458,7 +617,11 @@ fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
         if file.is_dir() {
             // A policy directory (or a ConfigMap's content): as the
             // operator would load it.
+            let registry = nmo::policy::oci::Registry::new(
+                nmo::policy::oci::RegistryConfig::for_user(Vec::new()),
+            );
             let set = nmo::policy::set::Snapshot::read(file)
+                .and_then(|snap| snap.with_pulled(&registry))
                 .and_then(|snap| nmo::policy::PolicySet::load(&engine, &snap, None));
             match set {
                 Ok(set) => println!("ok    {}: {}", file.display(), set.summary()),

@@ -1,8 +1,10 @@
 //! The drain executor: carries out a validated plan, wave by wave, with
-//! evictions through the Eviction API (PDB 429s retried as kubectl does,
-//! every 5 s), deletes where the policy says delete, bounded concurrency,
-//! and pod disappearance observed by kube-runtime's watcher on the node's
-//! pods (the same list the plan is made from, then its watch).
+//! evictions through the Eviction API (paced by the PodDisruptionBudgets'
+//! watch, see `budgets.rs`: sent when a budget has room, a refusal asked
+//! again when the budget changes, at the latest after kubectl's 5 s),
+//! deletes where the policy says delete, bounded concurrency, and pod
+//! disappearance observed by kube-runtime's watcher on the node's pods
+//! (the same list the plan is made from, then its watch).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -17,20 +19,28 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
+use super::budgets::{Budgets, Permit, Timings};
+use super::metrics::{ControllerMetrics, PodOutcome};
 use crate::crd::PodReference;
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
 use crate::policy::{Action, Plan};
 
-/// Wait after a PodDisruptionBudget refusal before evicting again
-/// (kubectl drain's).
+/// The longest wait after a PodDisruptionBudget refusal before evicting
+/// again (kubectl drain's fixed wait; here the fallback when the budget's
+/// watch shows no change).
 pub const PDB_RETRY: Duration = Duration::from_secs(5);
+/// The shortest wait after a refusal before evicting again, however soon
+/// the budget changes.
+pub const PDB_MIN_RETRY: Duration = Duration::from_millis(250);
 
 /// How long the drain waits before trying a pod again.
 #[derive(Debug, Clone)]
 pub struct Retries {
-    /// After an eviction a PodDisruptionBudget refused (a 429).
+    /// After an eviction a PodDisruptionBudget refused (a 429): at the
+    /// latest (the budget's watch may allow it sooner).
     pub pdb: Duration,
+    /// After a refusal: at the soonest.
+    pub pdb_min: Duration,
     /// After another API error, and before watching again.
     pub api_error: Duration,
 }
@@ -39,6 +49,7 @@ impl Default for Retries {
     fn default() -> Self {
         Retries {
             pdb: PDB_RETRY,
+            pdb_min: PDB_MIN_RETRY,
             api_error: ERROR_RETRY,
         }
     }
@@ -91,12 +102,22 @@ pub struct Progress {
     pub waiting: Option<String>,
 }
 
+impl Retries {
+    fn budget_timings(&self) -> Timings {
+        Timings {
+            fallback: self.pdb,
+            min_interval: self.pdb_min.min(self.pdb),
+        }
+    }
+}
+
 /// A pod the plan acts on.
 #[derive(Clone)]
 struct Target {
     namespace: String,
     name: String,
     uid: String,
+    labels: std::collections::BTreeMap<String, String>,
     action: Action,
 }
 
@@ -179,7 +200,9 @@ impl NodePods {
 pub struct Drainer<'a> {
     pub client: &'a Client,
     pub retries: &'a Retries,
-    pub metrics: &'a Arc<Metrics>,
+    pub metrics: &'a ControllerMetrics,
+    /// The budgets' watch every drain of the process shares.
+    pub budgets: &'a Arc<Budgets>,
 }
 
 /// Runs one drain attempt of `plan` over the `listed` pods (the list the
@@ -198,6 +221,7 @@ pub async fn execute(
         client,
         retries,
         metrics,
+        budgets,
     } = drainer;
     let NodePods { node, pods, events } = listed;
     let node = node.as_str();
@@ -213,6 +237,7 @@ pub async fn execute(
                     namespace: s.namespace.clone(),
                     name: s.name.clone(),
                     uid: p.uid().unwrap_or_default(),
+                    labels: p.labels().clone(),
                     action: s.action.clone(),
                 },
             )
@@ -273,9 +298,17 @@ pub async fn execute(
             let semaphore = semaphore.clone();
             let retries = retries.clone();
             let metrics = metrics.clone();
+            let budgets = budgets.clone();
             tasks.push(tokio::spawn(async move {
-                let _permit = semaphore.acquire_owned().await;
-                remove(&client, &t, &state, deadline, &retries, &metrics).await;
+                let _slot = semaphore.acquire_owned().await;
+                let how = Removal {
+                    client: &client,
+                    deadline,
+                    retries: &retries,
+                    metrics: &metrics,
+                    budgets: &budgets,
+                };
+                remove(how, &t, &state).await;
             }));
         }
         // Wait for this wave's pods to be gone, reporting progress (at
@@ -329,11 +362,10 @@ pub async fn execute(
     }
     watch.abort();
 
-    let m = &metrics.evictions;
     for (_, t) in &targets {
         match t.action {
-            Action::Skip { .. } => m.with_label_values(&["skipped"]).inc(),
-            Action::Block { .. } => m.with_label_values(&["blocked"]).inc(),
+            Action::Skip { .. } => metrics.pod_removal(PodOutcome::Skipped),
+            Action::Block { .. } => metrics.pod_removal(PodOutcome::Blocked),
             _ => {}
         }
     }
@@ -401,67 +433,74 @@ pub async fn execute(
     }
 }
 
-/// Evicts or deletes one pod, retrying until accepted, gone, or the
-/// deadline.
-async fn remove(
-    client: &Client,
-    t: &Target,
-    state: &Attempt,
+/// What removing one pod needs.
+#[derive(Clone, Copy)]
+struct Removal<'a> {
+    client: &'a Client,
     deadline: Instant,
-    retries: &Retries,
-    metrics: &Metrics,
-) {
+    retries: &'a Retries,
+    metrics: &'a ControllerMetrics,
+    budgets: &'a Budgets,
+}
+
+/// Evicts or deletes one pod, retrying until accepted, gone, or the
+/// deadline. An eviction waits for its budgets' permit first.
+async fn remove(how: Removal<'_>, t: &Target, state: &Attempt) {
+    let Removal {
+        client,
+        deadline,
+        retries,
+        metrics,
+        budgets,
+    } = how;
     let api: Api<Pod> = Api::namespaced(client.clone(), &t.namespace);
     let preconditions = Preconditions {
         uid: Some(t.uid.clone()),
         resource_version: None,
     };
+    let mut dp = DeleteParams::default().preconditions(preconditions);
     loop {
         if !state.present.lock().await.contains(&t.uid) {
             return;
         }
-        let result = match &t.action {
+        let (result, permit): (kube::Result<()>, Option<Permit<'_>>) = match &t.action {
             Action::Evict {
                 grace_period_seconds,
             } => {
-                let mut dp = DeleteParams::default().preconditions(preconditions.clone());
+                let timings = retries.budget_timings();
+                let Some(permit) = budgets
+                    .permit(&t.namespace, &t.name, &t.labels, timings, deadline)
+                    .await
+                else {
+                    // The attempt's time ran out waiting for its budget.
+                    state.pdb_blocked.lock().await.insert(t.uid.clone());
+                    return;
+                };
+                if !state.present.lock().await.contains(&t.uid) {
+                    return;
+                }
                 dp.grace_period_seconds = grace_period_seconds.map(|g| g as u32);
-                api.evict(
-                    &t.name,
-                    &EvictParams {
-                        delete_options: Some(dp),
-                        ..Default::default()
-                    },
-                )
-                .await
-                .map(|_| ())
+                let params = EvictParams {
+                    delete_options: Some(dp.clone()),
+                    ..Default::default()
+                };
+                let result = api.evict(&t.name, &params).await.map(|_| ());
+                (result, Some(permit))
             }
             Action::Delete {
                 grace_period_seconds,
             } => {
-                let mut dp = DeleteParams::default().preconditions(preconditions.clone());
                 dp.grace_period_seconds = grace_period_seconds.map(|g| g as u32);
-                api.delete(&t.name, &dp).await.map(|_| ())
+                (api.delete(&t.name, &dp).await.map(|_| ()), None)
             }
             _ => return,
         };
         let wait = match result {
             Ok(()) => {
-                let (counter, outcome) = if matches!(t.action, Action::Delete { .. }) {
-                    (&state.deleted, "deleted")
-                } else {
-                    (&state.evicted, "evicted")
-                };
-                counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                metrics.evictions.with_label_values(&[outcome]).inc();
-                state.pdb_blocked.lock().await.remove(&t.uid);
-                // What the drain waited for, if it was this pod, is over.
-                let mut waiting = state.last_error.lock().await;
-                if waiting.starts_with(&format!("evicting pod {}/{}:", t.namespace, t.name)) {
-                    waiting.clear();
+                if let Some(p) = permit {
+                    p.accepted();
                 }
-                drop(waiting);
-                tracing::info!(logger = "drain", pod = %format!("{}/{}", t.namespace, t.name), "pod removed from node");
+                removed(t, state, metrics).await;
                 return;
             }
             // Gone already, or a replacement with the same name: done.
@@ -473,15 +512,26 @@ async fn remove(
                 return;
             }
             Err(kube::Error::Api(e)) if e.code == 429 => {
-                metrics.evictions.with_label_values(&["pdb-429"]).inc();
+                metrics.pod_removal(PodOutcome::Pdb429);
                 state.pdb_blocked.lock().await.insert(t.uid.clone());
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {}", t.namespace, t.name, e.message);
                 state.changed.notify_waiters();
-                retries.pdb
+                // A budget the watch knows: its permit is the wait (the
+                // budget changing, or the fallback); otherwise kubectl's.
+                match permit {
+                    Some(p) if p.gated() => {
+                        p.refused();
+                        Duration::ZERO
+                    }
+                    _ => retries.pdb,
+                }
             }
             Err(e) => {
-                metrics.evictions.with_label_values(&["error"]).inc();
+                if let Some(p) = permit {
+                    p.failed();
+                }
+                metrics.pod_removal(PodOutcome::Error);
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {e}", t.namespace, t.name);
                 state.changed.notify_waiters();
@@ -493,6 +543,25 @@ async fn remove(
         }
         tokio::time::sleep(wait).await;
     }
+}
+
+/// Counts a removal the API server accepted.
+async fn removed(t: &Target, state: &Attempt, metrics: &ControllerMetrics) {
+    let (counter, outcome) = if matches!(t.action, Action::Delete { .. }) {
+        (&state.deleted, PodOutcome::Deleted)
+    } else {
+        (&state.evicted, PodOutcome::Evicted)
+    };
+    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    metrics.pod_removal(outcome);
+    state.pdb_blocked.lock().await.remove(&t.uid);
+    // What the drain waited for, if it was this pod, is over.
+    let mut waiting = state.last_error.lock().await;
+    if waiting.starts_with(&format!("evicting pod {}/{}:", t.namespace, t.name)) {
+        waiting.clear();
+    }
+    drop(waiting);
+    tracing::info!(logger = "drain", pod = %format!("{}/{}", t.namespace, t.name), "pod removed from node");
 }
 
 /// Follows the node's pods and removes from `present` every uid that goes:

@@ -28,6 +28,9 @@ pub mod reasons {
     /// Ours: the policy holds the maintenance back (the message is its
     /// reason).
     pub const WAITING: &str = "WaitingMaintenance";
+    /// Ours: `spec.nodeName` changed (no webhook refused it): the old node
+    /// was restored and the maintenance starts over on the new one.
+    pub const MOVED: &str = "MovedMaintenance";
     /// Ours: the policy admitted a maintenance that was waiting.
     pub const ADMITTED: (&str, &str) = (
         "AdmittedMaintenance",

@@ -11,20 +11,23 @@ use serde_json::json;
 
 use super::drain::Outcome;
 use super::events::{EventType, reasons};
-use super::reconcile::{Next, Pass, decide, has_finalizer, phase};
+use super::pass::{Next, Pass, has_finalizer, phase};
 use super::status::{Writer, now, set_pending};
 use super::{Context, backoff, node};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, PodReference};
 use crate::error::{Error, Result};
+use crate::policy::Decision;
 use crate::policy::Verdict;
 use crate::policy::types::{self, DrainReport, Failure};
 
 /// The drain is complete: Succeeded (once), then looked at again to renew
-/// the lease.
-pub(super) async fn succeeded(pass: &Pass) -> Result<Next> {
+/// the lease. `last_error` is what it was before the attempt (what the
+/// drain waited for meanwhile is no error of a drain that succeeded).
+pub(super) async fn succeeded(pass: &Pass, last_error: Option<String>) -> Result<Next> {
     let old = pass
         .writer
         .update(|s| {
+            s.last_error = last_error.clone();
             if s.phase != Some(MaintenancePhase::Succeeded) {
                 s.last_update = Some(now());
             }
@@ -47,7 +50,7 @@ pub(super) async fn succeeded(pass: &Pass) -> Result<Next> {
         pass.event(EventType::Normal, reason, message).await;
     }
     pass.ctx.succeeded(&pass.uid);
-    Ok(Next::After(pass.ctx.settings.renew_interval))
+    Ok(Next::Done(pass.ctx.settings.renew_interval))
 }
 
 /// The drain attempt ended with pods left: recorded, then the policy's
@@ -147,10 +150,11 @@ async fn on_failure(pass: &Pass, failure: Failure, attempt: u32) -> Result<Verdi
     let nm = pass.writer.current().await;
     let selected = pass.ctx.policy_for(&nm, None)?;
     let record = crate::policy::convert::maintenance(&nm, attempt, Timestamp::now());
-    decide("the policy's on-failure call", move || {
+    crate::policy::decide(Decision::OnFailure, move || {
         selected.policy.on_failure(&record, &failure)
     })
     .await
+    .map_err(Error::from)
 }
 
 /// A policy could not decide: record it and wait; never act.

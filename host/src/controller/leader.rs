@@ -4,7 +4,7 @@
 //! and stop leading when a renewal has not succeeded for the renew deadline.
 
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -15,8 +15,8 @@ use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
 use super::lease::{LeaseRecord, lease_over, read_lease};
+use super::metrics::ControllerMetrics;
 use crate::error::{Error, Result};
-use crate::metrics::Metrics;
 
 /// The Go operator's leader election ID.
 pub const LOCK_NAME: &str = "135b1886.medik8s.io";
@@ -57,8 +57,8 @@ pub struct Elector {
     timings: Timings,
     /// The last lease record seen, and when it was first seen.
     observed: Mutex<Option<(String, Instant)>>,
-    /// Where `leader_election_master_status` is kept.
-    metrics: Arc<Metrics>,
+    /// Where `leader_election_master_status` is kept, if anywhere.
+    metrics: Option<ControllerMetrics>,
 }
 
 impl Elector {
@@ -75,15 +75,22 @@ impl Elector {
             identity: identity.into(),
             timings,
             observed: Mutex::new(None),
-            metrics: Arc::default(),
+            metrics: None,
         }
     }
 
     /// Keeps `leader_election_master_status` in `metrics` (the registry
     /// the operator serves).
-    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
-        self.metrics = metrics;
+    pub fn with_metrics(mut self, metrics: ControllerMetrics) -> Self {
+        self.metrics = Some(metrics);
         self
+    }
+
+    /// `leader_election_master_status`, when counted.
+    fn set_leading(&self, leading: bool) {
+        if let Some(m) = &self.metrics {
+            m.set_leader(LOCK_NAME, leading);
+        }
     }
 
     /// Records `record` as seen now, unless it is the one seen before;
@@ -205,7 +212,7 @@ impl Elector {
     /// acting at once (the process should exit, as controller-runtime's
     /// does).
     pub async fn run<F: Future<Output = Result<()>>>(&self, work: F) -> Result<()> {
-        self.metrics.leader.with_label_values(&[LOCK_NAME]).set(0);
+        self.set_leading(false);
         loop {
             let attempt =
                 tokio::time::timeout(self.timings.renew_deadline, self.try_acquire_or_renew());
@@ -221,8 +228,7 @@ impl Elector {
             tokio::time::sleep(self.timings.retry_period).await;
         }
         tracing::info!(logger = "leader", identity = %self.identity, "became leader");
-        let master = self.metrics.leader.with_label_values(&[LOCK_NAME]);
-        master.set(1);
+        self.set_leading(true);
         let renew = async {
             let mut last_ok = Instant::now();
             loop {
@@ -254,7 +260,7 @@ impl Elector {
             r = work => r,
             lost = renew => Err(lost),
         };
-        master.set(0);
+        self.set_leading(false);
         match &result {
             Err(Error::LeadershipLost(why)) => {
                 tracing::error!(logger = "leader", identity = %self.identity, "leader election lost: {why}");

@@ -77,10 +77,13 @@ async fn wanted_nodes(ctx: &Context) -> Result<BTreeSet<String>> {
 }
 
 /// The sweep at start (an operator that was down finds what went
-/// meanwhile) and every [`super::Settings::orphan_sweep`] after.
+/// meanwhile) and every [`super::Settings::orphan_sweep`] after; each
+/// sweep also forgets what is remembered of maintenances the cache no
+/// longer holds (one whose finalizer was removed by hand gets no pass).
 pub(super) async fn run(ctx: &Context) {
     let interval = ctx.settings.orphan_sweep;
     loop {
+        ctx.forget_gone();
         match sweep(ctx).await {
             Ok(restored) if !restored.is_empty() => {
                 tracing::info!(logger = "controller", nodes = ?restored, "orphaned nodes restored");

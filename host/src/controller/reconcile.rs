@@ -8,6 +8,7 @@
 //! about it); every write goes through one [`Writer`]; a pass woken only
 //! by our own write does nothing at all.
 
+use super::metrics::LeaseFailure;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,68 +16,39 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use serde_json::json;
 
 use super::drain::{self, Drainer, NodePods};
 use super::events::{EventType, reasons};
 use super::finish;
+use super::pass::{Next, Pass, has_finalizer, phase};
 use super::status::{self, Writer, now, set_pending};
 use super::{Context, node};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, Waiting};
 use crate::error::{Error, Result};
 use crate::policy::types::{self, Failure};
-use crate::policy::{Admission, Plan, Selected};
+use crate::policy::{Admission, Decision, Plan, Selected};
 
-/// How often a finished maintenance is looked at again (renewing the node
-/// lease well within its 3600 s).
-pub const RENEW_INTERVAL: Duration = Duration::from_secs(30 * 60);
-/// How long to wait after a policy error before asking again.
-pub const POLICY_ERROR_RETRY: Duration = Duration::from_secs(30);
 /// How often the drain's progress is written at most.
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 
-/// When a maintenance is next looked at, unless something changes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
-    After(Duration),
-    Change,
-}
-
-impl From<Next> for Action {
-    fn from(next: Next) -> Action {
-        match next {
-            Next::After(d) => Action::requeue(d),
-            Next::Change => Action::await_change(),
-        }
-    }
-}
-
-pub(super) fn has_finalizer(nm: &NodeMaintenance) -> bool {
-    nm.finalizers().iter().any(|f| f == FINALIZER)
-}
-
-pub(super) fn phase(nm: &NodeMaintenance) -> Option<MaintenancePhase> {
-    nm.status.as_ref().and_then(|s| s.phase)
-}
-
 /// The reconcile.
-pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Next> {
     let uid = nm.uid().unwrap_or_default();
     tracing::debug!(logger = "controller", nodeMaintenance = %nm.name_any(), nodeName = %nm.spec.node_name, "reconciling");
     if nm.metadata.deletion_timestamp.is_some() {
-        return finish::deleted(&ctx, &nm).await.map(Action::from);
+        return finish::deleted(&ctx, &nm).await;
     }
     // A failed maintenance stays failed until it is deleted.
     if phase(&nm) == Some(MaintenancePhase::Failed) {
-        return Ok(Action::await_change());
+        return Ok(Next::Change);
     }
     // Woken by our own write: nothing changed that we did not do (unless
     // a place freed for this waiting maintenance).
     let forced = ctx.take_forced(&uid);
     if !forced && let Some(next) = ctx.after_own_write(&uid, nm.resource_version().as_deref()) {
         tracing::debug!(logger = "controller", nodeMaintenance = %nm.name_any(), "our own write; nothing to do");
-        return Ok(next.into());
+        return Ok(next);
     }
     ctx.forget_next(&uid);
     let pass = Pass {
@@ -88,16 +60,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ac
     };
     let next = pass.run().await?;
     ctx.remember_next(&uid, next);
-    Ok(next.into())
-}
-
-/// One pass over a maintenance that is not being deleted.
-pub(super) struct Pass {
-    pub ctx: Arc<Context>,
-    pub writer: Arc<Writer>,
-    pub name: String,
-    pub uid: String,
-    pub node_name: String,
+    Ok(next)
 }
 
 impl Pass {
@@ -142,6 +105,16 @@ impl Pass {
             Ok(plan) => plan,
             Err(e) => return finish::policy_failed(self, e).await,
         };
+        // What the last failed attempt left in lastError: what the drain
+        // waits for shows there while it waits, and a drain that succeeds
+        // leaves it as it found it (the Go operator writes lastError only
+        // when an attempt fails).
+        let last_error = self
+            .writer
+            .current()
+            .await
+            .status
+            .and_then(|s| s.last_error);
         // The first evictions go out while the status initialisation is
         // written: the drain does not wait for a write about it.
         let total = pods.pods().len();
@@ -155,7 +128,7 @@ impl Pass {
             return Ok(Next::After(Duration::from_millis(100)));
         }
         if outcome.complete() {
-            return finish::succeeded(self).await;
+            return finish::succeeded(self, last_error).await;
         }
         finish::drain_incomplete(self, outcome).await
     }
@@ -187,11 +160,19 @@ impl Pass {
             )
             .await?;
         self.writer.start_over().await?;
-        self.ctx.succeeded(&self.uid);
-        self.ctx.unpin(&self.uid);
-        // On its new node the maintenance is admitted again.
-        self.ctx.readmit(&self.uid);
+        // On its new node the maintenance is admitted again, its policy
+        // chosen again, its failures forgotten.
+        self.ctx.start_over(&self.uid);
         tracing::warn!(logger = "controller", nodeMaintenance = %self.name, from = ?moved_from, to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
+        let message = format!(
+            "spec.nodeName changed from {} to {}: node {} restored, the maintenance starts over on {}",
+            moved_from.join(", "),
+            self.node_name,
+            moved_from.join(", "),
+            self.node_name
+        );
+        self.event(EventType::Warning, reasons::MOVED, &message)
+            .await;
         Ok(())
     }
 
@@ -208,29 +189,27 @@ impl Pass {
         let client = &self.ctx.client;
         let nm = self.writer.current().await;
         let nodes = self.ctx.fresh_nodes().await?;
-        let etcd = crate::admission::etcd(client, &nm, self.ctx.settings.openshift).await?;
+        let etcd = crate::fleet::etcd(client, &nm, self.ctx.settings.openshift).await?;
         let one_at_a_time = self.ctx.admission.lock().await;
         let all = self.ctx.cached_maintenances();
         let around =
-            crate::admission::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
+            crate::fleet::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
                 self.ctx.admitted(o)
             });
         if around.already_admitted {
             return Ok(None);
         }
-        let fleet = around.fleet;
-        let Some(position) = around.node else {
-            let message = format!("nodes \"{}\" not found", self.node_name);
-            return finish::failed(self, Failure::NodeNotFound, message)
-                .await
-                .map(Some);
-        };
         let record = self.record().await;
-        let policy = selected.policy.clone();
-        let answer = decide("the policy's admit call", move || {
-            policy.admit(&record, position, &fleet)
-        })
-        .await;
+        let answer = match around.ask(&selected.policy, record).await {
+            Ok(None) => {
+                let message = format!("nodes \"{}\" not found", self.node_name);
+                return finish::failed(self, Failure::NodeNotFound, message)
+                    .await
+                    .map(Some);
+            }
+            Ok(Some(answer)) => Ok(answer),
+            Err(e) => Err(e),
+        };
         // Once this process counts it as admitted, the next admission sees
         // it whether or not the cache has our write yet: the write need not
         // hold the others back.
@@ -240,7 +219,7 @@ impl Pass {
         drop(one_at_a_time);
         let was_waiting = nm.status.as_ref().and_then(|s| s.waiting.clone());
         match answer {
-            Err(e) => finish::policy_failed(self, e).await.map(Some),
+            Err(e) => finish::policy_failed(self, e.into()).await.map(Some),
             Ok(Admission::Admit) => {
                 self.writer
                     .update_before_admission(|s| {
@@ -253,6 +232,7 @@ impl Pass {
                     self.event(EventType::Normal, reason, message).await;
                     tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, waited_for = %w.reason, "the policy admitted the maintenance");
                 }
+                self.begin().await;
                 Ok(None)
             }
             Ok(Admission::Wait {
@@ -352,12 +332,20 @@ impl Pass {
                 "adding the finalizer and owner reference",
             )
             .await?;
-        if adding_finalizer {
-            let (reason, message) = reasons::BEGIN;
-            self.event(EventType::Normal, reason, message).await;
-            tracing::info!(logger = "controller", nodeName = %self.node_name, "{message}");
+        // The Go operator says it begins when it adds the finalizer; a
+        // maintenance the policy has not admitted yet has not begun: it
+        // says so when it is admitted (see `admit`).
+        if adding_finalizer && self.ctx.admitted(&self.writer.current().await) {
+            self.begin().await;
         }
         Ok(())
+    }
+
+    /// Records that the maintenance begins (`BeginMaintenance`).
+    async fn begin(&self) {
+        let (reason, message) = reasons::BEGIN;
+        self.event(EventType::Normal, reason, message).await;
+        tracing::info!(logger = "controller", nodeName = %self.node_name, "{message}");
     }
 
     /// The policy that decides for this maintenance (chosen once, then
@@ -404,15 +392,11 @@ impl Pass {
 
     async fn lease_failed(&self, e: Error) -> Result<Next> {
         let (kind, failure) = match &e {
-            Error::LeaseHeld { holder } => ("held", Failure::LeaseHeld(holder.clone())),
-            Error::Kube { .. } => ("api", Failure::LeaseError(e.to_string())),
+            Error::LeaseHeld { holder } => (LeaseFailure::Held, Failure::LeaseHeld(holder.clone())),
+            Error::Kube { .. } => (LeaseFailure::Api, Failure::LeaseError(e.to_string())),
             _ => return Err(e),
         };
-        self.ctx
-            .metrics
-            .lease_errors
-            .with_label_values(&[kind])
-            .inc();
+        self.ctx.metrics.lease_error(kind);
         let nm = self.writer.current().await;
         if nm.status.as_ref().is_some_and(|s| s.drain_progress > 0) {
             self.writer
@@ -427,10 +411,11 @@ impl Pass {
         let record = self.record().await;
         let policy = selected.policy.clone();
         let node = node.clone();
-        decide("the policy's plan-drain call", move || {
+        crate::policy::decide(Decision::PlanDrain, move || {
             policy.plan_drain_shared(&record, node, pods)
         })
         .await
+        .map_err(Error::from)
     }
 
     /// The maintenance as the policy sees it.
@@ -515,6 +500,7 @@ impl Pass {
                 client: &ctx.client,
                 retries: &ctx.settings.drain_retries,
                 metrics: &ctx.metrics,
+                budgets: &ctx.budgets,
             },
             pods,
             plan,
@@ -539,19 +525,6 @@ impl Pass {
         let nm = self.writer.current().await;
         finish::log_err(self.ctx.recorder.record(&nm, type_, reason, message));
     }
-}
-
-/// Runs a policy decision on the blocking pool: a decision is CPU work of
-/// up to the policy deadline, and WASI's synchronous streams must not run
-/// on an async worker.
-pub(crate) async fn decide<T: Send + 'static>(
-    what: &'static str,
-    decision: impl FnOnce() -> crate::policy::Result<T> + Send + 'static,
-) -> Result<T> {
-    tokio::task::spawn_blocking(decision)
-        .await
-        .map_err(|source| Error::Task { what, source })?
-        .map_err(Error::from)
 }
 
 /// Whether `s` can be a node's name (a DNS subdomain).

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
-use super::engine::{Policy, hex_digest};
+use super::digest::hex_digest;
 use super::error::{Error, Result};
 
 /// A private directory of compiled policies.
@@ -84,7 +84,7 @@ impl PolicyCache {
     }
 
     fn paths(&self, compat: &str, digest: &str) -> (PathBuf, PathBuf) {
-        let base = format!("{compat}-{digest}");
+        let base = key(compat, digest);
         (
             self.dir.join(format!("{base}{ARTIFACT}")),
             self.dir.join(format!("{base}{CHECKSUM}")),
@@ -115,34 +115,34 @@ impl PolicyCache {
         }
     }
 
-    /// Writes a policy's artifact, unless it came from the cache. Call it
-    /// only for a policy that passed its self-check. Best effort: a cache
+    /// Writes the artifact of the policy `name` (`artifact`: its
+    /// serialised compiled form) under its compatibility hash and digest.
+    /// Call it only for a policy that passed its self-check (see
+    /// [`Policy::cache_in`](super::Policy::cache_in)). Best effort: a cache
     /// that cannot be written costs a compile at the next start, nothing
     /// else.
-    pub fn store(&self, policy: &Policy) {
-        if policy.from_cache() {
-            return;
-        }
-        let (artifact, checksum) = self.paths(&policy.compat_hash(), policy.digest());
-        let result = policy
-            .serialize()
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| {
-                write_atomic(&artifact, &bytes)?;
-                write_atomic(&checksum, hex_digest(&bytes).as_bytes())
-            });
+    pub(crate) fn store(
+        &self,
+        name: &str,
+        compat: &str,
+        digest: &str,
+        artifact: super::Result<Vec<u8>>,
+    ) {
+        let (path, checksum) = self.paths(compat, digest);
+        let result = artifact.map_err(std::io::Error::other).and_then(|bytes| {
+            write_atomic(&path, &bytes)?;
+            write_atomic(&checksum, hex_digest(&bytes).as_bytes())
+        });
         if let Err(e) = result {
-            tracing::warn!(logger = "policy", policy = policy.name(), artifact = %artifact.display(), error = %e, "cannot cache the compiled policy");
+            tracing::warn!(logger = "policy", policy = name, artifact = %path.display(), error = %e, "cannot cache the compiled policy");
         }
     }
 
-    /// Removes every artifact that is not one of `keep` (policies in use),
-    /// and leftovers of interrupted writes. Returns how many files went.
-    pub fn prune<'a>(&self, keep: impl IntoIterator<Item = &'a Policy>) -> usize {
-        let keep: BTreeSet<String> = keep
-            .into_iter()
-            .map(|p| format!("{}-{}", p.compat_hash(), p.digest()))
-            .collect();
+    /// Removes every artifact whose key (see [`key`]) is not one of `keep`
+    /// (policies in use), and leftovers of interrupted writes. Returns how
+    /// many files went.
+    pub fn prune(&self, keep: impl IntoIterator<Item = String>) -> usize {
+        let keep: BTreeSet<String> = keep.into_iter().collect();
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return 0;
         };
@@ -165,6 +165,12 @@ impl PolicyCache {
         }
         removed
     }
+}
+
+/// A cached artifact's key: the engine's compatibility hash and the
+/// module's digest.
+pub(crate) fn key(compat: &str, digest: &str) -> String {
+    format!("{compat}-{digest}")
 }
 
 /// Writes a file through a temporary name and a rename, private to this

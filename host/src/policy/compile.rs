@@ -17,6 +17,8 @@ use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use wasmtime::{Config, InstanceAllocationStrategy, PoolingAllocationConfig};
+
 use super::error::Error;
 
 /// Limits on loading one policy.
@@ -184,7 +186,7 @@ pub const EXIT_OUT_OF_MEMORY: i32 = 5;
 /// The worker's side: limits its own address space, reads a policy from
 /// stdin, compiles it with an engine configured as the parent's and writes
 /// the artifact to stdout. Returns the process exit code. The engine's
-/// compile settings are [`wasm_config`](super::engine::wasm_config)'s, the
+/// compile settings are [`wasm_config`]'s, the
 /// parent's own; the instance allocator, which differs, does not enter the
 /// artifact.
 pub fn worker_main(max_memory_bytes: u64) -> i32 {
@@ -204,7 +206,7 @@ pub fn worker_main(max_memory_bytes: u64) -> i32 {
             EXIT_USAGE
         };
     }
-    let config = super::engine::wasm_config(None);
+    let config = wasm_config(None);
     let engine = match wasmtime::Engine::new(&config) {
         Ok(e) => e,
         Err(e) => {
@@ -241,4 +243,23 @@ fn limit_address_space(bytes: u64) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// The wasmtime configuration policies are compiled and run with. The
+/// compile worker builds the same one (without the pool), so its artifacts
+/// load here.
+pub(crate) fn wasm_config(pool: Option<PoolingAllocationConfig>) -> Config {
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .cranelift_opt_level(wasmtime::OptLevel::Speed)
+        // A policy has no business recursing deeply; a small stack makes
+        // runaway recursion a quick trap.
+        .max_wasm_stack(1 << 20)
+        .async_stack_size(2 << 20);
+    if let Some(pool) = pool {
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    config
 }

@@ -7,30 +7,22 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1 as k8s;
-use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Instance, Linker, Resource, ResourceTable};
-use wasmtime::{
-    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, ResourceLimiter, Store,
-    Trap,
-};
-use wasmtime_wasi::{
-    HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView,
-};
+use wasmtime::component::{Component, HasSelf, Linker, Resource};
+use wasmtime::{Engine, PoolingAllocationConfig, Store, Trap};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 
+use super::Decision;
+use super::bindings::{DrainPolicy, DrainPolicyPre};
 use super::cache::PolicyCache;
-use super::compile::{self, CompileLimits};
-
-use super::bindings::{DrainPolicy, DrainPolicyImports, DrainPolicyPre};
+use super::compile::{self, CompileLimits, wasm_config};
+use super::digest::hex_digest;
 use super::error::{Error, Result};
-use super::inputs::{Fleet, Inputs, Settings};
-use super::output::{CappedOutput, RateWindow, Records};
-use super::types::{self, DrainPlan, Failure, KeyValue, Level, Maintenance};
+use super::inputs::{Fleet, HostState, Inputs, Settings};
+use super::metrics::PolicyMetrics;
+use super::output::{CappedOutput, MAX_LOG_LINE_BYTES, RateWindow, Records};
+use super::types::{self, Failure, KeyValue, Maintenance};
 use super::validate::{self, Admission, Plan, Verdict};
 use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, WORLD};
-use crate::metrics::Metrics;
-
-/// Bytes kept of one `log` line.
-pub const MAX_LOG_LINE_BYTES: usize = 1024;
 
 /// Sandbox limits, the same for every policy of an engine.
 #[derive(Debug, Clone)]
@@ -81,25 +73,6 @@ impl EngineConfig {
 /// decision's working set, small enough that idle slots cost little.
 const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
-/// The wasmtime configuration policies are compiled and run with. The
-/// compile worker builds the same one (without the pool), so its artifacts
-/// load here.
-pub(crate) fn wasm_config(pool: Option<PoolingAllocationConfig>) -> Config {
-    let mut config = Config::new();
-    config
-        .wasm_component_model(true)
-        .epoch_interruption(true)
-        .cranelift_opt_level(wasmtime::OptLevel::Speed)
-        // A policy has no business recursing deeply; a small stack makes
-        // runaway recursion a quick trap.
-        .max_wasm_stack(1 << 20)
-        .async_stack_size(2 << 20);
-    if let Some(pool) = pool {
-        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-    }
-    config
-}
-
 /// The engine every policy runs on. Cheap to clone.
 #[derive(Clone)]
 pub struct PolicyEngine {
@@ -116,7 +89,7 @@ struct EngineInner {
     /// Runs the decisions' futures (WASI's host calls are async; a
     /// decision is bounded by a timer of this runtime). Taken on drop.
     runtime: Option<tokio::runtime::Runtime>,
-    metrics: Arc<Metrics>,
+    metrics: Option<PolicyMetrics>,
 }
 
 /// The epoch ticker's state: it advances the epoch only while a decision
@@ -191,15 +164,19 @@ impl std::fmt::Debug for PolicyEngine {
 }
 
 impl PolicyEngine {
-    /// Sets up the engine, the linker and the epoch ticker, with metrics
-    /// of its own (see [`PolicyEngine::with_metrics`]).
+    /// Sets up the engine, the linker and the epoch ticker; its decisions
+    /// are not counted (see [`PolicyEngine::with_metrics`]).
     pub fn new(config: EngineConfig) -> Result<Self> {
-        Self::with_metrics(config, Arc::new(Metrics::new()))
+        Self::build(config, None)
     }
 
     /// [`PolicyEngine::new`], recording every decision's latency and error
-    /// category in `metrics`.
-    pub fn with_metrics(config: EngineConfig, metrics: Arc<Metrics>) -> Result<Self> {
+    /// category in `metrics` (and, through its stores, the reloads).
+    pub fn with_metrics(config: EngineConfig, metrics: PolicyMetrics) -> Result<Self> {
+        Self::build(config, Some(metrics))
+    }
+
+    fn build(config: EngineConfig, metrics: Option<PolicyMetrics>) -> Result<Self> {
         if config.deadline.is_zero() || config.epoch_tick.is_zero() {
             return Err(Error::Engine(
                 "the policy deadline and epoch tick must be above zero".into(),
@@ -289,9 +266,9 @@ impl PolicyEngine {
     }
 
     /// Where this engine's decisions (and its policy store's reloads) are
-    /// counted.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.inner.metrics
+    /// counted, if anywhere.
+    pub fn metrics(&self) -> Option<&PolicyMetrics> {
+        self.inner.metrics.as_ref()
     }
 
     /// Compiles and links a policy. `name` is what logs, metrics and errors
@@ -473,21 +450,12 @@ fn same_minor(a: &str, b: &str) -> bool {
     matches!((mm(a), mm(b)), (Some(x), Some(y)) if x == y)
 }
 
-pub(crate) fn hex_digest(bytes: &[u8]) -> String {
-    hex(&Sha256::digest(bytes))
-}
-
-/// Bytes as lowercase hex.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A loaded policy. Cheap to clone; safe to call from many threads at once
 /// (each call gets its own store).
 ///
 /// A decision blocks its thread for up to the deadline: from async code,
-/// call it on the blocking pool (`tokio::task::spawn_blocking`), never
-/// directly on an async worker thread.
+/// call it through [`decide`](super::decide), never directly on an
+/// async worker thread.
 #[derive(Clone)]
 pub struct Policy {
     inner: Arc<PolicyInner>,
@@ -529,8 +497,9 @@ impl Policy {
         &self.inner.digest
     }
 
-    /// Where this policy's decisions are counted (its engine's registry).
-    pub fn metrics(&self) -> &Arc<Metrics> {
+    /// Where this policy's decisions are counted (its engine's), if
+    /// anywhere.
+    pub fn metrics(&self) -> Option<&PolicyMetrics> {
         self.inner.engine.metrics()
     }
 
@@ -599,6 +568,25 @@ impl Policy {
             })
     }
 
+    /// Keeps the compiled policy in `cache` for the next start, unless it
+    /// came from there. Call it only for a policy that passed its
+    /// self-check.
+    pub fn cache_in(&self, cache: &PolicyCache) {
+        if !self.from_cache() {
+            cache.store(
+                self.name(),
+                &self.compat_hash(),
+                self.digest(),
+                self.serialize(),
+            );
+        }
+    }
+
+    /// The policy's key in a [`PolicyCache`].
+    pub fn cache_key(&self) -> String {
+        super::cache::key(&self.compat_hash(), self.digest())
+    }
+
     /// The settings the decisions get.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -606,22 +594,16 @@ impl Policy {
 
     /// Asks the policy whether it accepts `settings`.
     pub fn validate_settings(&self, settings: &[KeyValue]) -> Result<()> {
-        const FUNCTION: &str = "validate-settings";
-        let started = std::time::Instant::now();
-        let result = self
-            .call(FUNCTION, Inputs::default(), async |instance, store| {
+        self.decide(
+            Decision::ValidateSettings,
+            Inputs::default(),
+            async |policy, store| {
                 // The `settings` import answers what is being checked.
                 store.data_mut().inputs.settings = Settings::from_pairs(settings);
-                let f = instance
-                    .get_typed_func::<(&[KeyValue],), (std::result::Result<(), String>,)>(
-                        &mut *store,
-                        FUNCTION,
-                    )?;
-                Ok(f.call_async(&mut *store, (settings,)).await?.0)
-            })
-            .and_then(|raw| validate::settings(&self.inner.name, raw));
-        observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
-        result
+                policy.call_validate_settings(&mut *store, settings).await
+            },
+            |raw| validate::settings(&self.inner.name, raw),
+        )
     }
 
     /// Asks the policy whether the maintenance of `fleet.nodes[node]` may
@@ -632,30 +614,25 @@ impl Policy {
         node: usize,
         fleet: &Fleet,
     ) -> Result<Admission> {
-        const FUNCTION: &str = "admit";
-        let started = std::time::Instant::now();
         let inputs = Inputs::new(Arc::from([]), fleet.nodes.clone(), self.settings.clone());
-        let handles = || (0..fleet.nodes.len()).map(|i| Resource::new_own(i as u32));
-        let result = self
-            .call(FUNCTION, inputs, async |instance, store| {
+        self.decide(
+            Decision::Admit,
+            inputs,
+            async |policy, store| {
                 let record = types::Fleet {
-                    nodes: handles().collect(),
+                    nodes: (0..fleet.nodes.len())
+                        .map(|i| Resource::new_own(i as u32))
+                        .collect(),
                     maintenances: fleet.maintenances.clone(),
                     etcd: fleet.etcd,
                 };
-                let f = instance.get_typed_func::<(
-                    &Maintenance,
-                    Resource<types::Node>,
-                    &types::Fleet,
-                ), (types::Admission,)>(&mut *store, FUNCTION)?;
                 let node = Resource::new_own(node as u32);
-                Ok(f.call_async(&mut *store, (maintenance, node, &record))
-                    .await?
-                    .0)
-            })
-            .and_then(|raw| validate::admission(&self.inner.name, raw));
-        observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
-        result
+                policy
+                    .call_admit(&mut *store, maintenance, node, &record)
+                    .await
+            },
+            |raw| validate::admission(&self.inner.name, raw),
+        )
     }
 
     /// Asks the policy how to drain `node`, and validates the answer against
@@ -677,49 +654,52 @@ impl Policy {
         node: k8s::Node,
         pods: Arc<[k8s::Pod]>,
     ) -> Result<Plan> {
-        const FUNCTION: &str = "plan-drain";
-        let started = std::time::Instant::now();
         let count = pods.len();
         let inputs = Inputs::new(pods.clone(), Arc::from([node]), self.settings.clone());
-        let result = self
-            .call(FUNCTION, inputs, async |instance, store| {
-                let f = instance.get_typed_func::<(
-                    &Maintenance,
-                    Resource<types::Node>,
-                    &[Resource<types::Pod>],
-                ), (DrainPlan,)>(&mut *store, FUNCTION)?;
+        self.decide(
+            Decision::PlanDrain,
+            inputs,
+            async |policy, store| {
                 let handles: Vec<Resource<types::Pod>> =
                     (0..count).map(|i| Resource::new_own(i as u32)).collect();
-                Ok(
-                    f.call_async(&mut *store, (maintenance, Resource::new_own(0), &handles))
-                        .await?
-                        .0,
-                )
-            })
-            .and_then(|raw| validate::plan(&self.inner.name, &pods, raw));
-        observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
-        result
+                policy
+                    .call_plan_drain(&mut *store, maintenance, Resource::new_own(0), &handles)
+                    .await
+            },
+            |raw| validate::plan(&self.inner.name, &pods, raw),
+        )
     }
 
     /// Asks the policy what to do after `failure`, and validates the answer.
     pub fn on_failure(&self, maintenance: &Maintenance, failure: &Failure) -> Result<Verdict> {
-        const FUNCTION: &str = "on-failure";
+        self.decide(
+            Decision::OnFailure,
+            self.inputs_without_objects(),
+            async |policy, store| {
+                policy
+                    .call_on_failure(&mut *store, maintenance, failure)
+                    .await
+            },
+            |raw| validate::verdict(&self.inner.name, raw),
+        )
+    }
+
+    /// One decision: the call (see [`Policy::call`]), the answer checked by
+    /// `check`, the latency and any error counted under the decision's
+    /// name.
+    fn decide<R, T>(
+        &self,
+        decision: Decision,
+        inputs: Inputs,
+        f: impl AsyncFnOnce(&DrainPolicy, &mut Store<HostState>) -> wasmtime::Result<R>,
+        check: impl FnOnce(R) -> Result<T>,
+    ) -> Result<T> {
         let started = std::time::Instant::now();
-        let result = self
-            .call(
-                FUNCTION,
-                self.inputs_without_objects(),
-                async |instance, store| {
-                    let f = instance
-                        .get_typed_func::<(&Maintenance, &Failure), (types::Verdict,)>(
-                            &mut *store,
-                            FUNCTION,
-                        )?;
-                    Ok(f.call_async(&mut *store, (maintenance, failure)).await?.0)
-                },
-            )
-            .and_then(|raw| validate::verdict(&self.inner.name, raw));
-        observe(&self.inner.engine.inner.metrics, FUNCTION, started, &result);
+        let result = self.call(decision, inputs, f).and_then(check);
+        if let Some(m) = self.inner.engine.metrics() {
+            let category = result.as_ref().err().map(Error::category);
+            m.decided(decision, started.elapsed().as_secs_f64(), category);
+        }
         result
     }
 
@@ -731,10 +711,11 @@ impl Policy {
     /// a guest waiting in a host call (a sleep, a poll).
     fn call<R>(
         &self,
-        function: &'static str,
+        decision: Decision,
         inputs: Inputs,
-        f: impl AsyncFnOnce(&Instance, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&DrainPolicy, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R> {
+        let function = decision.name();
         let engine = &self.inner.engine.inner;
         let config = &engine.config;
         let _slot = engine.slots.acquire();
@@ -751,28 +732,22 @@ impl Policy {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        let state = HostState {
+        let state = HostState::new(
             wasi,
-            table: ResourceTable::new(),
-            limiter: MemoryLimiter {
-                limit: config.memory_limit_bytes,
-                used: 0,
-                hit: false,
-            },
-            policy: self.inner.name.clone(),
-            records: Records::new(self.inner.log_window.clone()),
+            config.memory_limit_bytes,
+            self.inner.name.clone(),
+            Records::new(self.inner.log_window.clone()),
             inputs,
-        };
+        );
         let mut store = Store::new(&engine.engine, state);
-        store.limiter(|s| &mut s.limiter);
+        store.limiter(HostState::limiter);
         store.set_epoch_deadline(config.deadline_ticks());
         store.epoch_deadline_trap();
         store.set_hostcall_fuel(config.output_limit_bytes);
 
-        let pre = self.inner.pre.instance_pre();
         let work = async {
-            let instance = pre.instantiate_async(&mut store).await?;
-            f(&instance, &mut store).await
+            let policy = self.inner.pre.instantiate_async(&mut store).await?;
+            f(&policy, &mut store).await
         };
         let timed = async { tokio::time::timeout(config.deadline, work).await };
         let outcome = match &engine.runtime {
@@ -787,10 +762,9 @@ impl Policy {
             None => return Err(Error::Engine("the policy runtime has shut down".into())),
         };
 
-        let mut records = std::mem::replace(
-            &mut store.data_mut().records,
-            Records::new(self.inner.log_window.clone()),
-        );
+        let mut records = store
+            .data_mut()
+            .take_records(Records::new(self.inner.log_window.clone()));
         let out_dropped = forward_output(&self.inner.name, "stdout", &stdout, &mut records).1;
         let (err_lines, err_dropped) =
             forward_output(&self.inner.name, "stderr", &stderr, &mut records);
@@ -807,7 +781,7 @@ impl Policy {
         };
         result.map_err(|e| {
             let policy = self.inner.name.clone();
-            if store.data().limiter.hit {
+            if store.data().memory_limit_hit() {
                 Error::MemoryLimit {
                     policy,
                     function,
@@ -871,20 +845,6 @@ impl HostMonotonicClock for FrozenMonotonicClock {
 }
 
 /// Records a decision's latency, and its error category if it failed.
-fn observe<T>(
-    m: &Metrics,
-    function: &'static str,
-    started: std::time::Instant,
-    result: &Result<T>,
-) {
-    m.policy_latency
-        .with_label_values(&[function])
-        .observe(started.elapsed().as_secs_f64());
-    if let Err(e) = result {
-        m.policy_errors.with_label_values(&[e.category()]).inc();
-    }
-}
-
 /// The innermost message of a wasmtime error (the trap itself, without the
 /// backtrace context).
 fn root_message(e: &wasmtime::Error) -> String {
@@ -911,82 +871,4 @@ fn forward_output(
         }
     }
     (lines, dropped)
-}
-
-/// The per-decision store state.
-pub(crate) struct HostState {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    limiter: MemoryLimiter,
-    policy: String,
-    records: Records,
-    /// What the decision's handles and the `settings` import read.
-    pub(crate) inputs: Inputs,
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl types::Host for HostState {}
-
-impl DrainPolicyImports for HostState {
-    fn settings(&mut self) -> Vec<KeyValue> {
-        self.inputs.settings.pairs().to_vec()
-    }
-
-    fn log(&mut self, level: Level, message: String) {
-        if !self.records.admit(&self.policy) {
-            return;
-        }
-        let msg = crate::text::clean(&message, MAX_LOG_LINE_BYTES);
-        let policy = self.policy.as_str();
-        match level {
-            Level::Trace => tracing::trace!(policy, "{msg}"),
-            Level::Debug => tracing::debug!(policy, "{msg}"),
-            Level::Info => tracing::info!(policy, "{msg}"),
-            Level::Warn => tracing::warn!(policy, "{msg}"),
-            Level::Error => tracing::error!(policy, "{msg}"),
-        }
-    }
-}
-
-/// Refuses memory growth past the limit and remembers that it did, so the
-/// resulting trap is reported as a memory-limit error.
-struct MemoryLimiter {
-    limit: usize,
-    /// All memories of the decision together.
-    used: usize,
-    hit: bool,
-}
-
-impl ResourceLimiter for MemoryLimiter {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        let total = self.used.saturating_sub(current).saturating_add(desired);
-        if total > self.limit {
-            self.hit = true;
-            return Ok(false);
-        }
-        self.used = total;
-        Ok(true)
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 1 << 20)
-    }
 }

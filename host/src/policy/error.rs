@@ -101,6 +101,11 @@ pub enum Error {
     #[error("{0}")]
     Set(String),
 
+    /// A policy named by an OCI reference could not be pulled, or what was
+    /// pulled is not what the reference pins.
+    #[error("policy {reference}: {why}")]
+    Pull { reference: String, why: String },
+
     /// The compiled-policy cache directory cannot be used.
     #[error("{0}")]
     Cache(String),
@@ -129,6 +134,7 @@ impl Error {
             Error::NotFound { .. } => "not_found",
             Error::Settings { .. } => "settings",
             Error::Engine(_) => "engine",
+            Error::Pull { .. } => "pull",
             Error::Set(_) | Error::Cache(_) | Error::Scenario(_) | Error::Scaffold(_) => "config",
         }
     }

@@ -1,5 +1,6 @@
 //! What a decision reads: the Kubernetes objects behind the contract's
-//! `pod` and `node` resources, and the policy's settings.
+//! `pod` and `node` resources, and the policy's settings; and the store's
+//! data ([`HostState`]) the policy's imports answer from.
 //!
 //! The host hands the guest handles, not copies: a handle's
 //! representation is the object's position in the decision's input, and
@@ -12,9 +13,14 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1 as k8s;
 use wasmtime::component::Resource;
 
+use wasmtime::ResourceLimiter;
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::bindings::DrainPolicyImports;
 use super::convert;
-use super::engine::HostState;
-use super::types::{self, EtcdGuard, FleetMaintenance, KeyValue, Owner, PodPhase, Taint};
+use super::output::{MAX_LOG_LINE_BYTES, Records};
+use super::types::{self, EtcdGuard, FleetMaintenance, KeyValue, Level, Owner, PodPhase, Taint};
 
 /// The objects one decision's handles point into.
 #[derive(Clone, Default)]
@@ -249,5 +255,123 @@ impl types::HostNode for HostState {
 
     fn drop(&mut self, _node: Resource<types::Node>) -> wasmtime::Result<()> {
         Ok(())
+    }
+}
+
+/// The data of a decision's store: the sandbox's WASI context (nothing
+/// granted), its memory limiter, the policy's log allowance, and the
+/// inputs its handles and imports answer from.
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: MemoryLimiter,
+    policy: String,
+    records: Records,
+    /// What the decision's handles and the `settings` import read.
+    pub(crate) inputs: Inputs,
+}
+
+impl HostState {
+    pub(crate) fn new(
+        wasi: WasiCtx,
+        memory_limit_bytes: usize,
+        policy: String,
+        records: Records,
+        inputs: Inputs,
+    ) -> Self {
+        HostState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter {
+                limit: memory_limit_bytes,
+                used: 0,
+                hit: false,
+            },
+            policy,
+            records,
+            inputs,
+        }
+    }
+
+    /// The store's resource limiter.
+    pub(crate) fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+        &mut self.limiter
+    }
+
+    /// Whether the decision was refused memory past its limit.
+    pub(crate) fn memory_limit_hit(&self) -> bool {
+        self.limiter.hit
+    }
+
+    /// The decision's log records so far, `fresh` in their place.
+    pub(crate) fn take_records(&mut self, fresh: Records) -> Records {
+        std::mem::replace(&mut self.records, fresh)
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl types::Host for HostState {}
+
+impl DrainPolicyImports for HostState {
+    fn settings(&mut self) -> Vec<KeyValue> {
+        self.inputs.settings.pairs().to_vec()
+    }
+
+    fn log(&mut self, level: Level, message: String) {
+        if !self.records.admit(&self.policy) {
+            return;
+        }
+        let msg = crate::text::clean(&message, MAX_LOG_LINE_BYTES);
+        let policy = self.policy.as_str();
+        match level {
+            Level::Trace => tracing::trace!(policy, "{msg}"),
+            Level::Debug => tracing::debug!(policy, "{msg}"),
+            Level::Info => tracing::info!(policy, "{msg}"),
+            Level::Warn => tracing::warn!(policy, "{msg}"),
+            Level::Error => tracing::error!(policy, "{msg}"),
+        }
+    }
+}
+
+/// Refuses memory growth past the limit and remembers that it did, so the
+/// resulting trap is reported as a memory-limit error.
+struct MemoryLimiter {
+    limit: usize,
+    /// All memories of the decision together.
+    used: usize,
+    hit: bool,
+}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let total = self.used.saturating_sub(current).saturating_add(desired);
+        if total > self.limit {
+            self.hit = true;
+            return Ok(false);
+        }
+        self.used = total;
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 1 << 20)
     }
 }

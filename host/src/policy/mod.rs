@@ -24,9 +24,13 @@
 pub mod access;
 mod cache;
 mod compile;
+mod decision;
+mod digest;
 mod engine;
 mod error;
 mod inputs;
+pub mod metrics;
+pub mod oci;
 mod output;
 
 pub mod convert;
@@ -46,6 +50,9 @@ pub(crate) mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "drain-policy",
+        // The decisions run under the engine's async support (the
+        // deadline's timer, WASI's sleeps); the imports answer at once.
+        exports: { default: async },
     });
 }
 
@@ -57,9 +64,11 @@ pub mod types {
 
 pub use cache::PolicyCache;
 pub use compile::{CompileLimits, worker_main as compile_worker_main};
+pub use decision::{Decision, decide};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
 pub use error::{Error, Result};
 pub use inputs::{Fleet, Settings};
+pub use metrics::PolicyMetrics;
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
 pub use store::{PolicyStore, Reload};
 pub use validate::{Action, Admission, Plan, Step, Verdict};

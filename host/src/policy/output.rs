@@ -10,6 +10,9 @@ use std::task::{Context, Poll};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
+/// Bytes kept of one `log` line (or one line of output).
+pub const MAX_LOG_LINE_BYTES: usize = 1024;
+
 /// Bytes kept of one stream in one call.
 pub(crate) const OUTPUT_CAP: usize = 16 * 1024;
 

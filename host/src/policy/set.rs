@@ -64,6 +64,21 @@ struct ConfigFile {
     settings: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
     /// Who may take which node down (see `access.rs`).
     access: Option<super::access::AccessFile>,
+    /// Policies pulled from OCI registries: name to a reference pinned by
+    /// digest (see `oci.rs`).
+    #[serde(default)]
+    pull: BTreeMap<String, String>,
+}
+
+/// The configuration of a snapshot, parsed (an absent or empty file is the
+/// default).
+fn config_of(snap: &Snapshot) -> Result<ConfigFile> {
+    Ok(match snap.files.get(CONFIG_FILE) {
+        Some(bytes) => crate::yaml::from_slice::<Option<ConfigFile>>(bytes)
+            .map_err(|e| Error::Set(format!("{CONFIG_FILE}: {e}")))?
+            .unwrap_or_default(),
+        None => ConfigFile::default(),
+    })
 }
 
 /// Policies compiled (or taken from the cache) and self-checked at once.
@@ -89,7 +104,7 @@ fn load_all(
         let policy = engine.load_cached(name, bytes, cache)?;
         selfcheck::run(&policy)?;
         if let Some(cache) = cache {
-            cache.store(&policy);
+            policy.cache_in(cache);
         }
         Ok(policy)
     };
@@ -214,8 +229,45 @@ impl Snapshot {
             h.update((bytes.len() as u64).to_le_bytes());
             h.update(bytes);
         }
-        let fingerprint = super::engine::hex(&h.finalize());
+        let fingerprint = super::digest::hex(&h.finalize());
         Snapshot { files, fingerprint }
+    }
+
+    /// The snapshot with the policies its `policies.yaml` pulls from OCI
+    /// registries (`pull:`) added as `<name>.wasm`, each verified against
+    /// its pinned digest. The fingerprint stays the directory's: the
+    /// references are pinned, so equal directories pull equal policies.
+    pub fn with_pulled(mut self, registry: &super::oci::Registry) -> Result<Self> {
+        let config = config_of(&self)?;
+        for (name, reference) in &config.pull {
+            let what = format!("{CONFIG_FILE}: pull: {name}");
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+            {
+                return Err(Error::Set(format!(
+                    "{what}: a policy's name is letters, digits, '-', '_' and '.'"
+                )));
+            }
+            let file = format!("{name}.wasm");
+            if self.files.contains_key(&file) {
+                return Err(Error::Set(format!(
+                    "{what}: the directory has {file} as well; keep one of the two"
+                )));
+            }
+            let pinned = super::oci::Pinned::parse(reference)?;
+            let bytes = registry.fetch(&pinned)?;
+            self.files.insert(file, bytes.as_ref().clone());
+        }
+        Ok(self)
+    }
+
+    /// Whether `policies.yaml` names policies to pull (a reload that
+    /// failed on a pull is tried again at the next poll: the registry may
+    /// be back).
+    pub fn pulls(&self) -> bool {
+        config_of(self).is_ok_and(|c| !c.pull.is_empty())
     }
 }
 
@@ -293,16 +345,19 @@ impl PolicySet {
         snap: &Snapshot,
         cache: Option<&PolicyCache>,
     ) -> Result<Self> {
-        let config: ConfigFile = match snap.files.get(CONFIG_FILE) {
-            Some(bytes) => crate::yaml::from_slice::<Option<ConfigFile>>(bytes)
-                .map_err(|e| Error::Set(format!("{CONFIG_FILE}: {e}")))?
-                .unwrap_or_default(),
-            None => ConfigFile::default(),
-        };
+        let config = config_of(snap)?;
+        for (name, reference) in &config.pull {
+            if !snap.files.contains_key(&format!("{name}.wasm")) {
+                return Err(Error::Set(format!(
+                    "{CONFIG_FILE}: pull: {name} ({reference}) was not pulled: load the set \
+                     through Snapshot::with_pulled"
+                )));
+            }
+        }
         let mut policies = BTreeMap::new();
         let builtin = engine.load_cached(BUILTIN, super::DEFAULT_POLICY_WASM, cache)?;
         if let Some(cache) = cache {
-            cache.store(&builtin);
+            builtin.cache_in(cache);
         }
         policies.insert(BUILTIN.to_owned(), builtin);
         let mut wasm = Vec::new();
@@ -372,7 +427,7 @@ impl PolicySet {
             *policy = policy.with_settings(settings)?;
         }
         if let Some(cache) = cache {
-            cache.prune(policies.values());
+            cache.prune(policies.values().map(Policy::cache_key));
         }
         Ok(PolicySet {
             policies,

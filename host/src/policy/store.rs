@@ -16,8 +16,9 @@ use std::time::Duration;
 use super::cache::PolicyCache;
 use super::engine::{Policy, PolicyEngine};
 use super::error::Result;
+use super::metrics::{PolicyMetrics, ReloadResult};
+use super::oci::Registry;
 use super::set::{PolicySet, Snapshot};
-use crate::metrics::Metrics;
 
 /// The fingerprint of a policy directory that does not exist.
 const ABSENT: &str = "absent";
@@ -50,7 +51,7 @@ pub struct PolicyStore {
     status: Mutex<Status>,
     source: Option<Source>,
     /// Where reloads and decisions are counted: the policies' engine's.
-    metrics: Arc<Metrics>,
+    metrics: Option<PolicyMetrics>,
 }
 
 #[derive(Debug)]
@@ -58,6 +59,8 @@ struct Source {
     dir: PathBuf,
     engine: PolicyEngine,
     cache: Option<PolicyCache>,
+    /// Where `policies.yaml`'s `pull:` references are pulled from.
+    registry: Registry,
 }
 
 impl PolicyStore {
@@ -65,8 +68,8 @@ impl PolicyStore {
     pub fn fixed(set: PolicySet) -> Arc<Self> {
         let metrics = set
             .select(None, None)
-            .map(|s| s.policy.metrics().clone())
-            .unwrap_or_default();
+            .ok()
+            .and_then(|s| s.policy.metrics().cloned());
         Arc::new(PolicyStore {
             metrics,
             status: Mutex::new(Status {
@@ -92,10 +95,23 @@ impl PolicyStore {
         dir: &Path,
         cache: Option<PolicyCache>,
     ) -> Result<Arc<Self>> {
+        Self::from_dir_pulling(engine, dir, cache, Registry::default())
+    }
+
+    /// [`PolicyStore::from_dir`], pulling the policies `policies.yaml`
+    /// names by OCI reference through `registry`.
+    pub fn from_dir_pulling(
+        engine: PolicyEngine,
+        dir: &Path,
+        cache: Option<PolicyCache>,
+        registry: Registry,
+    ) -> Result<Arc<Self>> {
         let (set, tried) = if dir.exists() {
             let snap = Snapshot::read(dir)?;
+            let fingerprint = snap.fingerprint.clone();
+            let snap = snap.with_pulled(&registry)?;
             let set = PolicySet::load(&engine, &snap, cache.as_ref())?;
-            (set, snap.fingerprint)
+            (set, fingerprint)
         } else {
             tracing::info!(logger = "policy", dir = %dir.display(), "no policy directory; using the embedded default policy");
             (
@@ -105,7 +121,7 @@ impl PolicyStore {
         };
         tracing::info!(logger = "policy", dir = %dir.display(), set = %set.summary(), "policies loaded");
         Ok(Arc::new(PolicyStore {
-            metrics: engine.metrics().clone(),
+            metrics: engine.metrics().cloned(),
             current: RwLock::new(Arc::new(set)),
             status: Mutex::new(Status {
                 last_tried: tried,
@@ -115,14 +131,21 @@ impl PolicyStore {
                 dir: dir.to_owned(),
                 engine,
                 cache,
+                registry,
             }),
         }))
     }
 
     /// Where the policies' decisions and the store's reloads are counted
-    /// (the engine's registry).
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+    /// (the engine's), if anywhere.
+    pub fn metrics(&self) -> Option<&PolicyMetrics> {
+        self.metrics.as_ref()
+    }
+
+    fn count_reload(&self, result: ReloadResult) {
+        if let Some(m) = &self.metrics {
+            m.reloaded(result);
+        }
     }
 
     /// The set in use now.
@@ -191,30 +214,33 @@ impl PolicyStore {
                 return Reload::Unchanged;
             }
         }
-        let result = snap.and_then(|s| PolicySet::load(&src.engine, &s, src.cache.as_ref()));
+        let pulls = snap.as_ref().is_ok_and(Snapshot::pulls);
+        let result = snap
+            .and_then(|s| s.with_pulled(&src.registry))
+            .and_then(|s| PolicySet::load(&src.engine, &s, src.cache.as_ref()));
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        status.last_tried = fingerprint;
+        // A set rejected because a pull failed is tried again at the next
+        // poll (the registry may be back); any other rejection waits for
+        // the directory to change.
+        let pull_failed = matches!(&result, Err(super::error::Error::Pull { .. })) && pulls;
+        status.last_tried = if pull_failed {
+            String::new()
+        } else {
+            fingerprint
+        };
         match result {
             Ok(set) => {
                 tracing::info!(logger = "policy", dir = %src.dir.display(), set = %set.summary(), "policies reloaded");
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
                 status.rejected = None;
-                self.metrics
-                    .policy_reloads
-                    .with_label_values(&["success"])
-                    .inc();
-                self.metrics.policy_reload_ok.set(1);
+                self.count_reload(ReloadResult::Success);
                 Reload::Reloaded
             }
             Err(e) => {
                 let why = e.to_string();
                 tracing::error!(logger = "policy", dir = %src.dir.display(), error = %why, category = e.category(), "policy reload rejected; the last good set stays in use");
                 status.rejected = Some(why.clone());
-                self.metrics
-                    .policy_reloads
-                    .with_label_values(&["failure"])
-                    .inc();
-                self.metrics.policy_reload_ok.set(0);
+                self.count_reload(ReloadResult::Failure);
                 Reload::Rejected(why)
             }
         }

@@ -9,6 +9,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use super::Decision;
 use super::convert;
 use super::error::{Error, Result};
 use super::types::{self, DrainPlan, PodAction};
@@ -107,14 +108,14 @@ impl std::fmt::Display for Verdict {
 
 struct Check<'a> {
     policy: &'a str,
-    function: &'static str,
+    function: Decision,
 }
 
 impl Check<'_> {
     fn invalid(&self, reason: String) -> Error {
         Error::InvalidDecision {
             policy: self.policy.to_owned(),
-            function: self.function,
+            function: self.function.name(),
             reason,
         }
     }
@@ -147,7 +148,7 @@ impl Check<'_> {
 pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
     let check = Check {
         policy,
-        function: "plan-drain",
+        function: Decision::PlanDrain,
     };
     if raw.attempt_timeout_ms == 0 || raw.attempt_timeout_ms > MAX_DURATION_MS {
         return Err(check.invalid(format!(
@@ -248,7 +249,7 @@ pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
 pub fn verdict(policy: &str, raw: types::Verdict) -> Result<Verdict> {
     let check = Check {
         policy,
-        function: "on-failure",
+        function: Decision::OnFailure,
     };
     match raw {
         types::Verdict::RetryAfterMs(ms) if ms > MAX_DURATION_MS => Err(check.invalid(format!(
@@ -300,7 +301,7 @@ impl std::fmt::Display for Admission {
 pub fn admission(policy: &str, raw: types::Admission) -> Result<Admission> {
     let check = Check {
         policy,
-        function: "admit",
+        function: Decision::Admit,
     };
     match raw {
         types::Admission::Admit => Ok(Admission::Admit),

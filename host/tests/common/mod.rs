@@ -2,6 +2,8 @@
 //! CRD and nodes, a kube client, and the controller running in-process.
 #![allow(dead_code)]
 
+pub mod generated;
+pub mod prometheus;
 pub mod real;
 pub mod scenarios;
 
@@ -13,7 +15,14 @@ use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
-use nmo::policy::{EngineConfig, PolicyEngine, PolicyStore};
+use nmo::policy::{EngineConfig, PolicyEngine, PolicyMetrics, PolicyStore};
+use nmo::registry::OperatorMetrics;
+// What the tests count with (each test file uses some).
+#[allow(unused_imports)]
+pub use nmo::{
+    controller::metrics::{ReconcileResult, State},
+    policy::{Decision, metrics::ReloadResult},
+};
 use nmo_sim::{SimCluster, SimOptions};
 use serde_json::json;
 
@@ -22,7 +31,7 @@ pub struct Env {
     pub client: Client,
     pub controller: tokio::task::JoinHandle<()>,
     /// The controller's own registry: exact counts.
-    pub metrics: Arc<nmo::metrics::Metrics>,
+    pub metrics: OperatorMetrics,
 }
 
 pub fn start_controller(client: &Client, policy_file: Option<&str>) -> tokio::task::JoinHandle<()> {
@@ -30,9 +39,20 @@ pub fn start_controller(client: &Client, policy_file: Option<&str>) -> tokio::ta
 }
 
 /// A store of one built policy (a file of `target/policies`), or of the
-/// embedded default.
+/// embedded default; its decisions counted (`store.metrics()`) on a
+/// registry of its own.
 pub fn policy_store(policy_file: Option<&str>) -> Arc<PolicyStore> {
-    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    policy_store_counted(policy_file, metrics().policy)
+}
+
+/// A registry of the operator's metrics, as the binary makes it.
+pub fn metrics() -> OperatorMetrics {
+    OperatorMetrics::register().unwrap()
+}
+
+/// [`policy_store`], its decisions counted in `metrics`.
+pub fn policy_store_counted(policy_file: Option<&str>, metrics: PolicyMetrics) -> Arc<PolicyStore> {
+    let engine = PolicyEngine::with_metrics(EngineConfig::default(), metrics).unwrap();
     let policy = match policy_file {
         Some(f) => engine
             .load_file(std::path::Path::new(&format!(
@@ -68,9 +88,19 @@ pub fn start_controller_tuned(
     policies: Arc<PolicyStore>,
     tune: impl FnOnce(&mut Settings),
 ) -> (Arc<Context>, tokio::task::JoinHandle<()>) {
+    start_controller_counted(client, policies, metrics().controller, tune)
+}
+
+/// [`start_controller_tuned`], the controller counting in `metrics`.
+pub fn start_controller_counted(
+    client: &Client,
+    policies: Arc<PolicyStore>,
+    metrics: nmo::controller::ControllerMetrics,
+    tune: impl FnOnce(&mut Settings),
+) -> (Arc<Context>, tokio::task::JoinHandle<()>) {
     let mut settings = test_settings();
     tune(&mut settings);
-    let ctx: Arc<Context> = Context::new(client.clone(), policies, settings);
+    let ctx: Arc<Context> = Context::new(client.clone(), policies, settings, metrics);
     let run = ctx.clone();
     let handle = tokio::spawn(async move {
         controller::run(run).await.expect("controller runs");
@@ -91,6 +121,7 @@ pub fn test_settings() -> Settings {
         // production's seconds.
         drain_retries: nmo::controller::drain::Retries {
             pdb: Duration::from_millis(300),
+            pdb_min: Duration::from_millis(50),
             api_error: Duration::from_millis(200),
         },
         policy_error_retry: Duration::from_secs(1),
@@ -107,14 +138,30 @@ impl Env {
     }
 
     pub async fn start_with(nodes: usize, policy_file: Option<&str>) -> Env {
-        Self::start_store(nodes, policy_store(policy_file)).await
+        let metrics = metrics();
+        let policies = policy_store_counted(policy_file, metrics.policy.clone());
+        Self::start_counted(nodes, policies, metrics).await
     }
 
-    /// A cluster of `nodes` workers and the controller running `policies`.
+    /// A cluster of `nodes` workers and the controller running `policies`
+    /// (the policy counts in `metrics` are then those of `policies`, if
+    /// it counts).
     pub async fn start_store(nodes: usize, policies: Arc<PolicyStore>) -> Env {
+        let mut metrics = metrics();
+        if let Some(counted) = policies.metrics() {
+            metrics.policy = counted.clone();
+        }
+        Self::start_counted(nodes, policies, metrics).await
+    }
+
+    async fn start_counted(
+        nodes: usize,
+        policies: Arc<PolicyStore>,
+        metrics: OperatorMetrics,
+    ) -> Env {
         let (cluster, client) = start_cluster(nodes).await;
-        let metrics = policies.metrics().clone();
-        let controller = start_controller_with(&client, policies);
+        let (_, controller) =
+            start_controller_counted(&client, policies, metrics.controller.clone(), |_| {});
         Env {
             cluster,
             client,
@@ -127,6 +174,19 @@ impl Env {
         self.controller.abort();
         self.cluster.stop().await;
     }
+}
+
+/// Scales WORKLOAD's `web` Deployment to `replicas` (one more makes room
+/// under its budget).
+pub async fn scale_web(env: &impl ClusterOps, replicas: i32) {
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client().clone(), "default")
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap();
 }
 
 /// Waits until `ready` web pods are Ready; returns the node of one of them.
@@ -277,6 +337,9 @@ pub trait ClusterOps {
     /// The admin's requests since `mark` that were not reads, as
     /// `verb what`.
     fn admin_writes_since(&self, mark: usize) -> Vec<String>;
+
+    /// The HTTP status of each eviction the operator sent since `mark`.
+    fn operator_evictions_since(&self, mark: usize) -> Vec<u16>;
 
     fn nms(&self) -> Api<NodeMaintenance> {
         Api::all(self.client().clone())
@@ -451,6 +514,16 @@ impl ClusterOps for Env {
             .map(|r| format!("{} {}", r.verb, r.resource))
             .collect()
     }
+
+    fn operator_evictions_since(&self, mark: usize) -> Vec<u16> {
+        self.cluster
+            .audit()
+            .into_iter()
+            .skip(mark)
+            .filter(|r| r.user_agent == nmo::client::USER_AGENT && r.subresource == "eviction")
+            .map(|r| r.code)
+            .collect()
+    }
 }
 
 pub const HOSTILE: Option<&str> = Some("nmo_policy_hostile.wasm");
@@ -493,6 +566,20 @@ pub async fn start_cluster(nodes: usize) -> (SimCluster, Client) {
         .await
         .unwrap();
     (cluster, client)
+}
+
+/// Runs a command to its end and returns what it printed on stdout; fails
+/// the test, with both streams, when it does not succeed.
+pub fn stdout_of(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// A policy as the host's build script built it (`nmo_policy_<stem>.wasm`).
@@ -546,13 +633,9 @@ pub async fn create_nm_retrying(nms: &Api<NodeMaintenance>, name: &str, node: &s
     }
 }
 
-/// The policy calls a controller made so far, of `function` (`plan-drain`,
-/// `on-failure`), from its own registry.
-pub fn policy_calls(metrics: &nmo::metrics::Metrics, function: &str) -> u64 {
-    metrics
-        .policy_latency
-        .with_label_values(&[function])
-        .get_sample_count()
+/// The policy calls made so far of `decision`, as counted in `metrics`.
+pub fn policy_calls(metrics: &PolicyMetrics, decision: nmo::policy::Decision) -> u64 {
+    metrics.decisions(decision)
 }
 
 /// A webhook certificate for 127.0.0.1 in a temp dir; returns the dir and

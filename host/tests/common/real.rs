@@ -64,11 +64,47 @@ impl ClusterOps for RealEnv {
             .map(|r| format!("{} {}", r.verb, r.uri))
             .collect()
     }
+
+    fn operator_evictions_since(&self, mark: usize) -> Vec<u16> {
+        self.cp
+            .audit()
+            .into_iter()
+            .skip(mark)
+            .filter(|r| r.user_agent == nmo::client::USER_AGENT && r.verb == "create")
+            .filter(|r| {
+                r.uri
+                    .split('?')
+                    .next()
+                    .is_some_and(|p| p.ends_with("/eviction"))
+            })
+            .map(|r| r.code)
+            .collect()
+    }
 }
 
 /// The repository's `deploy/` folder.
 pub fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy")
+}
+
+/// `deploy/<overlay>` as `kubectl kustomize` renders it, one value a
+/// document.
+pub fn rendered(overlay: &str) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(deploy_dir().join(overlay))
+        .output()
+        .expect("kubectl");
+    assert!(
+        out.status.success(),
+        "kustomize {overlay}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    nmo::yaml::documents::<serde_json::Value>(std::str::from_utf8(&out.stdout).unwrap())
+        .unwrap()
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect()
 }
 
 /// The documents of a rendered kustomization whose top-level kind is one
@@ -86,7 +122,53 @@ pub fn only_kinds(rendered: &str, kinds: &[&str]) -> String {
         .join("\n---\n")
 }
 
+/// Applies the operator's CRD (server-side, taking its fields over from
+/// another manager, as the migration guide says), namespace, ServiceAccount
+/// and RBAC as `deploy/default` renders them; returns a client with the
+/// ServiceAccount's token, and the token.
+pub async fn install_operator_objects(cp: &ControlPlane) -> (Client, String) {
+    let dir = deploy_dir().join("default").display().to_string();
+    let rendered = cp.kubectl(&["kustomize", &dir], None).await.unwrap();
+    let objects = only_kinds(
+        &rendered,
+        &[
+            "Namespace",
+            "CustomResourceDefinition",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ],
+    );
+    cp.apply_forcing(&objects).await.unwrap();
+    let token = cp
+        .service_account_token(NAMESPACE, SERVICE_ACCOUNT)
+        .await
+        .unwrap();
+    let operator = nmo::client::client_from_kubeconfig(&cp.kubeconfig_with_token(&token))
+        .await
+        .unwrap();
+    (operator, token)
+}
+
 impl RealEnv {
+    /// The real control plane with `opts`' nodes and nothing of the
+    /// operator's (a cluster that runs another operator, say).
+    pub async fn start_bare(opts: Options) -> RealEnv {
+        let cp = ControlPlane::start(opts)
+            .await
+            .expect("the real control plane starts");
+        let admin = cp.client().await.unwrap();
+        RealEnv {
+            operator: admin.clone(),
+            cp,
+            admin,
+            token: String::new(),
+            controller: None,
+        }
+    }
+
     /// The real control plane with `opts`' nodes, the operator's CRD,
     /// namespace and RBAC applied as `deploy/default` renders them, and the
     /// controller running with the default policy.
@@ -105,29 +187,8 @@ impl RealEnv {
         let cp = ControlPlane::start(opts)
             .await
             .expect("the real control plane starts");
+        let (operator, token) = install_operator_objects(&cp).await;
         let admin = cp.client().await.unwrap();
-        let dir = deploy_dir().join("default").display().to_string();
-        let rendered = cp.kubectl(&["kustomize", &dir], None).await.unwrap();
-        let objects = only_kinds(
-            &rendered,
-            &[
-                "Namespace",
-                "CustomResourceDefinition",
-                "ServiceAccount",
-                "ClusterRole",
-                "ClusterRoleBinding",
-                "Role",
-                "RoleBinding",
-            ],
-        );
-        cp.apply(&objects).await.unwrap();
-        let token = cp
-            .service_account_token(NAMESPACE, SERVICE_ACCOUNT)
-            .await
-            .unwrap();
-        let operator = nmo::client::client_from_kubeconfig(&cp.kubeconfig_with_token(&token))
-            .await
-            .unwrap();
         RealEnv {
             cp,
             admin,
@@ -150,4 +211,33 @@ impl RealEnv {
         }
         self.cp.stop();
     }
+}
+
+/// The `nmo` binary as its Deployment runs it, under the shipped
+/// ServiceAccount, its servers off (no pod network here), `args` added;
+/// its log (info) in `log`.
+pub fn operator_process(
+    env: &RealEnv,
+    instance: &str,
+    log: &Path,
+    args: &[String],
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args([
+            "--metrics-bind-address=0",
+            "--health-probe-bind-address=0",
+            "--webhook-bind-address=0",
+            "--zap-level=info",
+        ])
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", env.operator_kubeconfig())
+        .env("HOSTNAME", instance)
+        .env("POD_NAMESPACE", NAMESPACE)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
 }

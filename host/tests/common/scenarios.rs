@@ -245,15 +245,12 @@ pub async fn a_pdb_blocks_the_drain_until_it_allows(env: &impl ClusterOps) {
             .any(|p| p.starts_with("web-"))
     );
     // A third replica makes room.
-    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(env.client().clone(), "default")
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 3}})),
-        )
-        .await
-        .unwrap();
-    env.wait_phase("nm-pdb", MaintenancePhase::Succeeded).await;
+    scale_web(env, 3).await;
+    let nm = env.wait_phase("nm-pdb", MaintenancePhase::Succeeded).await;
+    // What the drain waited for was shown while it waited; a drain that
+    // succeeded keeps no error (the Go operator writes lastError only when
+    // an attempt fails, and none did).
+    assert_eq!(nm.status.unwrap().last_error, None);
 }
 
 /// Waits until the operator has written an event of `reason` about `name`
@@ -270,4 +267,89 @@ async fn wait_event(env: &impl ClusterOps, name: &str, reason: &str) {
         },
     )
     .await;
+}
+
+/// Four replicas on one node behind a budget allowing one down, each
+/// replacement Ready a second after it is placed (on the simulated
+/// cluster; kwok's pods are Ready at once): the operator (`operator`, a
+/// client with its rights; production's 5 s fallback) sends an eviction
+/// when the budget has room, not all four at once with the refusals
+/// retried every 5 s. At most one refusal a pod (a probe while the budget
+/// has no room), and the drain goes at the replacements' pace.
+pub async fn evictions_behind_a_budget_wait_for_room(env: &impl ClusterOps, operator: &Client) {
+    let nodes: Api<Node> = Api::all(env.client().clone());
+    let pool = |node: &str| {
+        let nodes = nodes.clone();
+        let node = node.to_owned();
+        async move {
+            nodes
+                .patch(
+                    &node,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"labels": {"pool": "steady"}}})),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    pool("worker-1").await;
+    env.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: steady, namespace: default}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: steady}}
+  template:
+    metadata:
+      labels: {app: steady}
+      annotations: {sim.nmo.medik8s.io/startup-seconds: "1"}
+    spec:
+      nodeSelector: {pool: steady}
+      containers: [{name: c, image: registry.k8s.io/pause:3.10}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: steady, namespace: default}
+spec:
+  maxUnavailable: 1
+  selector: {matchLabels: {app: steady}}
+"#,
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(env.client().clone(), "default");
+    wait_until("4 steady pods Ready", Duration::from_secs(60), || async {
+        pods.list(&ListParams::default().labels("app=steady"))
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|p| nmo_sim::cluster::is_ready(&serde_json::to_value(p).unwrap()))
+                    .count()
+            })
+            .unwrap_or(0)
+            == 4
+    })
+    .await;
+    // Their budget is at its limit once one is gone: the replacements go
+    // to worker-2.
+    pool("worker-2").await;
+    let (_, controller) = start_controller_tuned(operator, policy_store(None), |s| {
+        s.drain_retries = nmo::controller::drain::Retries::default();
+    });
+    let mark = env.audit_mark();
+    env.create_nm("nm-steady", "worker-1").await;
+    env.wait_phase("nm-steady", MaintenancePhase::Succeeded)
+        .await;
+    controller.abort();
+    let codes = env.operator_evictions_since(mark);
+    let accepted = codes.iter().filter(|c| matches!(c, 200 | 201)).count();
+    let refused = codes.iter().filter(|c| **c == 429).count();
+    println!("the operator's evictions, answered: {codes:?}");
+    assert_eq!(accepted, 4, "{codes:?}");
+    assert!(
+        refused <= 4,
+        "{refused} refused evictions for 4 pods: sent faster than the budget allowed ({codes:?})"
+    );
 }

@@ -20,6 +20,7 @@ mod binaries;
 mod pki;
 mod process;
 mod proxy;
+mod registry;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +34,7 @@ use serde_json::json;
 pub use binaries::{Binaries, versions};
 pub use pki::TokenUser;
 use process::Process;
+pub use registry::OciRegistry;
 
 /// Shown the same by `{}` and `{:?}`, so a test's `unwrap` prints what
 /// went wrong and how to fix it.
@@ -419,9 +421,20 @@ impl ControlPlane {
     /// when they hold CustomResourceDefinitions, waits until every CRD is
     /// established, so their resources can be created at once.
     pub async fn apply(&self, yaml: &str) -> Result<String, ControlPlaneError> {
-        let out = self
-            .kubectl(&["apply", "--server-side", "-f", "-"], Some(yaml))
-            .await?;
+        self.apply_with(yaml, &[]).await
+    }
+
+    /// [`apply`](Self::apply), taking over the fields other field managers
+    /// own (`--force-conflicts`: another operator's CRD, say).
+    pub async fn apply_forcing(&self, yaml: &str) -> Result<String, ControlPlaneError> {
+        self.apply_with(yaml, &["--force-conflicts"]).await
+    }
+
+    async fn apply_with(&self, yaml: &str, extra: &[&str]) -> Result<String, ControlPlaneError> {
+        let mut args = vec!["apply", "--server-side"];
+        args.extend_from_slice(extra);
+        args.extend(["-f", "-"]);
+        let out = self.kubectl(&args, Some(yaml)).await?;
         if yaml.contains("kind: CustomResourceDefinition") {
             self.kubectl(
                 &[

@@ -803,11 +803,22 @@ impl Sim {
         );
         let pending = pod["status"]["phase"].as_str() == Some("Pending");
         let deleting = !pod["metadata"]["deletionTimestamp"].is_null();
-        if !(terminal || pending || deleting) {
-            check_disruption_budget(&store, ns, &pod)?;
-        }
+        let budget = if terminal || pending || deleting {
+            None
+        } else {
+            check_disruption_budget(&store, ns, &pod)?
+        };
         if opts.dry_run {
             return Ok(success_status(None));
+        }
+        if let Some((pdb, status)) = budget {
+            // As the real API server: the eviction itself spends the
+            // disruption (the pod in disruptedPods, one fewer allowed),
+            // written before the pod is deleted.
+            store.put(
+                "poddisruptionbudgets.policy",
+                spend_disruption(&pdb, status, name),
+            );
         }
         let (_, removed) = self.delete_locked(&mut store, &pods, Some(ns), name, &opts)?;
         drop(store);
@@ -819,9 +830,33 @@ impl Sim {
     }
 }
 
+/// `pdb` with the disruption of the pod `name` spent on `status` (its
+/// status now): the pod in `disruptedPods`, one disruption fewer allowed.
+fn spend_disruption(pdb: &Value, mut status: Value, name: &str) -> Value {
+    let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0) - 1;
+    status["disruptionsAllowed"] = json!(allowed.max(0));
+    let mut disrupted = pdb["status"]["disruptedPods"].clone();
+    if !disrupted.is_object() {
+        disrupted = json!({});
+    }
+    disrupted[name] = json!(now_rfc3339());
+    status["disruptedPods"] = disrupted;
+    if allowed <= 0 {
+        status["conditions"][0]["status"] = json!("False");
+        status["conditions"][0]["reason"] = json!("InsufficientPods");
+    }
+    let mut new = pdb.clone();
+    new["status"] = status;
+    new
+}
+
 /// Refuses an eviction that would take a PodDisruptionBudget below what it
-/// allows.
-fn check_disruption_budget(store: &Store, ns: &str, pod: &Value) -> Result<(), ApiError> {
+/// allows; the budget that allows it, with its status now.
+fn check_disruption_budget(
+    store: &Store,
+    ns: &str,
+    pod: &Value,
+) -> Result<Option<(Arc<Value>, Value)>, ApiError> {
     let pdbs: Vec<Arc<Value>> = store
         .list("poddisruptionbudgets.policy", Some(ns))
         .into_iter()
@@ -837,7 +872,7 @@ fn check_disruption_budget(store: &Store, ns: &str, pod: &Value) -> Result<(), A
         ));
     }
     let Some(pdb) = pdbs.into_iter().next() else {
-        return Ok(());
+        return Ok(None);
     };
     let status = crate::cluster::pdb_status(store, &pdb);
     if status["disruptionsAllowed"].as_i64().unwrap_or(0) <= 0 {
@@ -854,7 +889,7 @@ fn check_disruption_budget(store: &Store, ns: &str, pod: &Value) -> Result<(), A
             None,
         ));
     }
-    Ok(())
+    Ok(Some((pdb, status)))
 }
 
 /// A stored object as `rt` presents it, written out without a copy (a

@@ -1378,12 +1378,32 @@ pub fn pdb_status(store: &Store, pdb: &Value) -> Value {
 fn pdb_statuses(sim: &Sim) {
     let mut store = sim.store();
     for pdb in store.list("poddisruptionbudgets.policy", None) {
-        let status = pdb_status(&store, &pdb);
+        let mut status = pdb_status(&store, &pdb);
+        // As the disruption controller: an evicted pod stays in
+        // disruptedPods (and out of the healthy count) until it is seen
+        // going; then it leaves the map.
+        let ns = pdb["metadata"]["namespace"].as_str().unwrap_or_default();
+        if let Some(disrupted) = pdb["status"]["disruptedPods"].as_object() {
+            let kept: serde_json::Map<String, Value> = disrupted
+                .iter()
+                .filter(|(name, _)| {
+                    store
+                        .get("pods", &ObjKey::new(ns, name))
+                        .is_some_and(|p| !is_terminating(&p))
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if !kept.is_empty() {
+                let allowed = status["disruptionsAllowed"].as_i64().unwrap_or(0);
+                status["disruptionsAllowed"] = json!((allowed - kept.len() as i64).max(0));
+                status["disruptedPods"] = Value::Object(kept);
+            }
+        }
         let mut cmp_old = pdb["status"].clone();
         let mut cmp_new = status.clone();
         for s in [&mut cmp_old, &mut cmp_new] {
             if let Some(m) = s.as_object_mut() {
-                m.remove("disruptedPods");
+                m.remove("conditions");
             }
         }
         if cmp_old != cmp_new {

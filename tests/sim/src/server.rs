@@ -396,6 +396,7 @@ async fn handle(
                 None => target.rt.plural.clone(),
             };
             let (user, denied) = authorize(&sim, &req, verb, &target, &resource);
+            let mut recorded = None;
             if sim.record_audit.load(std::sync::atomic::Ordering::Relaxed) {
                 let header = |h: &str| {
                     req.headers()
@@ -404,58 +405,70 @@ async fn handle(
                         .unwrap_or_default()
                         .to_owned()
                 };
-                sim.audit
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(AuditRecord {
-                        verb: verb.into(),
-                        group: target.rt.group.clone(),
-                        resource: target.rt.plural.clone(),
-                        subresource: target.subresource.clone().unwrap_or_default(),
-                        namespace: target.namespace.clone().unwrap_or_default(),
-                        name: target.name.clone().unwrap_or_default(),
-                        user_agent: header("User-Agent"),
-                        content_type: header("Content-Type"),
-                        user: user.map(|u| u.name).unwrap_or_default(),
-                        denied: denied.is_some(),
-                        at: std::time::Instant::now(),
-                    });
+                let mut audit = sim.audit.lock().unwrap_or_else(|p| p.into_inner());
+                recorded = Some(audit.len());
+                audit.push(AuditRecord {
+                    verb: verb.into(),
+                    group: target.rt.group.clone(),
+                    resource: target.rt.plural.clone(),
+                    subresource: target.subresource.clone().unwrap_or_default(),
+                    namespace: target.namespace.clone().unwrap_or_default(),
+                    name: target.name.clone().unwrap_or_default(),
+                    user_agent: header("User-Agent"),
+                    content_type: header("Content-Type"),
+                    user: user.map(|u| u.name).unwrap_or_default(),
+                    denied: denied.is_some(),
+                    code: 0,
+                    at: std::time::Instant::now(),
+                });
             }
-            if let Some(e) = denied {
-                return reply.error(&e);
+            let response = async {
+                if let Some(e) = denied {
+                    return reply.error(&e);
+                }
+                let (latency, fault) = sim.fault_for(verb, &resource);
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+                if let Some(code) = fault {
+                    let e = match code {
+                        409 => {
+                            ApiError::stale(&target.rt, target.name.as_deref().unwrap_or_default())
+                        }
+                        429 => ApiError::too_many_requests(
+                            "injected fault: too many requests, please try again later",
+                            Vec::new(),
+                            Some(1),
+                        ),
+                        503 => ApiError::unavailable("injected fault: the server is unavailable"),
+                        _ => ApiError::internal("injected fault"),
+                    };
+                    return reply.error(&e);
+                }
+                match resource_request(
+                    &sim,
+                    &reply,
+                    req,
+                    *target,
+                    q,
+                    verb,
+                    sim.faults().drop_watches_after,
+                    stop,
+                )
+                .await
+                {
+                    Ok(r) => r,
+                    Err(e) => reply.error(&e),
+                }
             }
-            let (latency, fault) = sim.fault_for(verb, &resource);
-            if !latency.is_zero() {
-                tokio::time::sleep(latency).await;
+            .await;
+            if let Some(i) = recorded {
+                let mut audit = sim.audit.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(r) = audit.get_mut(i) {
+                    r.code = response.status().as_u16();
+                }
             }
-            if let Some(code) = fault {
-                let e = match code {
-                    409 => ApiError::stale(&target.rt, target.name.as_deref().unwrap_or_default()),
-                    429 => ApiError::too_many_requests(
-                        "injected fault: too many requests, please try again later",
-                        Vec::new(),
-                        Some(1),
-                    ),
-                    503 => ApiError::unavailable("injected fault: the server is unavailable"),
-                    _ => ApiError::internal("injected fault"),
-                };
-                return reply.error(&e);
-            }
-            match resource_request(
-                &sim,
-                &reply,
-                req,
-                *target,
-                q,
-                verb,
-                sim.faults().drop_watches_after,
-                stop,
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(e) => reply.error(&e),
-            }
+            response
         }
     }
 }

@@ -217,6 +217,8 @@ pub struct AuditRecord {
     pub user: String,
     /// Refused by authentication or RBAC (401 or 403).
     pub denied: bool,
+    /// The answer's HTTP status (0 until it is known).
+    pub code: u16,
     /// When the request arrived.
     pub at: std::time::Instant,
 }

@@ -3,8 +3,11 @@
 //!
 //! The group is the nodes the `selector` setting picks (`key=value` pairs,
 //! comma-separated, all must match; default: every node). A node of the
-//! group is unavailable while it is NotReady or under an admitted
-//! maintenance that still holds it (until the NodeMaintenance is deleted). A
+//! group is unavailable while it is NotReady, under an admitted
+//! maintenance that still holds it (until the NodeMaintenance is deleted),
+//! or taken away by another tool or a person ([`Node::claim`]: Karpenter,
+//! the cluster autoscaler, kured, a medik8s remediation, another tool's
+//! taint, a cordon). A
 //! maintenance of a group node starts only if,
 //! counting it and the group's maintenances created before it that still
 //! wait, no more than `max` would be unavailable; a maintenance of a node
@@ -12,7 +15,9 @@
 //! of the group (`25%`, rounded down, at least 1). A node already NotReady
 //! makes nothing worse: its maintenance starts.
 //!
-//! Settings (`policies.yaml`): `max` (default 1), `selector`.
+//! Settings (`policies.yaml`): `max` (default 1), `selector`,
+//! `ignore-taints` (comma-separated taint keys that take no node away: a
+//! dedicated pool's own, say).
 
 use nmo_policy_sdk::*;
 
@@ -78,6 +83,7 @@ pub fn admit_within(
     fleet: &Fleet,
     max: Max,
     selector: &[(String, String)],
+    ignore: &[&str],
 ) -> Admission {
     if !picks(selector, node) || !node.is_ready() {
         return Admission::Admit;
@@ -94,26 +100,40 @@ pub fn admit_within(
         .iter()
         .filter(|n| n.name() != m.node_name && !n.is_ready() && !admitted.contains(&n.name()))
         .count();
+    let claimed: Vec<(&str, Claim)> = group
+        .iter()
+        .filter(|n| n.name() != m.node_name && n.is_ready() && !admitted.contains(&n.name()))
+        .filter_map(|n| n.claim(ignore).map(|c| (n.name(), c)))
+        .collect();
     let ahead = fleet
         .waiting_before(m)
         .filter(|o| in_group(&o.node_name))
         .count();
-    let down = admitted.len() + not_ready;
+    let down = admitted.len() + not_ready + claimed.len();
     if ((down + ahead) as u64) < allowed {
         return Admission::Admit;
     }
     let mut why = format!(
-        "{down} of {} node(s) unavailable ({} in maintenance, {not_ready} NotReady)",
+        "{down} of {} node(s) unavailable ({} in maintenance, {not_ready} NotReady",
         group.len(),
         admitted.len()
     );
+    match claimed.as_slice() {
+        [] => why.push(')'),
+        [(n, claim)] => why.push_str(&format!(", 1 taken elsewhere: {n} is {claim})")),
+        [(n, claim), rest @ ..] => why.push_str(&format!(
+            ", {} taken elsewhere: {n} is {claim}, and {} more)",
+            claimed.len(),
+            rest.len()
+        )),
+    }
     if ahead > 0 {
         why.push_str(&format!(", {ahead} waiting maintenance(s) created earlier"));
     }
     Admission::wait(format!("{why}; at most {allowed} at once"), None)
 }
 
-fn configured() -> (Max, Vec<(String, String)>) {
+fn configured() -> (Max, Vec<(String, String)>, Vec<String>) {
     let s = Settings::current();
     let max = s
         .get("max")
@@ -123,7 +143,15 @@ fn configured() -> (Max, Vec<(String, String)>) {
         .get("selector")
         .and_then(|t| parse_selector(t).ok())
         .unwrap_or_default();
-    (max, selector)
+    let ignore = s
+        .get("ignore-taints")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect();
+    (max, selector, ignore)
 }
 
 impl Policy for MaxUnavailable {
@@ -132,13 +160,14 @@ impl Policy for MaxUnavailable {
 
     fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
         defaults::admit_with(&m, &node, &fleet, || {
-            let (max, selector) = configured();
-            admit_within(&m, &node, &fleet, max, &selector)
+            let (max, selector, ignore) = configured();
+            let ignore: Vec<&str> = ignore.iter().map(String::as_str).collect();
+            admit_within(&m, &node, &fleet, max, &selector, &ignore)
         })
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {
-        settings.allow_only(&["max", "selector"])?;
+        settings.allow_only(&["max", "selector", "ignore-taints"])?;
         if let Some(m) = settings.get("max") {
             Max::parse(m)?;
         }

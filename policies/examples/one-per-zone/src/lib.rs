@@ -3,14 +3,18 @@
 //!
 //! A maintenance whose node is in a zone (the `topology.kubernetes.io/zone`
 //! label, or the label the `label` setting names) waits while another
-//! maintenance of that zone holds its node (admitted, until deleted), or while another
-//! node of the zone is NotReady (the zone is already short of a node).
+//! maintenance of that zone holds its node (admitted, until deleted), while
+//! another node of the zone is NotReady (the zone is already short of a
+//! node), or while another tool or a person has taken one away
+//! ([`Node::claim`]: Karpenter, the cluster autoscaler, kured, a medik8s
+//! remediation, another tool's taint, a cordon).
 //! Maintenances of one zone start in the order they were created; other
 //! zones are not held up. A node without the label is in a zone of its own
 //! name: it never waits for others.
 //!
 //! Settings (`policies.yaml`): `label` (the zone label), `max-per-zone`
-//! (default 1).
+//! (default 1), `ignore-taints` (comma-separated taint keys that take no
+//! node away: a dedicated pool's own, say).
 
 use nmo_policy_sdk::*;
 
@@ -25,11 +29,22 @@ fn zone(node: &Node, label: &str) -> String {
         .unwrap_or_else(|| format!("(node {})", node.name()))
 }
 
-fn limits() -> (String, u64) {
+fn limits() -> (String, u64, Vec<String>) {
     let s = Settings::current();
     let label = s.get("label").unwrap_or(ZONE_LABEL).to_owned();
     let max = s.number("max-per-zone").ok().flatten().unwrap_or(1);
-    (label, max)
+    (label, max, ignored_taints(&s))
+}
+
+/// The `ignore-taints` setting: taint keys, comma-separated.
+pub fn ignored_taints(s: &Settings) -> Vec<String> {
+    s.get("ignore-taints")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The answer for a maintenance of `node`, given the fleet.
@@ -39,6 +54,7 @@ pub fn admit_in_zone(
     fleet: &Fleet,
     label: &str,
     max: u64,
+    ignore: &[&str],
 ) -> Admission {
     let mine = zone(node, label);
     let in_zone = |name: &str| fleet.node(name).is_some_and(|n| zone(n, label) == mine);
@@ -54,11 +70,18 @@ pub fn admit_in_zone(
         .map(|n| n.name())
         .filter(|n| !under_maintenance(n))
         .collect();
+    let claimed: Vec<(&str, Claim)> = fleet
+        .nodes
+        .iter()
+        .filter(|n| n.name() != m.node_name && n.is_ready() && zone(n, label) == mine)
+        .filter(|n| !under_maintenance(n.name()))
+        .filter_map(|n| n.claim(ignore).map(|c| (n.name(), c)))
+        .collect();
     let ahead: Vec<&FleetMaintenance> = fleet
         .waiting_before(m)
         .filter(|o| in_zone(&o.node_name))
         .collect();
-    let down = (busy.len() + not_ready.len()) as u64;
+    let down = (busy.len() + not_ready.len() + claimed.len()) as u64;
     if down + (ahead.len() as u64) < max {
         return Admission::Admit;
     }
@@ -69,6 +92,8 @@ pub fn admit_in_zone(
         )
     } else if let Some(n) = not_ready.first() {
         format!("{n} of zone {mine} is NotReady")
+    } else if let Some((n, claim)) = claimed.first() {
+        format!("{n} of zone {mine} is {claim}")
     } else {
         let o = ahead[0];
         format!(
@@ -88,13 +113,14 @@ impl Policy for OnePerZone {
 
     fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
         defaults::admit_with(&m, &node, &fleet, || {
-            let (label, max) = limits();
-            admit_in_zone(&m, &node, &fleet, &label, max)
+            let (label, max, ignore) = limits();
+            let ignore: Vec<&str> = ignore.iter().map(String::as_str).collect();
+            admit_in_zone(&m, &node, &fleet, &label, max, &ignore)
         })
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {
-        settings.allow_only(&["label", "max-per-zone"])?;
+        settings.allow_only(&["label", "max-per-zone", "ignore-taints"])?;
         match settings.number("max-per-zone")? {
             Some(0) => Err("setting max-per-zone: 0 would never let a maintenance start".into()),
             _ => Ok(()),
@@ -119,12 +145,12 @@ mod tests {
         let nodes = || vec![zoned("a-1", "a"), zoned("a-2", "a"), zoned("b-1", "b")];
         let busy_b = fleet(nodes(), vec![other("b-1", true, 0)]);
         assert!(matches!(
-            admit_in_zone(&m, &zoned("a-2", "a"), &busy_b, ZONE_LABEL, 1),
+            admit_in_zone(&m, &zoned("a-2", "a"), &busy_b, ZONE_LABEL, 1, &[]),
             Admission::Admit
         ));
         let busy_a = fleet(nodes(), vec![other("a-1", true, 0)]);
         assert!(matches!(
-            admit_in_zone(&m, &zoned("a-2", "a"), &busy_a, ZONE_LABEL, 1),
+            admit_in_zone(&m, &zoned("a-2", "a"), &busy_a, ZONE_LABEL, 1, &[]),
             Admission::Wait(w) if w.reason.contains("a-1 of zone a is in maintenance")
         ));
     }

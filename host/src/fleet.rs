@@ -45,9 +45,31 @@ pub struct Around {
     pub already_admitted: bool,
 }
 
+impl Around {
+    /// Asks `policy`'s `admit` whether the maintenance `record` may start
+    /// in this fleet (off the async threads, as every decision). `None`:
+    /// its node does not exist, there is nothing to ask.
+    pub async fn ask(
+        self,
+        policy: &crate::policy::Policy,
+        record: crate::policy::types::Maintenance,
+    ) -> crate::policy::Result<Option<crate::policy::Admission>> {
+        let Some(position) = self.node else {
+            return Ok(None);
+        };
+        let policy = policy.clone();
+        let fleet = self.fleet;
+        crate::policy::decide(crate::policy::Decision::Admit, move || {
+            policy.admit(&record, position, &fleet)
+        })
+        .await
+        .map(Some)
+    }
+}
+
 /// Reads the fleet around the maintenance `nm` from the API server.
 /// `admitted` says whether a maintenance was admitted.
-pub async fn fleet(
+pub async fn around(
     client: &Client,
     nm: &NodeMaintenance,
     openshift: bool,
@@ -172,16 +194,17 @@ pub async fn etcd_guard(client: &Client, node: &str) -> Result<EtcdGuard> {
     let selector = pdb
         .spec
         .as_ref()
-        .and_then(|s| s.selector.as_ref())
-        .map(crate::webhook::selector_string);
-    // A budget that selects nothing cannot say which pods guard etcd: as
-    // the Go operator, assume this node runs one.
+        .and_then(|s| s.selector.clone())
+        .map(kube::core::Selector::try_from);
+    // A budget that selects nothing (or by a selector the API server would
+    // not have taken) cannot say which pods guard etcd: as the Go
+    // operator, assume this node runs one.
     let guard_ready_on_node = match selector {
-        None => true,
-        Some(selector) => Api::<Pod>::namespaced(client.clone(), ETCD_NAMESPACE)
+        None | Some(Err(_)) => true,
+        Some(Ok(selector)) => Api::<Pod>::namespaced(client.clone(), ETCD_NAMESPACE)
             .list(
                 &ListParams::default()
-                    .labels(&selector)
+                    .labels_from(&selector)
                     .fields(&format!("spec.nodeName={node}")),
             )
             .await

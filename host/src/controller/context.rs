@@ -1,0 +1,270 @@
+//! The controller's context: its settings, clients and caches, shared by
+//! every reconcile, and how ready it is.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+
+use super::memory::Memories;
+use super::metrics::{ControllerMetrics, State};
+use super::{drain, events, lease};
+use crate::crd::NodeMaintenance;
+use crate::error::Result;
+use crate::policy::PolicyStore;
+
+/// How often a finished maintenance is looked at again (renewing the node
+/// lease well within its 3600 s).
+pub const RENEW_INTERVAL: Duration = Duration::from_secs(30 * 60);
+/// How long to wait after a policy error before asking again.
+pub const POLICY_ERROR_RETRY: Duration = Duration::from_secs(30);
+/// What the controller needs to know.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Maintenances reconciled at once (`--max-concurrent-maintenances`).
+    pub max_concurrent: u16,
+    /// Namespace of node leases (the binary reads `LEASE_NAMESPACE`).
+    pub lease_namespace: String,
+    /// Name of this instance, for events (the binary reads `HOSTNAME`).
+    pub instance: String,
+    /// How often the API server's resourceVersion is compared with the
+    /// newest the cache has seen (see [`run`]).
+    pub rewind_check: Duration,
+    /// How long after a watch failure, with no event since, the operator
+    /// still reports itself not ready (see [`Context::watching`]); above
+    /// the watcher's longest back-off (30 s).
+    pub watch_failure_window: Duration,
+    /// How long the drain waits before trying a pod again (after a
+    /// PodDisruptionBudget's 429, after another API error).
+    pub drain_retries: drain::Retries,
+    /// When a Succeeded maintenance is looked at again (its lease renewed).
+    pub renew_interval: Duration,
+    /// When a maintenance whose policy could not decide is tried again.
+    pub policy_error_retry: Duration,
+    /// When a reconcile that failed (an API error) is tried again.
+    pub error_retry: Duration,
+    /// Stop at SIGTERM or Ctrl-C (the operator). Off where the caller
+    /// decides when to stop (the demo, which still has to end its
+    /// maintenance after Ctrl-C).
+    pub stop_on_signal: bool,
+    /// The cluster is OpenShift: `admit` gets the etcd quorum guard.
+    pub openshift: bool,
+    /// A maintenance waiting for admission is asked again at least this
+    /// often (node changes are not watched; the end of another maintenance
+    /// is, and asks at once).
+    pub admission_recheck: Duration,
+    /// A policy's `recheck-after` is never shorter than this: a policy
+    /// asking for 0 s does not turn admission into a busy loop.
+    pub admission_recheck_min: Duration,
+    /// A waiting maintenance's reason (its status and `Waiting` event) is
+    /// written at most this often when the policy's reason keeps changing.
+    pub waiting_update_interval: Duration,
+    /// How often nodes marked by this operator with no NodeMaintenance
+    /// left are looked for and restored (see `orphans.rs`).
+    pub orphan_sweep: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            max_concurrent: 10,
+            lease_namespace: lease::DEFAULT_NAMESPACE.to_owned(),
+            instance: "nmo".to_owned(),
+            rewind_check: Duration::from_secs(10),
+            watch_failure_window: Duration::from_secs(35),
+            drain_retries: drain::Retries::default(),
+            renew_interval: RENEW_INTERVAL,
+            policy_error_retry: POLICY_ERROR_RETRY,
+            error_retry: Duration::from_secs(5),
+            stop_on_signal: true,
+            openshift: false,
+            admission_recheck: Duration::from_secs(10),
+            admission_recheck_min: Duration::from_secs(2),
+            waiting_update_interval: Duration::from_secs(30),
+            orphan_sweep: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: Client,
+    /// The policies, as loaded (and reloaded) from the policy directory.
+    pub policies: Arc<PolicyStore>,
+    pub(super) recorder: events::Recorder,
+    pub(super) leases: lease::LeaseManager,
+    pub settings: Settings,
+    /// Where the controller counts (on the registry the operator serves).
+    pub metrics: ControllerMetrics,
+    /// The controller's cache of NodeMaintenances, once it runs.
+    pub(super) store: Mutex<Option<Store<NodeMaintenance>>>,
+    /// The cache has synced.
+    pub(super) synced: AtomicBool,
+    /// The NodeMaintenance watch's last event was not an error.
+    pub(super) watch_ok: AtomicBool,
+    /// When the watch last failed.
+    pub(super) watch_failed_at: Mutex<Option<std::time::Instant>>,
+    /// The API server answered that it serves no NodeMaintenances (the
+    /// CRD is missing), at the last look.
+    pub(super) crd_missing: AtomicBool,
+    /// Held while one maintenance's admission is decided (and, when
+    /// admitted, counted in `admitted_here`): two admissions never see a
+    /// stale view of each other.
+    pub(crate) admission: tokio::sync::Mutex<()>,
+    /// The last list of the nodes for admission, and when it was asked
+    /// for; held while a list is made, so admissions asking at once share
+    /// one (see [`Context::fresh_nodes`]).
+    pub(super) nodes_listed:
+        tokio::sync::Mutex<Option<(std::time::Instant, Arc<[k8s_openapi::api::core::v1::Node]>)>>,
+    /// What is remembered about each maintenance between passes.
+    pub(super) memory: Memories,
+    /// The PodDisruptionBudgets, watched while the controller runs: every
+    /// drain's evictions are paced by them.
+    pub(super) budgets: Arc<super::budgets::Budgets>,
+    /// The nodes, watched while the controller runs: admission's fleet.
+    pub(super) nodes: Arc<super::nodes::Nodes>,
+}
+
+impl Context {
+    pub fn new(
+        client: Client,
+        policies: Arc<PolicyStore>,
+        settings: Settings,
+        metrics: ControllerMetrics,
+    ) -> Arc<Self> {
+        Arc::new(Context {
+            recorder: events::Recorder::new(client.clone(), settings.instance.clone()),
+            leases: lease::LeaseManager::new(client.clone(), settings.lease_namespace.clone()),
+            client,
+            metrics,
+            policies,
+            settings,
+            store: Mutex::new(None),
+            synced: AtomicBool::new(false),
+            watch_ok: AtomicBool::new(true),
+            crd_missing: AtomicBool::new(false),
+            watch_failed_at: Mutex::new(None),
+            admission: tokio::sync::Mutex::new(()),
+            nodes_listed: tokio::sync::Mutex::new(None),
+            memory: Memories::default(),
+            budgets: Arc::default(),
+            nodes: Arc::default(),
+        })
+    }
+
+    /// The nodes for an admission: the node watch's, once it has listed
+    /// them (no request). Before that, or while the watch fails, as listed
+    /// by a request made after this call: admissions that ask while a list
+    /// is in flight wait for the next one, and those waiting share it, so
+    /// 50 maintenances created at once cost a few lists, not 50, and none
+    /// reads nodes older than its own question.
+    pub async fn fresh_nodes(&self) -> Result<Arc<[k8s_openapi::api::core::v1::Node]>> {
+        if let Some(nodes) = self.nodes.snapshot() {
+            return Ok(nodes);
+        }
+        let asked = std::time::Instant::now();
+        let mut listed = self.nodes_listed.lock().await;
+        if let Some((at, nodes)) = listed.as_ref()
+            && *at >= asked
+        {
+            return Ok(nodes.clone());
+        }
+        let at = std::time::Instant::now();
+        let nodes: Arc<[_]> = crate::fleet::nodes(&self.client).await?.into();
+        *listed = Some((at, nodes.clone()));
+        Ok(nodes)
+    }
+
+    /// Every NodeMaintenance in the controller's cache.
+    pub(crate) fn cached_maintenances(&self) -> Vec<Arc<NodeMaintenance>> {
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        store.map(|s| s.state()).unwrap_or_default()
+    }
+
+    /// Whether the maintenance `name` (uid `uid`, on `node`) is, as the
+    /// controller's cache sees it now, gone, being deleted, or moved to
+    /// another node: a drain in progress for it should stop.
+    pub fn no_longer_wants(&self, name: &str, uid: &str, node: &str) -> bool {
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(store) = store else { return false };
+        match store.get(&kube::runtime::reflector::ObjectRef::new(name)) {
+            None => true,
+            Some(nm) => {
+                nm.uid().as_deref() != Some(uid)
+                    || nm.metadata.deletion_timestamp.is_some()
+                    || nm.spec.node_name != node
+            }
+        }
+    }
+
+    /// Whether the controller has started (a standby replica waiting for
+    /// leadership has not).
+    pub fn started(&self) -> bool {
+        self.store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// Whether the controller's cache has synced.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Relaxed)
+    }
+
+    /// Whether the NodeMaintenance CRD was missing at the last look (every
+    /// [`Settings::rewind_check`]).
+    pub fn crd_missing(&self) -> bool {
+        self.crd_missing.load(Ordering::Relaxed)
+    }
+
+    /// Whether the NodeMaintenance watch is working: no failure since
+    /// its last event, or none within [`Settings::watch_failure_window`]
+    /// (a watch that resumed quietly sends nothing until something
+    /// changes; a failing one fails again at least that often, as the
+    /// watcher's back-off is shorter).
+    pub fn watching(&self) -> bool {
+        if self.watch_ok.load(Ordering::Relaxed) {
+            return true;
+        }
+        let failed_at = *self
+            .watch_failed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        failed_at.is_none_or(|at| at.elapsed() > self.settings.watch_failure_window)
+    }
+
+    /// Sets the per-maintenance gauges from the controller's cache (called
+    /// at each scrape, so they are never stale).
+    pub fn refresh_gauges(&self) {
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(store) = store else { return };
+        let all = store.state();
+        let rows: Vec<(String, State, i32)> = all
+            .iter()
+            .map(|nm| {
+                let status = nm.status.as_ref();
+                let state = match (
+                    status.and_then(|s| s.phase),
+                    status.and_then(|s| s.waiting.as_ref()),
+                ) {
+                    (Some(p), _) => State::from(p),
+                    (None, Some(_)) => State::Waiting,
+                    (None, None) => State::Pending,
+                };
+                let progress = status.map_or(0, |s| s.drain_progress);
+                (nm.name_any(), state, progress)
+            })
+            .collect();
+        self.metrics.set_maintenances(all.iter().zip(&rows).map(
+            |(nm, (name, state, progress))| {
+                (name.as_str(), nm.spec.node_name.as_str(), *state, *progress)
+            },
+        ));
+        // Kept current at every scrape, not only when /readyz is asked.
+        self.metrics
+            .ready
+            .set(i64::from(self.synced() && self.watching()));
+    }
+}

@@ -1,0 +1,273 @@
+//! What the controller remembers about each maintenance between passes:
+//! one [`Memory`] per maintenance (by uid), in one map behind one lock.
+//! Forgetting a maintenance is one removal: when its finalizer is removed,
+//! when the watch sees it deleted, and at every orphan sweep for any uid
+//! the cache no longer holds (a maintenance that vanished without a pass
+//! of ours, its finalizer removed by hand).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use kube::ResourceExt;
+
+use super::{Context, Next, is_admitted};
+use crate::crd::NodeMaintenance;
+use crate::error::Result;
+use crate::policy::Selected;
+
+/// How many of our writes to one maintenance are remembered.
+const OWN_WRITES_KEPT: usize = 64;
+
+/// Everything remembered about one maintenance.
+#[derive(Default)]
+pub(super) struct Memory {
+    /// Consecutive failures (the policy's `attempt` and the backoff's
+    /// exponent).
+    failures: u32,
+    /// When a maintenance that failed may be tried again: the policy's
+    /// verdict holds whatever wakes the reconcile earlier (our own status
+    /// write, a watch event), so one attempt gets one `on-failure` and a
+    /// retry never comes sooner than the verdict said.
+    retry_at: Option<Instant>,
+    /// The policy the maintenance started with: it finishes with it,
+    /// whatever reloads happen meanwhile.
+    pin: Option<Selected>,
+    /// The resourceVersions our writes produced, newest last: a pass woken
+    /// by one of these writes has nothing to do.
+    own_versions: VecDeque<String>,
+    /// When the last completed pass wanted the next one: `None` while a
+    /// pass runs (or after one that failed).
+    next: Option<(Instant, Next)>,
+    /// This process admitted it (the cache may not show it admitted yet).
+    admitted_here: bool,
+    /// When its waiting reason was last written (status and event).
+    reason_written: Option<Instant>,
+    /// Its next pass must look even if woken by our own write (a place
+    /// freed for a waiting maintenance).
+    forced: bool,
+}
+
+/// The memories of every maintenance, by uid.
+#[derive(Default)]
+pub(super) struct Memories(Mutex<HashMap<String, Memory>>);
+
+impl Memories {
+    /// Runs `f` on the memory of `uid`, made empty if there was none.
+    fn with<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        f(all.entry(uid.to_owned()).or_default())
+    }
+
+    /// Runs `f` on the memory of `uid` if there is one (nothing is made).
+    fn existing<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> Option<T> {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        all.get_mut(uid).map(f)
+    }
+
+    fn remove(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
+    }
+
+    /// Keeps only the memories of `uids`.
+    fn retain(&self, uids: &HashSet<String>) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|uid, _| uids.contains(uid));
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+impl Context {
+    /// How many maintenances the controller remembers something about
+    /// (none once every maintenance it saw is gone).
+    pub fn remembered(&self) -> usize {
+        self.memory.len()
+    }
+
+    /// Forgets everything about a maintenance that is gone.
+    pub(super) fn forget(&self, uid: &str) {
+        self.memory.remove(uid);
+    }
+
+    /// Forgets every maintenance the controller's cache no longer holds.
+    pub(super) fn forget_gone(&self) {
+        if !self.synced() {
+            return;
+        }
+        let present: HashSet<String> = self
+            .cached_maintenances()
+            .iter()
+            .filter_map(|nm| nm.uid())
+            .collect();
+        self.memory.retain(&present);
+    }
+
+    /// Whether `nm` was admitted, by its status or by this process (whose
+    /// write the cache may not have seen yet).
+    pub fn admitted(&self, nm: &NodeMaintenance) -> bool {
+        is_admitted(nm)
+            || self
+                .memory
+                .existing(&nm.uid().unwrap_or_default(), |m| m.admitted_here)
+                .unwrap_or(false)
+    }
+
+    /// Records that this process admitted the maintenance `uid`.
+    pub(crate) fn admitted_now(&self, uid: &str) {
+        self.memory.with(uid, |m| m.admitted_here = true);
+    }
+
+    /// The maintenance starts over (its node changed): admitted again, its
+    /// policy chosen again, its failures forgotten.
+    pub(super) fn start_over(&self, uid: &str) {
+        self.memory.existing(uid, |m| {
+            m.admitted_here = false;
+            m.pin = None;
+            m.failures = 0;
+            m.retry_at = None;
+        });
+    }
+
+    /// The next pass of `uid` looks, whatever woke it.
+    pub(super) fn force(&self, uid: &str) {
+        self.memory.with(uid, |m| m.forced = true);
+    }
+
+    /// Whether the pass starting now was forced (and clears it).
+    pub(super) fn take_forced(&self, uid: &str) -> bool {
+        self.memory
+            .existing(uid, |m| std::mem::take(&mut m.forced))
+            .unwrap_or(false)
+    }
+
+    /// The policy that decides for `nm`: the one it started with, or, at
+    /// its first decision, the one the current set selects (its annotation,
+    /// a rule matching the node's labels, or the default), which is then
+    /// kept until the maintenance is deleted.
+    pub fn policy_for(
+        &self,
+        nm: &NodeMaintenance,
+        node: Option<&k8s_openapi::api::core::v1::Node>,
+    ) -> Result<Selected> {
+        self.memory.with(&nm.uid().unwrap_or_default(), |m| {
+            if let Some(s) = &m.pin {
+                return Ok(s.clone());
+            }
+            let selected = self
+                .policies
+                .current()
+                .select_for(nm, node.map(|n| n.labels()))?;
+            tracing::info!(
+                logger = "controller",
+                nodeMaintenance = %nm.name_any(),
+                policy = %selected.name,
+                digest = selected.policy.digest(),
+                chosen_by = %selected.why,
+                "policy selected"
+            );
+            m.pin = Some(selected.clone());
+            Ok(selected)
+        })
+    }
+
+    /// Remembers that our write gave the maintenance `uid` the
+    /// resourceVersion `rv`.
+    pub(super) fn own_write(&self, uid: &str, rv: String) {
+        self.memory.with(uid, |m| {
+            m.own_versions.push_back(rv);
+            while m.own_versions.len() > OWN_WRITES_KEPT {
+                m.own_versions.pop_front();
+            }
+        });
+    }
+
+    /// When the maintenance is at a version our own write made and the
+    /// last pass's wish for the next one still stands: that wish (what is
+    /// left of its wait). `None`: a pass has work to do.
+    pub(super) fn after_own_write(&self, uid: &str, rv: Option<&str>) -> Option<Next> {
+        let rv = rv?;
+        self.memory
+            .existing(uid, |m| {
+                if !m.own_versions.iter().any(|v| v == rv) {
+                    return None;
+                }
+                let (since, next) = m.next?;
+                next.left(since)
+            })
+            .flatten()
+    }
+
+    /// A pass starts: the last one's wish no longer stands.
+    pub(super) fn forget_next(&self, uid: &str) {
+        self.memory.existing(uid, |m| m.next = None);
+    }
+
+    /// A pass ended wanting `next`.
+    pub(super) fn remember_next(&self, uid: &str, next: Next) {
+        self.memory
+            .with(uid, |m| m.next = Some((Instant::now(), next)));
+    }
+
+    /// Whether a waiting maintenance's new reason may be written now (and,
+    /// if so, notes that it is): the first always, then at most one every
+    /// [`Settings::waiting_update_interval`](super::Settings::waiting_update_interval).
+    pub(super) fn may_write_reason(&self, uid: &str) -> bool {
+        let interval = self.settings.waiting_update_interval;
+        self.memory.with(uid, |m| {
+            let now = Instant::now();
+            match m.reason_written {
+                Some(at) if now.duration_since(at) < interval => false,
+                _ => {
+                    m.reason_written = Some(now);
+                    true
+                }
+            }
+        })
+    }
+
+    /// Counts a failure; returns how many in a row.
+    pub(super) fn failed(&self, uid: &str) -> u32 {
+        self.memory.with(uid, |m| {
+            m.failures = m.failures.saturating_add(1);
+            m.failures
+        })
+    }
+
+    /// How many failures in a row so far.
+    pub(super) fn failures(&self, uid: &str) -> u32 {
+        self.memory.existing(uid, |m| m.failures).unwrap_or(0)
+    }
+
+    /// An attempt succeeded: its failures and any hold are forgotten.
+    pub(super) fn succeeded(&self, uid: &str) {
+        self.memory.existing(uid, |m| {
+            m.failures = 0;
+            m.retry_at = None;
+        });
+    }
+
+    /// Holds the maintenance's next attempt until `delay` from now.
+    pub(super) fn hold(&self, uid: &str, delay: Duration) {
+        self.memory
+            .with(uid, |m| m.retry_at = Some(Instant::now() + delay));
+    }
+
+    /// How long the maintenance's next attempt is still held, if it is.
+    pub(super) fn held(&self, uid: &str) -> Option<Duration> {
+        self.memory
+            .existing(uid, |m| {
+                let left = m.retry_at?.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    m.retry_at = None;
+                    return None;
+                }
+                Some(left)
+            })
+            .flatten()
+    }
+}

@@ -1,0 +1,107 @@
+//! The nodes, watched while the controller runs: the fleet every admission
+//! decides on comes from this cache, not from a list per decision, so an
+//! admission costs no request however many nodes the cluster has.
+//!
+//! The snapshot a policy sees is rebuilt only when a node changed since
+//! the last one (nodes change rarely: kubelets renew leases, not the
+//! Node); admissions in between share it. Until the watch has listed the
+//! nodes once, and while it fails, admission lists them instead
+//! ([`super::Context::fresh_nodes`]): never a stale fleet for long.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+
+/// The watched nodes.
+#[derive(Debug, Default)]
+pub struct Nodes {
+    /// By name.
+    by_name: Mutex<BTreeMap<String, Node>>,
+    /// Bumped at every change.
+    generation: AtomicU64,
+    /// The watch has listed the nodes and is not failing.
+    synced: AtomicBool,
+    /// The last snapshot handed out, and the generation it was made at.
+    snapshot: Mutex<Option<(u64, Arc<[Node]>)>>,
+}
+
+impl Nodes {
+    /// Watches the nodes until the task is dropped (kube-runtime's
+    /// watcher: relists on a lost watch or a 410 Gone, with backoff).
+    pub async fn watch(&self, client: Client) {
+        let api: Api<Node> = Api::all(client);
+        let mut events = watcher(
+            api,
+            watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
+        )
+        .default_backoff()
+        .boxed();
+        let mut listing: BTreeMap<String, Node> = BTreeMap::new();
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::Init) => listing.clear(),
+                Ok(watcher::Event::InitApply(node)) => {
+                    listing.insert(name(&node), node);
+                }
+                Ok(watcher::Event::InitDone) => {
+                    *self.map() = std::mem::take(&mut listing);
+                    self.changed();
+                    if !self.synced.swap(true, Ordering::Relaxed) {
+                        tracing::debug!(logger = "controller", "admission reads the nodes' watch");
+                    }
+                }
+                Ok(watcher::Event::Apply(node)) => {
+                    self.map().insert(name(&node), node);
+                    self.changed();
+                    self.synced.store(true, Ordering::Relaxed);
+                }
+                Ok(watcher::Event::Delete(node)) => {
+                    self.map().remove(&name(&node));
+                    self.changed();
+                    self.synced.store(true, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    if self.synced.swap(false, Ordering::Relaxed) {
+                        tracing::warn!(logger = "controller", error = %e, "the node watch fails; admission lists the nodes until it works");
+                    }
+                }
+            }
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Node>> {
+        self.by_name.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The nodes as the watch has them, sorted by name; `None` until it has
+    /// listed them, and while it fails.
+    pub fn snapshot(&self) -> Option<Arc<[Node]>> {
+        if !self.synced.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = self.generation.load(Ordering::Acquire);
+        if let Some((at, nodes)) = snapshot.as_ref()
+            && *at == generation
+        {
+            return Some(nodes.clone());
+        }
+        let nodes: Arc<[Node]> = self.map().values().cloned().collect();
+        *snapshot = Some((generation, nodes.clone()));
+        Some(nodes)
+    }
+}
+
+fn name(node: &Node) -> String {
+    node.metadata.name.clone().unwrap_or_default()
+}

@@ -1,0 +1,306 @@
+//! The controller's run loop: kube-runtime's controller over a watch of
+//! NodeMaintenances, each reconcile timed and counted, restarted when the
+//! API server's resourceVersions go backwards.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+
+use super::metrics::ReconcileResult;
+use super::{Context, is_admitted, orphans, reconcile};
+use crate::crd::{MaintenancePhase, NodeMaintenance};
+use crate::error::{Error, Result};
+
+fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Action {
+    tracing::error!(logger = "controller", error = %err, category = err.category(), "reconcile failed");
+    Action::requeue(ctx.settings.error_retry)
+}
+
+/// The reconcile, timed and counted under controller-runtime's names.
+async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action> {
+    use futures::FutureExt;
+    let started = std::time::Instant::now();
+    let m = ctx.metrics.clone();
+    let worker = m.reconcile_started();
+    let name = nm.name_any();
+    // A panic (a bug, or an API object nobody foresaw) fails this
+    // reconcile only: it is logged, counted and retried; the process and
+    // the other maintenances go on.
+    let result = match std::panic::AssertUnwindSafe(reconcile(nm, ctx))
+        .catch_unwind()
+        .await
+    {
+        Ok(result) => result,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic without a message".to_owned());
+            tracing::error!(logger = "controller", nodeMaintenance = %name, panic = %what, "reconcile panicked");
+            Err(Error::Panic(what))
+        }
+    };
+    drop(worker);
+    let label = match &result {
+        Err(_) => ReconcileResult::Error,
+        Ok(next) => next.result_label(),
+    };
+    m.reconciled(started.elapsed().as_secs_f64(), label);
+    result.map(Action::from)
+}
+
+/// Runs the controller until it is asked to stop (SIGTERM, Ctrl-C).
+///
+/// The NodeMaintenance cache is kube-runtime's reflector, watched with
+/// kube-runtime's watcher (which relists on a lost watch or a 410 Gone).
+/// Beyond that, the API server's current resourceVersion is checked every
+/// [`Settings::rewind_check`]: when it is below the newest one the cache
+/// has seen, the server was restored from an older state and the watch
+/// would wait for a version that never comes, so the cache is dropped and
+/// everything is listed again. Readiness follows: not ready until the
+/// cache has synced, nor while the watch is failing.
+pub async fn run(ctx: Arc<Context>) -> Result<()> {
+    let api: Api<NodeMaintenance> = Api::all(ctx.client.clone());
+    api.list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+        .map_err(Error::kube(
+            "listing NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)",
+        ))?;
+    ctx.metrics.set_max_concurrent(ctx.settings.max_concurrent);
+    // The budgets' watch runs as long as the controller does.
+    let budgets = {
+        let (budgets, client) = (ctx.budgets.clone(), ctx.client.clone());
+        AbortOnDrop(tokio::spawn(async move { budgets.watch(client).await }))
+    };
+    let _budgets = budgets;
+    // So does the nodes' watch, which admission reads.
+    let _nodes = {
+        let (nodes, client) = (ctx.nodes.clone(), ctx.client.clone());
+        AbortOnDrop(tokio::spawn(async move { nodes.watch(client).await }))
+    };
+    loop {
+        match run_once(&ctx, &api).await {
+            Ended::Stopped => return Ok(()),
+            Ended::Rewound { server, seen } => {
+                tracing::warn!(
+                    logger = "controller",
+                    server_resource_version = server,
+                    seen_resource_version = seen,
+                    "the API server's resourceVersion went backwards (restored from an older state?); listing everything again"
+                );
+            }
+        }
+    }
+}
+
+/// A watch error in words: what failed, and the API server's own message
+/// (not the client library's wrapping of it), with a hint when the
+/// resource is not served at all.
+fn watch_error(e: &watcher::Error) -> String {
+    let api = |what: &str, e: &kube::Error| match e {
+        kube::Error::Api(s) if s.code == 404 => format!(
+            "{what}: the API server does not serve NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)"
+        ),
+        kube::Error::Api(s) => format!("{what}: {} ({})", s.message, s.code),
+        other => format!("{what}: {other}"),
+    };
+    match e {
+        watcher::Error::InitialListFailed(e) => api("listing NodeMaintenances", e),
+        watcher::Error::WatchStartFailed(e) => api("watching NodeMaintenances", e),
+        watcher::Error::WatchFailed(e) => api("the NodeMaintenance watch broke", e),
+        watcher::Error::WatchError(s) => {
+            format!("the API server ended the watch: {} ({})", s.message, s.code)
+        }
+        watcher::Error::NoResourceVersion => {
+            "the API server's list has no resourceVersion: it cannot be watched".into()
+        }
+    }
+}
+
+/// Whether a watch event may let a waiting maintenance start: another
+/// one is gone (its node restored) or failed (its node given back).
+fn frees_a_place(e: &watcher::Event<NodeMaintenance>) -> bool {
+    match e {
+        watcher::Event::Delete(_) => true,
+        watcher::Event::Apply(nm) => {
+            nm.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Failed)
+        }
+        _ => false,
+    }
+}
+
+/// Queues a pass for every maintenance waiting for admission, oldest
+/// first (the order their policy is asked in).
+fn recheck_waiting(
+    ctx: &Context,
+    store: &Store<NodeMaintenance>,
+    tx: &futures::channel::mpsc::UnboundedSender<
+        kube::runtime::reflector::ObjectRef<NodeMaintenance>,
+    >,
+) {
+    let mut waiting: Vec<Arc<NodeMaintenance>> = store
+        .state()
+        .into_iter()
+        .filter(|nm| !is_admitted(nm) && nm.metadata.deletion_timestamp.is_none())
+        .collect();
+    waiting.sort_by(|a, b| {
+        (
+            a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            a.name_any(),
+        )
+            .cmp(&(
+                b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                b.name_any(),
+            ))
+    });
+    for nm in waiting {
+        // The pass must look, though the object is at our own last write
+        // (and though a pass of it may be running now and remember a wait
+        // when it ends).
+        ctx.force(&nm.uid().unwrap_or_default());
+        let _ = tx.unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(&*nm));
+    }
+}
+
+/// A task that ends with its owner.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Why one run of the controller ended.
+enum Ended {
+    Stopped,
+    Rewound { server: u64, seen: u64 },
+}
+
+/// The newest resourceVersion in an object, as a number (they are etcd
+/// revisions; an opaque one counts as 0, which never looks rewound).
+fn rv_of(nm: &NodeMaintenance) -> u64 {
+    nm.resource_version()
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
+    use kube::runtime::{WatchStreamExt, reflector};
+    let (reader, writer) = reflector::store();
+    *ctx.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader.clone());
+    // Maintenances waiting for admission are asked again when another one
+    // ends.
+    let (recheck_tx, recheck_rx) = futures::channel::mpsc::unbounded();
+    ctx.synced.store(false, Ordering::Relaxed);
+    ctx.watch_ok.store(true, Ordering::Relaxed);
+    let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stream = {
+        let ctx = ctx.clone();
+        let seen = seen.clone();
+        let reader = reader.clone();
+        watcher(
+            api.clone(),
+            watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .inspect(move |event| match event {
+            Ok(e) => {
+                if !ctx.watch_ok.swap(true, Ordering::Relaxed) {
+                    tracing::info!(logger = "controller", "the NodeMaintenance watch works again");
+                }
+                if frees_a_place(e) {
+                    recheck_waiting(&ctx, &reader, &recheck_tx);
+                }
+                if let watcher::Event::Delete(nm) = e {
+                    // Gone from the API: nothing of it is kept.
+                    ctx.forget(&nm.uid().unwrap_or_default());
+                }
+                let newest = match e {
+                    watcher::Event::Apply(nm)
+                    | watcher::Event::Delete(nm)
+                    | watcher::Event::InitApply(nm) => rv_of(nm),
+                    watcher::Event::InitDone => {
+                        // The initial list is in the cache (the reflector
+                        // applied it before this): synced, whatever was
+                        // deleted meanwhile.
+                        if !ctx.synced.swap(true, Ordering::Relaxed) {
+                            tracing::info!(logger = "controller", "cache synced");
+                        }
+                        0
+                    }
+                    watcher::Event::Init => 0,
+                };
+                seen.fetch_max(newest, Ordering::Relaxed);
+            }
+            Err(e) => {
+                *ctx.watch_failed_at.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(std::time::Instant::now());
+                if ctx.watch_ok.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(logger = "controller", error = %watch_error(e), "the NodeMaintenance watch failed; retrying");
+                }
+            }
+        })
+        .touched_objects()
+    };
+    let controller = Controller::for_stream(stream, reader)
+        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent))
+        .reconcile_on(recheck_rx);
+    let controller = if ctx.settings.stop_on_signal {
+        controller.shutdown_on_signal()
+    } else {
+        controller
+    };
+    let controller = controller
+        .run(instrumented, error_policy, ctx.clone())
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(logger = "controller", error = %e, "reconcile result");
+            }
+        });
+    let rewound = async {
+        loop {
+            tokio::time::sleep(ctx.settings.rewind_check).await;
+            let list = match api
+                .list_metadata(&kube::api::ListParams::default().limit(1))
+                .await
+            {
+                Ok(list) => list,
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    if !ctx.crd_missing.swap(true, Ordering::Relaxed) {
+                        tracing::error!(
+                            logger = "controller",
+                            "the API server serves no NodeMaintenances: the CRD is missing (`nmo crd | kubectl apply -f -`)"
+                        );
+                    }
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            if ctx.crd_missing.swap(false, Ordering::Relaxed) {
+                tracing::info!(logger = "controller", "the NodeMaintenance CRD is back");
+            }
+            let server: u64 = list
+                .metadata
+                .resource_version
+                .and_then(|rv| rv.parse().ok())
+                .unwrap_or(u64::MAX);
+            let seen = seen.load(Ordering::Relaxed);
+            if server < seen {
+                return Ended::Rewound { server, seen };
+            }
+        }
+    };
+    tokio::select! {
+        () = controller => Ended::Stopped,
+        ended = rewound => ended,
+        () = orphans::run(ctx) => Ended::Stopped,
+    }
+}

@@ -1,0 +1,457 @@
+//! The Helm chart (`deploy/helm/node-maintenance-operator`) is generated
+//! from `deploy/default` as kustomize renders it, so the two never drift:
+//! its CRD goes to `crds/`, every other object to a template of its own
+//! with the operator's namespace replaced by the release's, the image and
+//! the replica count from the values, and the policies ConfigMap's files
+//! read from `deploy/policies` (through the chart's `files/policies`
+//! link). These tests check the chart on disk is that generation, and
+//! that the real `helm` (built with the control plane) lints it and
+//! renders exactly what kustomize renders. `real_deploy.rs` installs it.
+//!
+//! After a change under `deploy/`: `NMO_WRITE_CHART=1 cargo test -p nmo
+//! --test helm` rewrites the chart's generated files.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+/// The operator's namespace in `deploy/default`, the release's in the chart.
+const NS: &str = "node-maintenance-operator-system";
+/// The image `deploy/default` names.
+const IMAGE: &str = "nmo:latest";
+
+fn chart_dir() -> PathBuf {
+    common::real::deploy_dir().join("helm/node-maintenance-operator")
+}
+
+/// `deploy/<overlay>` as kustomize renders it.
+fn kustomized(overlay: &str) -> Vec<Value> {
+    common::real::rendered(overlay)
+}
+
+fn kind(o: &Value) -> &str {
+    o["kind"].as_str().unwrap_or_default()
+}
+
+fn name(o: &Value) -> &str {
+    o["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// A template's file name: its kind and name, as `kubectl` spells them.
+fn file_name(o: &Value) -> String {
+    let short = name(o)
+        .strip_prefix("node-maintenance-operator-")
+        .unwrap_or(name(o));
+    format!("{}-{short}.yaml", kind(o).to_lowercase())
+}
+
+/// Keeps `{{` and `}}` in the objects' own text (a dashboard's legends)
+/// from being read as Helm directives.
+fn escape_braces(text: &str) -> String {
+    text.replace("{{", "\u{0}OPEN\u{0}")
+        .replace("}}", "{{ \"}}\" }}")
+        .replace("\u{0}OPEN\u{0}", "{{ \"{{\" }}")
+}
+
+/// Where the registry credentials' Secret is mounted when
+/// `policies.registrySecret` names one.
+const REGISTRY_MOUNT: &str = "/etc/nmo/registry";
+const REGISTRY_SECRET: &str = ".Values.policies.registrySecret";
+
+/// Objects that only some values install: the condition, by kind and name.
+fn condition(o: &Value) -> Option<&'static str> {
+    match (kind(o), name(o)) {
+        // cert-manager issues the webhook's certificate and injects its CA:
+        // without it, no webhook (as deploy/no-cert-manager).
+        ("Certificate" | "Issuer" | "ValidatingWebhookConfiguration", _) => {
+            Some(".Values.webhook.certManager")
+        }
+        // The rights the metrics' TokenReview and SubjectAccessReview need
+        // (as deploy/metrics-open drops them).
+        ("ClusterRole" | "ClusterRoleBinding", n) if n.contains("metrics-auth") => {
+            Some(".Values.metrics.secure")
+        }
+        ("Namespace", _) => Some(".Values.leases.createNamespace"),
+        _ => None,
+    }
+}
+
+/// Lines kept only when a value is set.
+fn when(condition: &str, lines: &[&str]) -> Vec<String> {
+    let mut out = vec![format!("{{{{- if {condition} }}}}")];
+    out.extend(lines.iter().map(|l| (*l).to_owned()));
+    out.push("{{- end }}".into());
+    out
+}
+
+/// The Deployment's values: image, replicas, metrics security, and the
+/// registry credentials of pulled policies.
+fn template_deployment(
+    o: &mut Value,
+    directive: &mut impl FnMut(String) -> Value,
+    block: &mut impl FnMut(Vec<String>) -> Value,
+) {
+    o["spec"]["replicas"] = directive("{{ .Values.replicas }}".into());
+    let pod = &mut o["spec"]["template"]["spec"];
+    for c in pod["containers"].as_array_mut().into_iter().flatten() {
+        if c["image"] != IMAGE {
+            continue;
+        }
+        c["image"] = directive(
+            "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+                .into(),
+        );
+        for arg in c["args"].as_array_mut().into_iter().flatten() {
+            if arg == "--metrics-bind-address=:8443" {
+                *arg = directive(
+                    "--metrics-bind-address=:{{ if .Values.metrics.secure }}8443{{ else }}8080{{ end }}"
+                        .into(),
+                );
+            } else if arg == "--metrics-secure" {
+                *arg = block(when(".Values.metrics.secure", &["- --metrics-secure"]));
+            }
+        }
+        if let Some(args) = c["args"].as_array_mut() {
+            args.push(block(when(
+                REGISTRY_SECRET,
+                &[&format!(
+                    "- --registry-config={REGISTRY_MOUNT}/.dockerconfigjson"
+                )],
+            )));
+        }
+        for port in c["ports"].as_array_mut().into_iter().flatten() {
+            if port["containerPort"] == 8443 {
+                port["containerPort"] =
+                    directive("{{ if .Values.metrics.secure }}8443{{ else }}8080{{ end }}".into());
+            }
+        }
+        if let Some(mounts) = c["volumeMounts"].as_array_mut() {
+            mounts.push(block(when(
+                REGISTRY_SECRET,
+                &[
+                    &format!("- mountPath: {REGISTRY_MOUNT}"),
+                    "  name: policy-registry",
+                    "  readOnly: true",
+                ],
+            )));
+        }
+    }
+    if let Some(volumes) = pod["volumes"].as_array_mut() {
+        volumes.push(block(when(
+            REGISTRY_SECRET,
+            &[
+                "- name: policy-registry",
+                "  secret:",
+                "    secretName: {{ .Values.policies.registrySecret }}",
+            ],
+        )));
+    }
+}
+
+/// One object as a template.
+fn template(o: &Value) -> String {
+    let mut o = o.clone();
+    let mut directives: Vec<(String, String)> = Vec::new();
+    let mut blocks: Vec<(String, Vec<String>)> = Vec::new();
+    // A placeholder for each directive: a plain scalar the serializer
+    // leaves as it is.
+    let mut directive = |text: String| {
+        let key = format!("HELM_DIRECTIVE_{}", directives.len());
+        directives.push((key.clone(), text));
+        Value::String(key)
+    };
+    // A list item standing for lines of its own (a conditional item): its
+    // line is replaced by them, at its indentation.
+    let mut block = |lines: Vec<String>| {
+        let key = format!("HELM_BLOCK_{}", blocks.len());
+        blocks.push((key.clone(), lines));
+        Value::String(key)
+    };
+    if kind(&o) == "Deployment" {
+        template_deployment(&mut o, &mut directive, &mut block);
+    }
+    if kind(&o) == "Service" && o["spec"]["ports"][0]["port"] == 8443 {
+        o["spec"]["ports"][0]["name"] =
+            directive("{{ if .Values.metrics.secure }}https{{ else }}metrics{{ end }}".into());
+        o["spec"]["ports"][0]["port"] =
+            directive("{{ if .Values.metrics.secure }}8443{{ else }}8080{{ end }}".into());
+    }
+    let policies_dir = common::real::deploy_dir().join("policies");
+    if kind(&o) == "ConfigMap" {
+        for (field, pipe) in [("binaryData", "b64enc"), ("data", "toJson")] {
+            if let Some(entries) = o[field].as_object_mut() {
+                for (key, value) in entries.iter_mut() {
+                    if !policies_dir.join(key).is_file() {
+                        continue;
+                    }
+                    let file = format!(".Files.Get \"files/policies/{key}\"");
+                    *value = directive(if key == "policies.yaml" {
+                        format!("{{{{ .Values.policies.config | default ({file}) | {pipe} }}}}")
+                    } else {
+                        format!("{{{{ {file} | {pipe} }}}}")
+                    });
+                }
+            }
+        }
+    }
+    let mut text = escape_braces(&nmo::yaml::to_string(&o).unwrap());
+    text = text.replace(NS, "{{ .Release.Namespace }}");
+    for (key, value) in directives {
+        text = text.replace(&key, &value);
+    }
+    for (key, lines) in blocks {
+        let item = format!("- {key}");
+        text = text
+            .lines()
+            .map(|line| match line.find(&item) {
+                Some(at) if line[at..] == item => {
+                    let indent = &line[..at];
+                    lines
+                        .iter()
+                        .map(|l| format!("{indent}{l}"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                }
+                _ => line.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        text.push('\n');
+    }
+    let mut out =
+        String::from("# Generated from deploy/default by host/tests/helm.rs: do not edit.\n");
+    match condition(&o) {
+        Some(cond) => {
+            out.push_str(&format!("{{{{- if {cond} }}}}\n"));
+            out.push_str(&text);
+            out.push_str("{{- end }}\n");
+        }
+        None => out.push_str(&text),
+    }
+    out
+}
+
+/// The chart's generated files: path under the chart, content.
+fn generated() -> BTreeMap<PathBuf, String> {
+    let mut files = BTreeMap::new();
+    for o in kustomized("default") {
+        match kind(&o) {
+            // The release's namespace is made by Helm (--create-namespace).
+            "Namespace" if name(&o) == NS => {}
+            "CustomResourceDefinition" => {
+                files.insert(
+                    Path::new("crds").join(format!("{}.yaml", name(&o))),
+                    format!(
+                        "# Generated from deploy/default by host/tests/helm.rs: do not edit.\n{}",
+                        nmo::yaml::to_string(&o).unwrap()
+                    ),
+                );
+            }
+            _ => {
+                files.insert(Path::new("templates").join(file_name(&o)), template(&o));
+            }
+        }
+    }
+    files
+}
+
+/// The chart on disk is the generation from `deploy/default`.
+#[test]
+fn the_chart_is_generated_from_deploy_default() {
+    let chart = chart_dir();
+    common::generated::check(
+        &chart,
+        &["crds", "templates"],
+        &generated(),
+        "NMO_WRITE_CHART",
+    );
+    // The policies it ships are deploy/policies' own files.
+    let link = chart.join("files/policies");
+    assert_eq!(
+        std::fs::canonicalize(&link).unwrap(),
+        std::fs::canonicalize(common::real::deploy_dir().join("policies")).unwrap()
+    );
+}
+
+fn helm() -> PathBuf {
+    nmo_control_plane::Binaries::ensure()
+        .expect("the control plane's binaries build")
+        .path("helm")
+}
+
+fn run(args: &[&str]) -> String {
+    common::stdout_of(std::process::Command::new(helm()).args(args))
+}
+
+/// An object without what only one of the two tools adds: kustomize's
+/// base64 is wrapped, Helm's not; compared as their decoded bytes.
+fn comparable(mut o: Value) -> Value {
+    use base64::Engine;
+    if let Some(entries) = o["binaryData"].as_object_mut() {
+        for value in entries.values_mut() {
+            let text: String = value
+                .as_str()
+                .unwrap_or_default()
+                .split_whitespace()
+                .collect();
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .unwrap();
+            *value = Value::String(format!("{} bytes, sha256 {}", bytes.len(), sha(&bytes)));
+        }
+    }
+    o
+}
+
+fn sha(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(bytes))
+}
+
+fn by_kind_and_name(objects: Vec<Value>) -> BTreeMap<(String, String), Value> {
+    objects
+        .into_iter()
+        .map(|o| ((kind(&o).to_owned(), name(&o).to_owned()), comparable(o)))
+        .collect()
+}
+
+/// `helm template` into the operator's namespace with `set` values: its
+/// objects by kind and name.
+fn helm_objects(set: &[&str]) -> BTreeMap<(String, String), Value> {
+    let chart = chart_dir().display().to_string();
+    let mut args = vec![
+        "template",
+        "nmo",
+        &chart,
+        "--namespace",
+        NS,
+        "--include-crds",
+    ];
+    for s in set {
+        args.extend(["--set", s]);
+    }
+    let rendered = run(&args);
+    by_kind_and_name(
+        nmo::yaml::documents::<Value>(&rendered)
+            .unwrap()
+            .into_iter()
+            .filter(|o| !o.is_null())
+            .collect(),
+    )
+}
+
+/// `deploy/<overlay>` as kustomize renders it, but the operator's
+/// namespace (Helm makes it) and the kinds given.
+fn kustomize_objects(overlay: &str, without: &[&str]) -> BTreeMap<(String, String), Value> {
+    by_kind_and_name(
+        kustomized(overlay)
+            .into_iter()
+            .filter(|o| !(kind(o) == "Namespace" && name(o) == NS))
+            .filter(|o| !without.contains(&kind(o)))
+            .collect(),
+    )
+}
+
+fn assert_same(
+    helm: &BTreeMap<(String, String), Value>,
+    kustomize: &BTreeMap<(String, String), Value>,
+) {
+    assert_eq!(
+        helm.keys().collect::<Vec<_>>(),
+        kustomize.keys().collect::<Vec<_>>()
+    );
+    for (key, want) in kustomize {
+        assert_eq!(&helm[key], want, "{key:?}");
+    }
+}
+
+/// The chart's values for the variants the overlays ship: without
+/// cert-manager it renders deploy/no-cert-manager, with open metrics
+/// deploy/metrics-open (but its Prometheus Operator objects, which the
+/// chart leaves to the user); a policies.yaml of one's own and a registry
+/// Secret for pulled policies go where the operator reads them.
+#[test]
+fn the_charts_values_render_the_overlays_variants() {
+    assert_same(
+        &helm_objects(&["webhook.certManager=false"]),
+        &kustomize_objects("no-cert-manager", &[]),
+    );
+    assert_same(
+        &helm_objects(&["metrics.secure=false"]),
+        &kustomize_objects("metrics-open", &["PrometheusRule", "ServiceMonitor"]),
+    );
+    let config = "default: never-force\npull:\n  gentle: r.example/p@sha256:00\n";
+    let objects = helm_objects(&[
+        "policies.registrySecret=regcred",
+        &format!("policies.config={}", config.replace(',', "\\,")),
+    ]);
+    let cm = &objects[&(
+        "ConfigMap".to_owned(),
+        "node-maintenance-operator-policies".to_owned(),
+    )];
+    assert_eq!(cm["data"]["policies.yaml"], config);
+    let deployment = &objects[&(
+        "Deployment".to_owned(),
+        "node-maintenance-operator-controller-manager".to_owned(),
+    )];
+    let pod = &deployment["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert!(
+        container["args"]
+            .as_array()
+            .unwrap()
+            .contains(&Value::from(format!(
+                "--registry-config={REGISTRY_MOUNT}/.dockerconfigjson"
+            ))),
+        "{container}"
+    );
+    assert!(
+        container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["name"] == "policy-registry" && m["mountPath"] == REGISTRY_MOUNT),
+        "{container}"
+    );
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "regcred"),
+        "{pod}"
+    );
+}
+
+/// `helm lint` passes, and `helm template` into the operator's namespace
+/// renders exactly the objects kustomize renders for `deploy/default`
+/// (but the namespace itself, which `helm install --create-namespace`
+/// makes); into another namespace, every reference follows it.
+#[test]
+fn helm_renders_what_kustomize_renders() {
+    let chart = chart_dir().display().to_string();
+    run(&["lint", "--strict", &chart]);
+    assert_same(&helm_objects(&[]), &kustomize_objects("default", &[]));
+
+    let elsewhere = run(&[
+        "template",
+        "nmo",
+        &chart,
+        "--namespace",
+        "ops",
+        "--set",
+        "image.repository=registry.example/nmo,image.tag=v1,replicas=3,leases.createNamespace=false",
+    ]);
+    assert!(!elsewhere.contains(NS), "{elsewhere}");
+    assert!(elsewhere.contains("node-maintenance-operator-webhook-service.ops.svc"));
+    assert!(
+        elsewhere
+            .contains("cert-manager.io/inject-ca-from: ops/node-maintenance-operator-serving-cert")
+    );
+    assert!(elsewhere.contains("image: registry.example/nmo:v1"));
+    assert!(elsewhere.contains("replicas: 3"));
+    assert!(!elsewhere.contains("\nkind: Namespace\n"), "{elsewhere}");
+}
