@@ -126,18 +126,7 @@ async fn main() {
         let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
         PolicyStore::from_dir(engine, dir.path(), None).unwrap()
     };
-    let operator = nmo::client::client_from_kubeconfig(&cp.kubeconfig())
-        .await
-        .unwrap();
-    let ctx = Context::new(
-        operator,
-        policies,
-        Settings {
-            max_concurrent: 64,
-            ..Settings::default()
-        },
-        metrics.controller.clone(),
-    );
+    let ctx = operator_context(&cp, policies, 64).await;
     let first = tokio::spawn(controller::run(ctx.clone()));
     // The controller's caches are up before counting.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -217,6 +206,28 @@ async fn main() {
     cp.stop();
 }
 
+/// The operator's context on the control plane, as the binary makes it:
+/// its own metrics registry, `max_concurrent` reconciles at once.
+async fn operator_context(
+    cp: &ControlPlane,
+    policies: std::sync::Arc<PolicyStore>,
+    max_concurrent: u16,
+) -> std::sync::Arc<Context> {
+    let metrics = nmo::registry::OperatorMetrics::register().unwrap();
+    let operator = nmo::client::client_from_kubeconfig(&cp.kubeconfig())
+        .await
+        .unwrap();
+    Context::new(
+        operator,
+        policies,
+        Settings {
+            max_concurrent,
+            ..Settings::default()
+        },
+        metrics.controller.clone(),
+    )
+}
+
 /// An operator that starts with a NodeMaintenance on every node present
 /// (a tenth of them Succeeded, the rest waiting for the policy): how long
 /// until it is ready, and what its first minute costs the API server. (Its
@@ -255,19 +266,7 @@ async fn restart(
     first.abort();
     let _ = first.await;
     let before = operator_requests(cp).len();
-    let metrics = nmo::registry::OperatorMetrics::register().unwrap();
-    let operator = nmo::client::client_from_kubeconfig(&cp.kubeconfig())
-        .await
-        .unwrap();
-    let ctx = Context::new(
-        operator,
-        policies,
-        Settings {
-            max_concurrent: 10,
-            ..Settings::default()
-        },
-        metrics.controller.clone(),
-    );
+    let ctx = operator_context(cp, policies, 10).await;
     let t = Instant::now();
     let second = tokio::spawn(controller::run(ctx.clone()));
     while !ctx.synced() {

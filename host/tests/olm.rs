@@ -300,11 +300,7 @@ fn the_operator_framework_validator_finds_no_error_in_the_bundle() {
         .arg(bundle_dir())
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = common::printed(&out);
     assert!(out.status.success(), "{text}");
     let errors: Vec<&str> = text
         .lines()

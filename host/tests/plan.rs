@@ -340,12 +340,7 @@ async fn kubectl_nm(
         .output()
         .await
         .expect("kubectl runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    (out.status.success(), common::printed(&out))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -787,14 +787,7 @@ async fn nmo_policy_add_adds_one_policy_and_keeps_the_others() {
             .arg(&kubeconfig)
             .output()
             .unwrap();
-        (
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        )
+        (out.status.success(), common::printed(&out))
     };
     let never_force = dir.path().join("never_force.wasm");
     std::fs::write(&never_force, built_policy("never_force")).unwrap();

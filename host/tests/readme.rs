@@ -6,6 +6,26 @@ const CI: &str = include_str!("../../.ci/run");
 /// The policy author's guide (the README links to it).
 const GUIDE: &str = include_str!("../../docs/writing-a-policy.md");
 
+/// `nmo demo ARGS` running, its stdout read line by line.
+fn spawn_demo(
+    args: &[&str],
+    stderr: std::process::Stdio,
+) -> (
+    std::process::Child,
+    std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .arg("demo")
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("nmo runs");
+    let lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    (child, lines)
+}
+
 #[test]
 fn the_readme_names_the_two_commands_and_ci_runs_the_test_one() {
     assert!(
@@ -205,14 +225,10 @@ fn a_demo_whose_drain_cannot_finish_says_so_and_fails() {
 /// with the maintenance ended and the node restored, exit code 130.
 #[test]
 fn a_demo_interrupted_mid_drain_restores_the_node_and_exits_130() {
-    use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args(["demo", "--nodes", "3", "--pods", "100"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut lines) = spawn_demo(
+        &["--nodes", "3", "--pods", "100"],
+        std::process::Stdio::null(),
+    );
     let mut seen = Vec::new();
     // The drain has started: the first progress line.
     for line in lines.by_ref() {
@@ -252,15 +268,11 @@ fn a_demo_interrupted_mid_drain_restores_the_node_and_exits_130() {
 /// lines, so it is still writing when the reader goes.)
 #[test]
 fn a_demo_whose_reader_goes_ends_quietly() {
-    use std::io::{BufRead, BufReader};
     use std::os::unix::process::ExitStatusExt;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args(["demo", "--nodes", "3", "--pods", "100"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("nmo runs");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut child, mut lines) = spawn_demo(
+        &["--nodes", "3", "--pods", "100"],
+        std::process::Stdio::piped(),
+    );
     for _ in 0..3 {
         lines.next().expect("a line").unwrap();
     }
@@ -307,10 +319,8 @@ fn a_demo_with_an_unknown_policy_name_says_which_there_are() {
 /// left a pod it blocks on).
 #[test]
 fn a_kept_demo_plans_with_its_own_policy_and_ends_with_the_maintenance_code() {
-    use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args([
-            "demo",
+    let (mut child, mut lines) = spawn_demo(
+        &[
             "--nodes",
             "3",
             "--pods",
@@ -318,12 +328,9 @@ fn a_kept_demo_plans_with_its_own_policy_and_ends_with_the_maintenance_code() {
             "--policy",
             "never-force",
             "--keep-running",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        ],
+        std::process::Stdio::null(),
+    );
     let mut kubeconfig = None;
     for line in lines.by_ref() {
         let line = line.unwrap();

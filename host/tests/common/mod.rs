@@ -568,16 +568,24 @@ pub async fn start_cluster(nodes: usize) -> (SimCluster, Client) {
     (cluster, client)
 }
 
+/// What a finished command printed: its stdout, then its stderr.
+pub fn printed(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Runs a command to its end and returns what it printed on stdout; fails
 /// the test, with both streams, when it does not succeed.
 pub fn stdout_of(cmd: &mut std::process::Command) -> String {
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
-        "{cmd:?}: {}\n{}{}",
+        "{cmd:?}: {}\n{}",
         out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        printed(&out)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -31,14 +31,7 @@ pub fn run(cmd: &Path, args: &[&str], dir: &Path) -> (bool, String) {
         .current_dir(dir)
         .output()
         .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
+    (out.status.success(), super::printed(&out))
 }
 
 /// The rule `alert` of a PrometheusRule.
