@@ -83,6 +83,15 @@ impl Nodes {
         self.generation.fetch_add(1, Ordering::Release);
     }
 
+    /// The node `name` as the watch has it; `None` when the watch does not
+    /// show it (not there, not listed yet, or the watch fails).
+    pub fn get(&self, name: &str) -> Option<Node> {
+        if !self.synced.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.map().get(name).cloned()
+    }
+
     /// The nodes as the watch has them, sorted by name; `None` until it has
     /// listed them, and while it fails.
     pub fn snapshot(&self) -> Option<Arc<[Node]>> {

@@ -72,23 +72,31 @@ impl Pass {
             tracing::debug!(logger = "controller", nodeMaintenance = %self.name, wait = ?left, "waiting before the next attempt");
             return Ok(Next::After(left));
         }
-        let node = self.read_node().await?;
+        let admitted = self.ctx.admitted(&self.writer.current().await);
+        let node = self.node_for(admitted).await?;
         self.ensure_metadata(node.as_ref()).await?;
         let Some(node) = node else {
-            let message = format!("nodes \"{}\" not found", self.node_name);
-            return finish::failed(self, Failure::NodeNotFound, message).await;
+            return self.node_not_found().await;
         };
         let selected = match self.select_policy(&node).await {
             Ok(s) => s,
             Err(e) => return finish::policy_failed(self, e).await,
         };
+        let node = if admitted {
+            node
+        } else {
+            if let Some(next) = self.admit(&selected).await? {
+                return Ok(next);
+            }
+            // Admitted in this pass: from here on, the node as the API
+            // server has it.
+            let Some(node) = self.read_node().await? else {
+                return self.node_not_found().await;
+            };
+            node
+        };
         if !self.still_current().await? {
             return Ok(Next::After(Duration::from_secs(1)));
-        }
-        if !self.ctx.admitted(&self.writer.current().await)
-            && let Some(next) = self.admit(&selected).await?
-        {
-            return Ok(next);
         }
         if let Err(e) = self.take_lease(&node).await {
             return self.lease_failed(e).await;
@@ -97,8 +105,7 @@ impl Pass {
             .await?
             .0
         else {
-            let message = format!("nodes \"{}\" not found", self.node_name);
-            return finish::failed(self, Failure::NodeNotFound, message).await;
+            return self.node_not_found().await;
         };
         let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
         let plan = match self.plan(&selected, &node, pods.shared()).await {
@@ -202,10 +209,11 @@ impl Pass {
         let record = self.record().await;
         let answer = match around.ask(&selected.policy, record).await {
             Ok(None) => {
-                let message = format!("nodes \"{}\" not found", self.node_name);
-                return finish::failed(self, Failure::NodeNotFound, message)
-                    .await
-                    .map(Some);
+                // The node exists (this pass found it), but the fleet, from
+                // the node watch, does not show it yet: ask again when it
+                // does. A node that went meanwhile fails the next pass.
+                tracing::debug!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "the node watch does not show the node yet");
+                return Ok(Some(Next::After(Duration::from_secs(1))));
             }
             Ok(Some(answer)) => Ok(answer),
             Err(e) => Err(e),
@@ -279,6 +287,28 @@ impl Pass {
             .await;
         tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, reason = %reason, "the policy holds the maintenance back");
         Ok(())
+    }
+
+    /// The node of this pass. While the maintenance waits for admission,
+    /// the node watch's copy: a waiting maintenance is asked again every
+    /// few seconds, and its passes cost the API server nothing (a thousand
+    /// waiting maintenances would otherwise read a node each, every
+    /// recheck). Once admitted, and whenever the watch does not show the
+    /// node, it is read from the API server: a maintenance never fails on
+    /// a node the watch has not seen yet, and never acts on a stale one.
+    async fn node_for(&self, admitted: bool) -> Result<Option<Node>> {
+        if !admitted
+            && is_node_name(&self.node_name)
+            && let Some(node) = self.ctx.nodes.get(&self.node_name)
+        {
+            return Ok(Some(node));
+        }
+        self.read_node().await
+    }
+
+    async fn node_not_found(&self) -> Result<Next> {
+        let message = format!("nodes \"{}\" not found", self.node_name);
+        finish::failed(self, Failure::NodeNotFound, message).await
     }
 
     /// The node, if it exists. A name no node can have is a node that does
