@@ -168,6 +168,7 @@ async fn a_reason_that_changes_on_every_call_is_written_at_most_once_an_interval
         client,
         controller,
         metrics,
+        ctx: None,
     };
     env.cluster.record_audit(true);
     env.create_nm_with_reason("countdown", "worker-1", "admit-countdown")

@@ -42,6 +42,9 @@ fn policy(stem: &str, settings: &[(&str, &str)]) -> Arc<PolicyStore> {
 async fn fleet_env(policies: Arc<PolicyStore>) -> Env {
     let env = Env::start_store(12, policies).await;
     fleet_workload(&env).await;
+    for i in 1..=12 {
+        env.wait_watch_current(&format!("worker-{i}")).await;
+    }
     env
 }
 
@@ -534,6 +537,7 @@ async fn one_per_zone_waits_while_another_tool_holds_a_node_of_the_zone() {
     // worker-1 and worker-4 are both in zone-a.
     for (tool, mark, unmark, says) in tool_marks() {
         patch("worker-4", mark).await;
+        env.wait_watch_current("worker-4").await;
         let name = format!("nm-{tool}");
         env.create_nm(&name, "worker-1").await;
         let s = env

@@ -507,6 +507,7 @@ async fn evictions_behind_a_budget_wait_for_room() {
         client: client.clone(),
         controller: tokio::spawn(async {}),
         metrics: metrics(),
+        ctx: None,
     };
     scenarios::evictions_behind_a_budget_wait_for_room(&env, &client).await;
     env.stop().await;

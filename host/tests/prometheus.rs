@@ -213,6 +213,7 @@ async fn prometheus_scraping_the_operator_has_data_for_every_dashboard_panel() {
             }
         }),
         metrics: counts,
+        ctx: Some(ctx.clone()),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let metrics_port = listener.local_addr().unwrap().port();

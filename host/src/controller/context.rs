@@ -177,6 +177,12 @@ impl Context {
         Ok(nodes)
     }
 
+    /// The node `name` as the controller's node watch has it (what an
+    /// admission decides on); `None` when the watch does not show it.
+    pub fn watched_node(&self, name: &str) -> Option<k8s_openapi::api::core::v1::Node> {
+        self.nodes.get(name)
+    }
+
     /// Every NodeMaintenance in the controller's cache.
     pub(crate) fn cached_maintenances(&self) -> Vec<Arc<NodeMaintenance>> {
         let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -32,6 +32,9 @@ pub struct Env {
     pub controller: tokio::task::JoinHandle<()>,
     /// The controller's own registry: exact counts.
     pub metrics: OperatorMetrics,
+    /// The controller's context, where the test started the controller
+    /// through `Env`.
+    pub ctx: Option<Arc<Context>>,
 }
 
 pub fn start_controller(client: &Client, policy_file: Option<&str>) -> tokio::task::JoinHandle<()> {
@@ -160,14 +163,35 @@ impl Env {
         metrics: OperatorMetrics,
     ) -> Env {
         let (cluster, client) = start_cluster(nodes).await;
-        let (_, controller) =
+        let (ctx, controller) =
             start_controller_counted(&client, policies, metrics.controller.clone(), |_| {});
         Env {
             cluster,
             client,
             controller,
             metrics,
+            ctx: Some(ctx),
         }
+    }
+
+    /// Waits until the controller's node watch has `node` as the API
+    /// server has it now: a change the test just made to a node is what
+    /// the next admission decides on. (An admission decides on the watch;
+    /// a change made a moment before a maintenance is created races it,
+    /// as two tools acting at once do.)
+    pub async fn wait_watch_current(&self, node: &str) {
+        let ctx = self.ctx.as_ref().expect("a controller started by Env");
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let want = nodes.get(node).await.unwrap().metadata.resource_version;
+        wait_until(
+            &format!("the node watch has {node} at {want:?}"),
+            Duration::from_secs(30),
+            || async {
+                ctx.watched_node(node)
+                    .is_some_and(|n| n.metadata.resource_version == want)
+            },
+        )
+        .await;
     }
 
     pub async fn stop(self) {
