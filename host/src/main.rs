@@ -8,7 +8,6 @@ fn main() -> std::process::ExitCode {
     let result = if cmd::invoked_as_plugin() {
         // `kubectl nm …`: a command a person reads; only errors are logged.
         nmo::telemetry::init_command(nmo::telemetry::ZapLevel::Error);
-        cmd::end_quietly_on_a_closed_pipe();
         cmd::run_plugin(cmd::Plugin::parse())
     } else {
         let cli = cmd::Cli::parse();
@@ -17,11 +16,6 @@ fn main() -> std::process::ExitCode {
             nmo::telemetry::init(cli.log_level());
         } else {
             nmo::telemetry::init_command(cli.log_level());
-        }
-        if cli.command.is_some() {
-            // A command whose output may be piped (`nmo demo | head`); the
-            // operator itself keeps ignoring SIGPIPE.
-            cmd::end_quietly_on_a_closed_pipe();
         }
         cmd::run(cli)
     };

@@ -329,7 +329,7 @@ fn a_kept_demo_plans_with_its_own_policy_and_ends_with_the_maintenance_code() {
             "never-force",
             "--keep-running",
         ],
-        std::process::Stdio::null(),
+        std::process::Stdio::piped(),
     );
     let mut kubeconfig = None;
     for line in lines.by_ref() {
@@ -362,9 +362,18 @@ fn a_kept_demo_plans_with_its_own_policy_and_ends_with_the_maintenance_code() {
     let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(plan["policy"]["name"], "never-force", "{plan}");
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let _rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    // A signal that ended it (none is due: Ctrl-C is handled) is named.
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "{status:?} (signal {:?})\nstdout after Ctrl-C:\n{}\nstderr:\n{stderr}",
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        rest.join("\n")
+    );
     assert!(!kubeconfig.exists(), "the demo's kubeconfig is removed");
 }
 

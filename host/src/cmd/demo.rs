@@ -175,7 +175,7 @@ spec:
 "#;
 
 fn row(label: &str, value: impl std::fmt::Display) {
-    println!("{label:<24}{value}");
+    outln!("{label:<24}{value}");
 }
 
 async fn print_pods(client: &Client, node: &str) -> anyhow::Result<()> {
@@ -188,7 +188,7 @@ async fn print_pods(client: &Client, node: &str) -> anyhow::Result<()> {
         .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
         .collect();
     names.sort();
-    println!("  pods on {node} ({}): {}", names.len(), names.join(", "));
+    outln!("  pods on {node} ({}): {}", names.len(), names.join(", "));
     Ok(())
 }
 
@@ -213,16 +213,16 @@ fn node_line(node: &Node) -> String {
 /// Prints a NodeMaintenance the way `kubectl describe nm` lays it out.
 fn describe(nm: &NodeMaintenance, events: &[Event]) {
     let s = nm.status.clone().unwrap_or_default();
-    println!();
+    outln!();
     row("Name:", nm.name_any());
     row("Namespace:", "");
     row("API Version:", "nodemaintenance.medik8s.io/v1beta1");
     row("Kind:", "NodeMaintenance");
     row("Finalizers:", nm.finalizers().join(", "));
-    println!("Spec:");
+    outln!("Spec:");
     row("  Node Name:", &nm.spec.node_name);
     row("  Reason:", nm.spec.reason.clone().unwrap_or_default());
-    println!("Status:");
+    outln!("Status:");
     row("  Drain Progress:", s.drain_progress);
     row("  Error On Lease Count:", s.error_on_lease_count);
     row("  Eviction Pods:", s.eviction_pods);
@@ -237,11 +237,11 @@ fn describe(nm: &NodeMaintenance, events: &[Event]) {
         row("  Policy:", p);
     }
     row("  Totalpods:", s.total_pods);
-    println!("Events:");
-    println!("  {:<8} {:<20} {:<16} Message", "Type", "Reason", "From");
-    println!("  {:<8} {:<20} {:<16} -------", "----", "------", "----");
+    outln!("Events:");
+    outln!("  {:<8} {:<20} {:<16} Message", "Type", "Reason", "From");
+    outln!("  {:<8} {:<20} {:<16} -------", "----", "------", "----");
     for e in events {
-        println!(
+        outln!(
             "  {:<8} {:<20} {:<16} {}",
             e.type_.clone().unwrap_or_default(),
             e.reason.clone().unwrap_or_default(),
@@ -252,7 +252,7 @@ fn describe(nm: &NodeMaintenance, events: &[Event]) {
             e.message.clone().unwrap_or_default()
         );
     }
-    println!();
+    outln!();
 }
 
 async fn events_for(client: &Client, name: &str) -> Vec<Event> {
@@ -272,7 +272,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     let (store, files) = match (&opts.policy_dir, &opts.policy) {
         (Some(dir), _) => {
             let store = nmo::policy::PolicyStore::from_dir(engine.clone(), dir, None)?;
-            println!(
+            outln!(
                 "== nmo demo: policy directory {}: {}",
                 dir.display(),
                 store.current().summary()
@@ -281,7 +281,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
         }
         (None, Some(path)) => {
             let policy = engine.load_file(path)?.alone()?;
-            println!(
+            outln!(
                 "== nmo demo: policy {} (sha256 {})",
                 policy.name(),
                 &policy.digest()[..12]
@@ -293,7 +293,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
         }
         (None, None) => {
             let policy = engine.default_policy()?;
-            println!(
+            outln!(
                 "== nmo demo: policy {} (sha256 {})",
                 policy.name(),
                 &policy.digest()[..12]
@@ -332,7 +332,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     // After a signal, the node gets a short while to be restored.
     let hurry = *interrupt.0.borrow();
     let outcome = finish(&client, outcome, hurry).await?;
-    println!("== demo finished in {:.1} s", began.elapsed().as_secs_f64());
+    outln!("== demo finished in {:.1} s", began.elapsed().as_secs_f64());
     operator.abort();
     cluster.stop().await;
     Ok(outcome)
@@ -494,7 +494,7 @@ async fn start_cluster(opts: &DemoOptions) -> anyhow::Result<SimCluster> {
         "annotations": {"kubernetes.io/config.mirror": "demo", "kubernetes.io/config.source": "file"},
         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": node1["metadata"]["uid"], "controller": true}]},
         "spec": {"nodeName": "worker-1", "containers": [{"name": "kube-proxy", "image": "kube-proxy:v1.32"}]}}))?;
-    println!(
+    outln!(
         "== simulated cluster at {} with {} nodes; workload: Deployments web and api (with PDBs), StatefulSet db, DaemonSet node-exporter, a bare pod, an emptyDir pod, a static pod",
         cluster.url(),
         opts.nodes
@@ -521,16 +521,16 @@ async fn maintain(
     nms.create(&PostParams::default(), &nm)
         .await
         .context("creating the NodeMaintenance")?;
-    println!("== kubectl apply: NodeMaintenance {NM} (node worker-1, reason \"kernel upgrade\")");
+    outln!("== kubectl apply: NodeMaintenance {NM} (node worker-1, reason \"kernel upgrade\")");
     let done = follow(client, &nms, &plan).await?;
     describe(&done, &events_for(client, NM).await);
     let node = Api::<Node>::all(client.clone()).get("worker-1").await?;
-    println!("== node worker-1 in maintenance: {}", node_line(&node));
+    outln!("== node worker-1 in maintenance: {}", node_line(&node));
     print_pods(client, "worker-1").await?;
     let succeeded = done.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Succeeded);
     if !succeeded {
         let s = done.status.clone().unwrap_or_default();
-        println!(
+        outln!(
             "== the maintenance did not succeed: it is {}{}",
             s.phase.map_or("Pending", |p| p.as_str()),
             s.last_error
@@ -555,7 +555,7 @@ async fn keep_running(cluster: &SimCluster, mut interrupt: Interrupt) -> anyhow:
     let exe = std::env::current_exe()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| "nmo".into());
-    println!(
+    outln!(
         "== cluster left running (Ctrl-C to stop). Try:\n   export KUBECONFIG={}\n   kubectl get nm,nodes,pods -A\n   ln -sf {exe} /usr/local/bin/kubectl-nm   # the kubectl plugin, once\n   kubectl nm plan worker-2   # what a maintenance of worker-2 would do\n   kubectl nm status",
         path.display()
     );
@@ -585,9 +585,9 @@ async fn show_plan(
         },
     )
     .await?;
-    println!("== the policy's plan for worker-1 (nmo plan worker-1):");
+    outln!("== the policy's plan for worker-1 (nmo plan worker-1):");
     for line in report.table().lines() {
-        println!("   {line}");
+        outln!("   {line}");
     }
     Ok(report)
 }
@@ -632,7 +632,7 @@ async fn follow(
         if line != last_line {
             bar.set_message(line.clone());
             if bar.is_hidden() && s.phase.is_some() {
-                println!("  drain {:>3}%: {line}", s.drain_progress);
+                outln!("  drain {:>3}%: {line}", s.drain_progress);
             }
             last_line = line;
         }
@@ -691,7 +691,7 @@ async fn follow(
 /// Prints a line above the progress bar (or alone, without a terminal).
 fn say(bar: &ProgressBar, line: String) {
     if bar.is_hidden() {
-        println!("{line}");
+        outln!("{line}");
     } else {
         bar.println(line);
     }
@@ -703,11 +703,11 @@ async fn finish(client: &Client, outcome: Outcome, hurry: bool) -> anyhow::Resul
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
     let interrupted = matches!(outcome, Outcome::Interrupted);
     if interrupted {
-        println!("\n== interrupted: ending the maintenance");
+        outln!("\n== interrupted: ending the maintenance");
     }
     if nms.get_opt(NM).await?.is_some() {
         nms.delete(NM, &DeleteParams::default()).await?;
-        println!("== kubectl delete nm {NM}");
+        outln!("== kubectl delete nm {NM}");
     }
     let limit = if hurry {
         RESTORE_LIMIT
@@ -729,14 +729,14 @@ async fn finish(client: &Client, outcome: Outcome, hurry: bool) -> anyhow::Resul
     };
     let node = nodes.get("worker-1").await?;
     match restored {
-        Some(_) => println!("== node worker-1 restored: {}", node_line(&node)),
-        None => println!(
+        Some(_) => outln!("== node worker-1 restored: {}", node_line(&node)),
+        None => outln!(
             "== node worker-1 NOT restored yet (the simulated cluster stops now): {}",
             node_line(&node)
         ),
     }
     for e in events_for(client, "worker-1").await {
-        println!(
+        outln!(
             "  event on node worker-1: {} {}",
             e.reason.unwrap_or_default(),
             e.message.unwrap_or_default()

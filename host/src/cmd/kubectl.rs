@@ -158,7 +158,7 @@ async fn policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
     let patch = serde_json::json!({"binaryData": {&key: k8s_openapi::ByteString(wasm.clone())}});
     api.patch(cm_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    println!(
+    outln!(
         "configmap/{cm_name} patched: {key} ({} bytes, sha256 {}); {total} of {CONFIGMAP_LIMIT} bytes used",
         wasm.len(),
         &policy.digest()[..12]
@@ -344,9 +344,9 @@ async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     };
     let report = nmo::plan::plan(&client, &engine, &request).await?;
     match args.output {
-        Output::Table => print!("{}", report.table()),
-        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
-        Output::Yaml => print!("{}", nmo::yaml::to_string(&report)?),
+        Output::Table => out!("{}", report.table()),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&report)?),
+        Output::Yaml => out!("{}", nmo::yaml::to_string(&report)?),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -393,7 +393,7 @@ async fn start(
     Api::<NodeMaintenance>::all(client)
         .create(&PostParams::default(), &nm)
         .await?;
-    println!("nodemaintenance.nodemaintenance.medik8s.io/{name} created");
+    outln!("nodemaintenance.nodemaintenance.medik8s.io/{name} created");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -447,14 +447,14 @@ async fn start_many(cluster: &ClusterArgs, many: Many) -> anyhow::Result<ExitCod
             Some(&group),
         );
         match api.create(&PostParams::default(), &nm).await {
-            Ok(_) => println!("nodemaintenance.nodemaintenance.medik8s.io/{name} created"),
+            Ok(_) => outln!("nodemaintenance.nodemaintenance.medik8s.io/{name} created"),
             Err(e) => {
                 failed += 1;
                 eprintln!("{name}: {}", super::error_text(&anyhow::Error::new(e)));
             }
         }
     }
-    println!(
+    outln!(
         "group {group}: {} of {} node(s) started; `kubectl nm status --group {group}` shows its progress",
         picked.len() - failed,
         picked.len()
@@ -525,19 +525,24 @@ async fn status(
         })
         .collect();
     match output {
-        Output::Json => println!("{}", serde_json::to_string_pretty(&lines)?),
-        Output::Yaml => print!("{}", nmo::yaml::to_string(&lines)?),
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&lines)?),
+        Output::Yaml => out!("{}", nmo::yaml::to_string(&lines)?),
         Output::Table => {
             if lines.is_empty() {
-                println!("No NodeMaintenances.");
+                outln!("No NodeMaintenances.");
                 return Ok(ExitCode::SUCCESS);
             }
-            println!(
+            outln!(
                 "{:<24} {:<20} {:<10} {:>8} {:>8} {:>6}  LAST ERROR / WAITING FOR",
-                "NAME", "NODE", "PHASE", "PROGRESS", "PENDING", "AGE"
+                "NAME",
+                "NODE",
+                "PHASE",
+                "PROGRESS",
+                "PENDING",
+                "AGE"
             );
             for l in &lines {
-                println!(
+                outln!(
                     "{:<24} {:<20} {:<10} {:>7}% {:>8} {:>6}  {}",
                     l.name,
                     l.node,
@@ -555,7 +560,7 @@ async fn status(
                 );
             }
             for line in group_lines(&lines) {
-                println!("{line}");
+                outln!("{line}");
             }
         }
     }
@@ -603,7 +608,7 @@ async fn stop(cluster: &ClusterArgs, node: &str) -> anyhow::Result<ExitCode> {
     }
     for nm in mine {
         api.delete(&nm.name_any(), &DeleteParams::default()).await?;
-        println!(
+        outln!(
             "nodemaintenance.nodemaintenance.medik8s.io/{} deleted",
             nm.name_any()
         );

@@ -1,5 +1,23 @@
 //! The command line.
 
+/// `println!` for a command's output, through [`write_out`]: a reader that
+/// goes ends the command quietly.
+macro_rules! outln {
+    () => {
+        $crate::cmd::write_out(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::cmd::write_out(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for a command's output, through [`write_out`].
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cmd::write_out(format_args!($($arg)*))
+    };
+}
+
 #[cfg(feature = "demo")]
 mod demo;
 mod kubectl;
@@ -285,24 +303,42 @@ pub fn error_text(e: &anyhow::Error) -> String {
     }
 }
 
-/// Restores SIGPIPE's default for a command whose output may be piped into
-/// `head` or a pager: when the reader goes, the command ends at once, as
-/// Unix tools do, instead of panicking in `println!` on a broken pipe.
-/// Sockets are unaffected (Rust writes them with `MSG_NOSIGNAL`), so the
-/// demo's embedded servers keep their behaviour.
-pub fn end_quietly_on_a_closed_pipe() {
-    // SAFETY: setting a signal's disposition to its default has no
-    // preconditions; it happens before any other thread exists.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+/// Writes a command's output (what [`outln!`] and [`out!`] print). When
+/// the reader has gone (`nmo demo | head -3`), the command ends at once,
+/// as Unix tools do: by SIGPIPE, never with a panic on the broken pipe.
+///
+/// The process itself keeps ignoring SIGPIPE (Rust's default): a socket
+/// written with `writev` (hyper's vectored writes, which carry no
+/// `MSG_NOSIGNAL`) whose peer went would otherwise kill it, and the demo
+/// serves an API server whose clients come and go (a `kubectl get -w`
+/// ended with Ctrl-C, the operator's own watches when it stops).
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
+        output_failed(&e);
     }
+}
+
+/// Ends the process after a failed write of its output: by SIGPIPE when
+/// the reader went, with exit code 74 (EX_IOERR) for any other failure.
+fn output_failed(e: &std::io::Error) -> ! {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        // SAFETY: restoring SIGPIPE's default disposition and raising it
+        // have no preconditions; the process ends there.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+            libc::raise(libc::SIGPIPE);
+        }
+    }
+    eprintln!("nmo: writing the output: {e}");
+    std::process::exit(74)
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => operator(&cli).map(|()| ExitCode::SUCCESS),
         Some(Command::Crd) => {
-            print!("{}", nmo::crd::crd_yaml());
+            out!("{}", nmo::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)
         }
         #[cfg(feature = "demo")]
@@ -338,7 +374,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Policy(PolicyCommand::New { name, dir })) => {
             let made = nmo::policy::scaffold::create(&dir, &name)?;
             let stem = name.replace('-', "_");
-            println!(
+            outln!(
                 "created {}\n\n  cd {}\n  cargo build --release --target wasm32-wasip2\n  nmo policy test target/wasm32-wasip2/release/{stem}.wasm scenarios/\n\n(once per machine: rustup target add wasm32-wasip2)",
                 made.display(),
                 made.display()
@@ -511,7 +547,7 @@ fn policy_push(
     let registry =
         nmo::policy::oci::Registry::new(nmo::policy::oci::RegistryConfig::for_user(insecure));
     let pinned = registry.push(&wasm, &name, reference)?;
-    println!("{pinned}");
+    outln!("{pinned}");
     eprintln!("\nin policies.yaml:\n  pull:\n    {name}: {pinned}");
     Ok(ExitCode::SUCCESS)
 }
@@ -596,7 +632,7 @@ fn policy_test(policy: &std::path::Path, scenarios: &[PathBuf]) -> ExitCode {
         .and_then(|p| nmo::policy::harness::run_paths(&p, scenarios));
     match report {
         Ok(report) => {
-            print!("{}", report.render());
+            out!("{}", report.render());
             if report.failed() == 0 {
                 ExitCode::SUCCESS
             } else {
@@ -624,20 +660,20 @@ fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
                 .and_then(|snap| snap.with_pulled(&registry))
                 .and_then(|snap| nmo::policy::PolicySet::load(&engine, &snap, None));
             match set {
-                Ok(set) => println!("ok    {}: {}", file.display(), set.summary()),
+                Ok(set) => outln!("ok    {}: {}", file.display(), set.summary()),
                 Err(e) => {
                     failed += 1;
-                    println!("FAIL  {}: {e}", file.display());
+                    outln!("FAIL  {}: {e}", file.display());
                 }
             }
             continue;
         }
         let loaded = load_policy(&engine, file);
         match loaded.and_then(|p| selfcheck::run(&p).map(|()| p)) {
-            Ok(p) => println!("ok    {} (sha256 {})", file.display(), &p.digest()[..12]),
+            Ok(p) => outln!("ok    {} (sha256 {})", file.display(), &p.digest()[..12]),
             Err(e) => {
                 failed += 1;
-                println!("FAIL  {}: {e}", file.display());
+                outln!("FAIL  {}: {e}", file.display());
             }
         }
     }
