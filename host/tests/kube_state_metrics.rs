@@ -181,19 +181,7 @@ async fn the_guides_alerts_fire_on_kube_state_metrics_for_failed_and_stuck_maint
     // Three maintenances as the operator leaves them: one Succeeded (an
     // empty node), one Running (its drain held by a PodDisruptionBudget
     // that allows nothing), one Failed (a node that does not exist).
-    env.create_nm("nm-done", "worker-3").await;
-    env.wait_phase("nm-done", MaintenancePhase::Succeeded).await;
-    env.apply(&WORKLOAD.replace("replicas: 3", "replicas: 2"))
-        .await;
-    let node = web_node(&env, 2).await;
-    env.create_nm("nm-stuck", &node).await;
-    env.wait_status("nm-stuck", "held by the PodDisruptionBudget", |s| {
-        s.phase == Some(MaintenancePhase::Running)
-            && s.pending_pods
-                .as_ref()
-                .is_some_and(|p| p.iter().any(|p| p.starts_with("web-")))
-    })
-    .await;
+    succeeded_and_held(&env, "nm-done", "nm-stuck").await;
     env.create_nm("nm-failed", "ghost").await;
     env.wait_phase("nm-failed", MaintenancePhase::Failed).await;
 

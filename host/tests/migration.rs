@@ -116,19 +116,7 @@ async fn from_the_go_operator_to_nmo_and_back() {
 
     // The Go operator's maintenances: Succeeded (an empty node), Running
     // (a budget that allows nothing holds a pod), Failed (no such node).
-    env.create_nm("nm-done", "worker-3").await;
-    env.wait_phase("nm-done", MaintenancePhase::Succeeded).await;
-    env.apply(&WORKLOAD.replace("replicas: 3", "replicas: 2"))
-        .await;
-    let held = web_node(&env, 2).await;
-    env.create_nm("nm-held", &held).await;
-    env.wait_status("nm-held", "held by the budget", |s| {
-        s.phase == Some(MaintenancePhase::Running)
-            && s.pending_pods
-                .as_ref()
-                .is_some_and(|p| p.iter().any(|p| p.starts_with("web-")))
-    })
-    .await;
+    let held = succeeded_and_held(&env, "nm-done", "nm-held").await;
     env.create_nm("nm-ghost", "ghost").await;
     env.wait_status("nm-ghost", "retrying a node that does not exist", |s| {
         s.last_error.as_deref() == Some("nodes \"ghost\" not found")

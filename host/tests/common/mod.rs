@@ -213,6 +213,27 @@ pub async fn scale_web(env: &impl ClusterOps, replicas: i32) {
         .unwrap();
 }
 
+/// Two maintenances as an operator leaves them: `done` Succeeded on the
+/// empty worker-3, and `held` Running on a node of the two-replica web
+/// Deployment, its drain held by the PodDisruptionBudget that allows
+/// nothing (a web pod pending). Returns `held`'s node.
+pub async fn succeeded_and_held(env: &impl ClusterOps, done: &str, held: &str) -> String {
+    env.create_nm(done, "worker-3").await;
+    env.wait_phase(done, MaintenancePhase::Succeeded).await;
+    env.apply(&WORKLOAD.replace("replicas: 3", "replicas: 2"))
+        .await;
+    let node = web_node(env, 2).await;
+    env.create_nm(held, &node).await;
+    env.wait_status(held, "held by the PodDisruptionBudget", |s| {
+        s.phase == Some(MaintenancePhase::Running)
+            && s.pending_pods
+                .as_ref()
+                .is_some_and(|p| p.iter().any(|p| p.starts_with("web-")))
+    })
+    .await;
+    node
+}
+
 /// Waits until `ready` web pods are Ready; returns the node of one of them.
 pub async fn web_node(env: &impl ClusterOps, ready: usize) -> String {
     let started = Instant::now();
