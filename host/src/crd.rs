@@ -124,6 +124,39 @@ pub struct NodeMaintenanceStatus {
         deserialize_with = "lenient::time"
     )]
     pub admitted_at: Option<Time>,
+    /// Set while the policy has parked the maintenance (its `on-failure`
+    /// answered park): the node stays cordoned and tainted, and nothing is
+    /// retried until `recheckAt` (if any) or a change to the
+    /// NodeMaintenance. Not in the Go operator's status; `phase` stays
+    /// Running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parked: Option<Parked>,
+}
+
+/// Why a maintenance is parked (`status.parked`).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Parked {
+    /// The policy's reason.
+    pub reason: String,
+    /// What the drain could not get past (the last error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// When it was parked.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::time"
+    )]
+    pub since: Option<Time>,
+    /// When the operator looks again by itself (none: only when the
+    /// NodeMaintenance changes).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient::time"
+    )]
+    pub recheck_at: Option<Time>,
 }
 
 /// Why a maintenance has not started (`status.waiting`).

@@ -165,6 +165,7 @@ pub fn fleet_maintenance(o: &NodeMaintenance, admitted: bool) -> FleetMaintenanc
             .and_then(|s| s.phase)
             .map(crate::policy::convert::maintenance_phase),
         admitted,
+        parked: status.is_some_and(|s| s.parked.is_some()),
         since_ms: since,
         created_ms: created,
     }

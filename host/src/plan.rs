@@ -140,6 +140,9 @@ pub struct Summary {
     pub delete: usize,
     pub skip: usize,
     pub block: usize,
+    pub surge: usize,
+    pub notify: usize,
+    pub wait: usize,
     pub refused_now: usize,
     pub waves: usize,
 }
@@ -284,7 +287,7 @@ async fn decide(
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());
     let (p, node, pods) = (selected.policy.clone(), node.clone(), pods.into());
     policy::decide(policy::Decision::PlanDrain, move || {
-        p.plan_drain_shared(&record, node, pods)
+        p.plan_drain_shared(&record, node, pods, policy::History::default())
     })
     .await
     .map_err(Error::from)
@@ -337,7 +340,7 @@ fn budgets_spent(
         .steps
         .iter()
         .map(|step| match step.action {
-            Action::Evict { .. } => covering(
+            Action::Evict(_) | Action::Surge(_) => covering(
                 &pods[step.pod],
                 budgets
                     .get(&step.namespace)
@@ -394,21 +397,26 @@ fn report(
                 .spec
                 .as_ref()
                 .and_then(|s| s.termination_grace_period_seconds);
-            let (action, grace, reason) = match &step.action {
-                Action::Evict {
-                    grace_period_seconds,
-                } => ("evict", grace_period_seconds.or(own_grace), None),
-                Action::Delete {
-                    grace_period_seconds,
-                } => ("delete", grace_period_seconds.or(own_grace), None),
-                Action::Skip { reason } => ("skip", None, Some(reason.clone())),
-                Action::Block { reason } => ("block", None, Some(reason.clone())),
-            };
-            match action {
-                "evict" => summary.evict += 1,
-                "delete" => summary.delete += 1,
-                "skip" => summary.skip += 1,
-                _ => summary.block += 1,
+            let action = step.action.verb();
+            let grace = step
+                .action
+                .removal()
+                .map(|r| r.grace_period_seconds.or(own_grace))
+                .unwrap_or_default();
+            let reason = step.action.reason().map(str::to_owned).or_else(|| {
+                step.action
+                    .removal()
+                    .filter(|r| !r.rule.is_empty())
+                    .map(|r| r.rule.clone())
+            });
+            match &step.action {
+                Action::Evict(_) => summary.evict += 1,
+                Action::Delete(_) => summary.delete += 1,
+                Action::Skip { .. } => summary.skip += 1,
+                Action::Block { .. } => summary.block += 1,
+                Action::Surge(_) => summary.surge += 1,
+                Action::Notify(_) => summary.notify += 1,
+                Action::Wait { .. } => summary.wait += 1,
             }
             summary.refused_now += usize::from(refused_now);
             PodPlan {

@@ -44,9 +44,10 @@ fn action_for(policy: &Policy, kind: PodKind) -> Action {
     plan.steps[0].action.clone()
 }
 
-const OWN_GRACE: Action = Action::Evict {
+const OWN_GRACE: Action = Action::Evict(nmo::policy::Removal {
     grace_period_seconds: None,
-};
+    rule: String::new(),
+});
 
 #[test]
 fn managed_and_unmanaged_pods_are_evicted_with_their_own_grace_period() {
@@ -128,6 +129,7 @@ fn an_incomplete_drain_is_retried_after_five_seconds() {
             }],
             pdb_blocked: Vec::new(),
             blocked: Vec::new(),
+            waited: Vec::new(),
             timed_out: true,
             message: "global timeout reached: 30s".into(),
         };
@@ -200,6 +202,7 @@ fn the_sandboxed_default_policy_agrees_with_the_native_rules_on_a_busy_node() {
             &maintenance("worker-1"),
             fixtures::node("worker-1"),
             pods.into(),
+            nmo::policy::History::default(),
         )
         .expect("plan");
     assert_eq!(direct, native);

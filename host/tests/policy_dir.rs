@@ -695,6 +695,7 @@ fn settings_in_policies_yaml_reach_the_policy_and_a_bad_one_refuses_the_set() {
         pending: Vec::new(),
         pdb_blocked: Vec::new(),
         blocked: Vec::new(),
+        waited: Vec::new(),
         timed_out: true,
         message: "drain did not complete after 30s".into(),
     });

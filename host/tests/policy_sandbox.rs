@@ -666,7 +666,7 @@ fn a_policy_that_needs_too_much_memory_to_compile_is_stopped() {
 fn a_policy_built_against_another_contract_version_is_refused_naming_both() {
     let engine = engine();
     let real = std::fs::read(HOSTILE).unwrap();
-    let from = b"medik8s:node-maintenance/types@0.2.0";
+    let from = b"medik8s:node-maintenance/types@0.3.0";
     let at: Vec<usize> = real
         .windows(from.len())
         .enumerate()
@@ -684,41 +684,50 @@ fn a_policy_built_against_another_contract_version_is_refused_naming_both() {
         }
         bytes
     };
-    for other in ["0.1.0", "0.3.0", "1.2.0"] {
+    for other in ["0.2.0", "0.4.0", "1.2.0"] {
         let err = engine
             .load("future.wasm", &patched(other))
             .expect_err(other);
         assert_eq!(err.category(), "contract_version", "{err}");
         let msg = err.to_string();
         assert!(
-            msg.contains(&format!("@{other}")) && msg.contains("@0.2.0"),
+            msg.contains(&format!("@{other}")) && msg.contains("@0.3.0"),
             "{msg}"
         );
     }
-    let patch = patched("0.2.9");
+    let patch = patched("0.3.9");
     engine
         .load("patch.wasm", &patch)
         .expect("a patch version of the same minor loads");
 }
 
-#[test]
-fn a_policy_built_for_contract_0_1_is_refused_with_how_to_rebuild() {
-    // The default policy as version 0.1 of the operator shipped it.
-    let old = include_bytes!("data/default-contract-0.1.0.wasm");
-    let err = engine()
-        .load("default-0.1.wasm", old)
-        .expect_err("a 0.1.0 policy does not load");
+/// The default policy as an earlier version of the operator shipped it is
+/// refused, naming both versions and how to rebuild.
+fn refused_with_how_to_rebuild(file: &str, old: &[u8], version: &str) {
+    let err = engine().load(file, old).expect_err("an older policy does not load");
     assert_eq!(err.category(), "contract_version", "{err}");
     let msg = err.to_string();
     for part in [
-        "medik8s:node-maintenance@0.1.0",
-        "implements @0.2.0",
-        "nmo-policy-sdk",
-        "nmo policy new",
-        "cargo build --target wasm32-wasip2",
+        format!("medik8s:node-maintenance@{version}"),
+        "implements @0.3.0".to_owned(),
+        "nmo-policy-sdk".to_owned(),
+        "nmo policy new".to_owned(),
+        "cargo build --target wasm32-wasip2".to_owned(),
     ] {
-        assert!(msg.contains(part), "{part:?} in {msg}");
+        assert!(msg.contains(&part), "{part:?} in {msg}");
     }
+}
+
+#[test]
+fn a_policy_built_for_contract_0_1_is_refused_with_how_to_rebuild() {
+    let old = include_bytes!("data/default-contract-0.1.0.wasm");
+    refused_with_how_to_rebuild("default-0.1.wasm", old, "0.1.0");
+}
+
+#[test]
+fn a_policy_built_for_contract_0_2_is_refused_with_how_to_rebuild() {
+    let old = include_bytes!("data/default-contract-0.2.0.wasm");
+    refused_with_how_to_rebuild("default-0.2.wasm", old, "0.2.0");
 }
 
 fn fleet_of(nodes: usize) -> nmo::policy::Fleet {

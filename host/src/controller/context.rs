@@ -255,6 +255,11 @@ impl Context {
                     status.and_then(|s| s.phase),
                     status.and_then(|s| s.waiting.as_ref()),
                 ) {
+                    (Some(crate::crd::MaintenancePhase::Running), _)
+                        if status.is_some_and(|s| s.parked.is_some()) =>
+                    {
+                        State::Parked
+                    }
                     (Some(p), _) => State::from(p),
                     (None, Some(_)) => State::Waiting,
                     (None, None) => State::Pending,

@@ -5,8 +5,13 @@
 //! deletes where the policy says delete, bounded concurrency, and pod
 //! disappearance observed by kube-runtime's watcher on the node's pods
 //! (the same list the plan is made from, then its watch).
+//!
+//! Contract 0.3's actions have their own modules: `surge.rs`
+//! (make-before-break through the owning ReplicaSet or Deployment) and
+//! `handshake.rs` (ask the application first); `wait` is the watch
+//! counting a finished pod as gone.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,10 +25,35 @@ use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use super::budgets::{Budgets, Permit, Timings};
+use super::ledger::Ledger;
 use super::metrics::{ControllerMetrics, PodOutcome};
 use crate::crd::PodReference;
 use crate::error::{Error, Result};
-use crate::policy::{Action, Plan};
+use crate::policy::{Action, Plan, Removal as HowRemoved};
+
+/// Something the drain did that the maintenance's events tell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Note {
+    /// A pod removed by force (deleted, or with grace period 0), by the
+    /// policy's rule.
+    Forced {
+        pod: PodReference,
+        how: String,
+        rule: String,
+    },
+    /// A surge's replacement is Ready; the owner now removes the pod.
+    Surged { pod: PodReference, owner: String },
+    /// A surge could not be made; the pod is evicted instead.
+    SurgeFellBack { pod: PodReference, why: String },
+    /// The application was asked to leave, by this deadline (RFC 3339).
+    Notified {
+        pod: PodReference,
+        deadline: String,
+    },
+}
+
+/// Where the drain's notes go.
+pub type Notes = tokio::sync::mpsc::UnboundedSender<Note>;
 
 /// The longest wait after a PodDisruptionBudget refusal before evicting
 /// again (kubectl drain's fixed wait; here the fallback when the budget's
@@ -80,6 +110,9 @@ pub struct Outcome {
     /// The attempt was stopped because the maintenance no longer wants it
     /// (deleted, or moved to another node).
     pub cancelled: bool,
+    /// Pods the plan waits for (`wait`) still running when their wait ran
+    /// out.
+    pub waited: Vec<PodReference>,
     /// Evictions / deletions that the API accepted in this attempt.
     pub evicted: usize,
     pub deleted: usize,
@@ -87,7 +120,7 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn complete(&self) -> bool {
-        self.pending.is_empty() && self.blocked.is_empty()
+        self.pending.is_empty() && self.blocked.is_empty() && self.waited.is_empty()
     }
 }
 
@@ -103,7 +136,7 @@ pub struct Progress {
 }
 
 impl Retries {
-    fn budget_timings(&self) -> Timings {
+    pub(super) fn budget_timings(&self) -> Timings {
         Timings {
             fallback: self.pdb,
             min_interval: self.pdb_min.min(self.pdb),
@@ -113,16 +146,23 @@ impl Retries {
 
 /// A pod the plan acts on.
 #[derive(Clone)]
-struct Target {
-    namespace: String,
-    name: String,
-    uid: String,
-    labels: std::collections::BTreeMap<String, String>,
-    action: Action,
+pub(super) struct Target {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    /// Its controlling owner: (kind, name).
+    pub controller: Option<(String, String)>,
+    pub action: Action,
 }
 
 impl Target {
-    fn reference(&self) -> PodReference {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    pub fn reference(&self) -> PodReference {
         PodReference {
             namespace: self.namespace.clone(),
             name: self.name.clone(),
@@ -131,15 +171,32 @@ impl Target {
 }
 
 /// Shared state of one attempt.
-struct Attempt {
-    /// uids still on the node.
-    present: Mutex<HashSet<String>>,
+pub(super) struct Attempt {
+    /// uids still on the node (for a `wait`: still running).
+    pub present: Mutex<HashSet<String>>,
+    /// uids the plan waits to complete: a finished phase counts as gone.
+    waits: HashSet<String>,
+    /// The annotations of the pods in a handshake, as last watched.
+    pub annotations: std::sync::Mutex<HashMap<String, BTreeMap<String, String>>>,
     /// uids whose last eviction was refused by a PDB.
     pdb_blocked: Mutex<HashSet<String>>,
     last_error: Mutex<String>,
     evicted: std::sync::atomic::AtomicUsize,
     deleted: std::sync::atomic::AtomicUsize,
-    changed: tokio::sync::Notify,
+    pub changed: tokio::sync::Notify,
+}
+
+impl Attempt {
+    /// Whether the pod `uid` is still there.
+    pub async fn has(&self, uid: &str) -> bool {
+        self.present.lock().await.contains(uid)
+    }
+
+    /// What the drain waits for now (shown in the status).
+    pub async fn waiting_for(&self, what: String) {
+        *self.last_error.lock().await = what;
+        self.changed.notify_waiters();
+    }
 }
 
 type PodEvents = BoxStream<'static, watcher::Result<watcher::Event<Pod>>>;
@@ -203,6 +260,13 @@ pub struct Drainer<'a> {
     pub metrics: &'a ControllerMetrics,
     /// The budgets' watch every drain of the process shares.
     pub budgets: &'a Arc<Budgets>,
+    /// The maintenance's pod ledger (refusals, handshakes).
+    pub ledger: &'a Arc<Ledger>,
+    /// Where notes for the maintenance's events go.
+    pub notes: &'a Notes,
+    /// The maintenance's name (the requester of a handshake, the holder of
+    /// a surge).
+    pub maintenance: &'a str,
 }
 
 /// Runs one drain attempt of `plan` over the `listed` pods (the list the
@@ -222,15 +286,24 @@ pub async fn execute(
         retries,
         metrics,
         budgets,
+        ledger,
+        notes,
+        maintenance,
     } = drainer;
     let NodePods { node, pods, events } = listed;
     let node = node.as_str();
-    let deadline = Instant::now() + plan.attempt_timeout;
+    let started = Instant::now();
+    let deadline = started + plan.attempt_timeout;
     let targets: Vec<(u32, Target)> = plan
         .steps
         .iter()
         .map(|s| {
             let p = &pods[s.pod];
+            let controller = p
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| (o.kind.clone(), o.name.clone()));
             (
                 s.order,
                 Target {
@@ -238,13 +311,39 @@ pub async fn execute(
                     name: s.name.clone(),
                     uid: p.uid().unwrap_or_default(),
                     labels: p.labels().clone(),
+                    annotations: p.annotations().clone(),
+                    controller,
                     action: s.action.clone(),
                 },
             )
         })
         .collect();
+    // A pod the plan waits for that has finished already is done.
+    let finished: HashSet<String> = pods
+        .iter()
+        .filter(|p| is_finished(p))
+        .filter_map(|p| p.uid())
+        .collect();
+    let waits: HashSet<String> = targets
+        .iter()
+        .filter(|(_, t)| matches!(t.action, Action::Wait { .. }))
+        .map(|(_, t)| t.uid.clone())
+        .collect();
     let state = Arc::new(Attempt {
-        present: Mutex::new(pods.iter().filter_map(|p| p.uid()).collect()),
+        present: Mutex::new(
+            pods.iter()
+                .filter_map(|p| p.uid())
+                .filter(|uid| !(waits.contains(uid) && finished.contains(uid)))
+                .collect(),
+        ),
+        annotations: std::sync::Mutex::new(
+            targets
+                .iter()
+                .filter(|(_, t)| matches!(t.action, Action::Notify(_)))
+                .map(|(_, t)| (t.uid.clone(), t.annotations.clone()))
+                .collect(),
+        ),
+        waits,
         pdb_blocked: Mutex::new(HashSet::new()),
         last_error: Mutex::new(String::new()),
         evicted: Default::default(),
@@ -263,13 +362,19 @@ pub async fn execute(
         .filter(|(_, t)| t.action.removes())
         .map(|(_, t)| t)
         .collect();
-    // What the drain waits for: the pods it removes, and those it blocks
-    // on (someone else has to move them), while they are on the node.
+    // What the drain waits for: the pods it removes, those it waits to
+    // complete, and those it blocks on (someone else has to move them),
+    // while they are on the node.
     let waited: Vec<&Target> = targets
         .iter()
-        .filter(|(_, t)| t.action.removes() || matches!(t.action, Action::Block { .. }))
+        .filter(|(_, t)| t.action.awaited())
         .map(|(_, t)| t)
         .collect();
+    // When each `wait` runs out.
+    let wait_until = |t: &Target| match &t.action {
+        Action::Wait { timeout, .. } => Some(started + *timeout),
+        _ => None,
+    };
     let report = |present: &HashSet<String>| -> Vec<PodReference> {
         waited
             .iter()
@@ -287,11 +392,14 @@ pub async fn execute(
     'waves: for wave in waves {
         let wave_targets: Vec<Target> = targets
             .iter()
-            .filter(|(o, t)| *o == wave && t.action.removes())
+            .filter(|(o, t)| {
+                *o == wave && (t.action.removes() || matches!(t.action, Action::Wait { .. }))
+            })
             .map(|(_, t)| t.clone())
             .collect();
+        let wave_waits_until = wave_targets.iter().filter_map(wait_until).min();
         let mut tasks = Vec::new();
-        for t in &wave_targets {
+        for t in wave_targets.iter().filter(|t| t.action.removes()) {
             let t = t.clone();
             let client = client.clone();
             let state = state.clone();
@@ -299,6 +407,10 @@ pub async fn execute(
             let retries = retries.clone();
             let metrics = metrics.clone();
             let budgets = budgets.clone();
+            let ledger = ledger.clone();
+            let notes = notes.clone();
+            let maintenance = maintenance.to_owned();
+            let node = node.to_owned();
             tasks.push(tokio::spawn(async move {
                 let _slot = semaphore.acquire_owned().await;
                 let how = Removal {
@@ -307,6 +419,10 @@ pub async fn execute(
                     retries: &retries,
                     metrics: &metrics,
                     budgets: &budgets,
+                    ledger: &ledger,
+                    notes: &notes,
+                    maintenance: &maintenance,
+                    node: &node,
                 };
                 remove(how, &t, &state).await;
             }));
@@ -340,6 +456,28 @@ pub async fn execute(
             if wave_done {
                 break;
             }
+            // Every removal of the wave is done, and a pod it waits to
+            // complete is still running past its wait: the attempt ends
+            // (not a timeout) and the policy decides again.
+            let (removals_done, expired) = {
+                let present = state.present.lock().await;
+                let now = Instant::now();
+                (
+                    wave_targets
+                        .iter()
+                        .filter(|t| t.action.removes())
+                        .all(|t| !present.contains(&t.uid)),
+                    wave_targets.iter().any(|t| {
+                        present.contains(&t.uid) && wait_until(t).is_some_and(|u| u <= now)
+                    }),
+                )
+            };
+            if removals_done && expired {
+                for t in tasks {
+                    t.abort();
+                }
+                break 'waves;
+            }
             let over = Instant::now() >= deadline;
             if over || cancelled() {
                 timed_out = over;
@@ -352,6 +490,7 @@ pub async fn execute(
             tokio::select! {
                 _ = notified => {}
                 _ = tokio::time::sleep_until(deadline) => {}
+                _ = tokio::time::sleep_until(wave_waits_until.unwrap_or(deadline)) => {}
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                 _ = tokio::time::sleep_until(last_report_at + REPORT_EVERY), if report_due => {}
             }
@@ -381,6 +520,17 @@ pub async fn execute(
         .filter(|(_, t)| matches!(t.action, Action::Block { .. }) && present.contains(&t.uid))
         .map(|(_, t)| t.reference())
         .collect();
+    let still_running: Vec<&Target> = targets
+        .iter()
+        .filter(|(_, t)| matches!(t.action, Action::Wait { .. }) && present.contains(&t.uid))
+        .map(|(_, t)| t)
+        .collect();
+    ledger.attempt_ended(
+        waited
+            .iter()
+            .filter(|t| present.contains(&t.uid))
+            .map(|t| t.uid.as_str()),
+    );
     let mut message = String::new();
     // The Go operator's text where the situation is the same (tools parse
     // it): the attempt ran out of time waiting for a pod whose eviction was
@@ -416,6 +566,22 @@ pub async fn execute(
         _ => None,
     }) {
         message = format!("pod {}/{} blocks the drain: {reason}", t.namespace, t.name);
+    } else if let Some(t) = still_running.first() {
+        let (timeout, reason) = match &t.action {
+            Action::Wait { timeout, reason } => (*timeout, reason.as_str()),
+            _ => (Duration::ZERO, ""),
+        };
+        message = format!(
+            "waited {} for pod {}/{} to complete ({reason}); it still runs{}",
+            crate::text::duration(timeout),
+            t.namespace,
+            t.name,
+            if still_running.len() > 1 {
+                format!(", with {} other(s)", still_running.len() - 1)
+            } else {
+                String::new()
+            }
+        );
     }
     Outcome {
         pdb_blocked: pending
@@ -425,6 +591,7 @@ pub async fn execute(
             .collect(),
         pending: pending.iter().map(|t| t.reference()).collect(),
         blocked,
+        waited: still_running.iter().map(|t| t.reference()).collect(),
         timed_out,
         message,
         cancelled: stopped,
@@ -435,23 +602,64 @@ pub async fn execute(
 
 /// What removing one pod needs.
 #[derive(Clone, Copy)]
-struct Removal<'a> {
-    client: &'a Client,
-    deadline: Instant,
-    retries: &'a Retries,
-    metrics: &'a ControllerMetrics,
-    budgets: &'a Budgets,
+pub(super) struct Removal<'a> {
+    pub client: &'a Client,
+    pub deadline: Instant,
+    pub retries: &'a Retries,
+    pub metrics: &'a ControllerMetrics,
+    pub budgets: &'a Budgets,
+    pub ledger: &'a Ledger,
+    pub notes: &'a Notes,
+    pub maintenance: &'a str,
+    pub node: &'a str,
+}
+
+/// Takes one pod off the node as its action says: a surge or a handshake
+/// first where the plan asks for one, then an eviction or a deletion.
+async fn remove(how: Removal<'_>, t: &Target, state: &Attempt) {
+    let (delete, removal) = match &t.action {
+        Action::Evict(r) => (false, r.clone()),
+        Action::Delete(r) => (true, r.clone()),
+        Action::Surge(r) => match super::surge::replace(how, t, state).await {
+            super::surge::Surged::Done => return,
+            super::surge::Surged::Evict(why) => {
+                tracing::warn!(logger = "drain", pod = %t.key(), reason = %why, "surge not possible; evicting");
+                let _ = how.notes.send(Note::SurgeFellBack {
+                    pod: t.reference(),
+                    why,
+                });
+                (false, r.clone())
+            }
+        },
+        Action::Notify(n) => {
+            if !super::handshake::ask(how, t, state, n).await {
+                return;
+            }
+            (n.then_delete, n.removal.clone())
+        }
+        Action::Skip { .. } | Action::Block { .. } | Action::Wait { .. } => return,
+    };
+    evict_or_delete(how, t, state, delete, &removal).await;
 }
 
 /// Evicts or deletes one pod, retrying until accepted, gone, or the
 /// deadline. An eviction waits for its budgets' permit first.
-async fn remove(how: Removal<'_>, t: &Target, state: &Attempt) {
+pub(super) async fn evict_or_delete(
+    how: Removal<'_>,
+    t: &Target,
+    state: &Attempt,
+    delete: bool,
+    removal: &HowRemoved,
+) {
     let Removal {
         client,
         deadline,
         retries,
         metrics,
         budgets,
+        ledger,
+        notes,
+        ..
     } = how;
     let api: Api<Pod> = Api::namespaced(client.clone(), &t.namespace);
     let preconditions = Preconditions {
@@ -459,48 +667,46 @@ async fn remove(how: Removal<'_>, t: &Target, state: &Attempt) {
         resource_version: None,
     };
     let mut dp = DeleteParams::default().preconditions(preconditions);
+    dp.grace_period_seconds = removal.grace_period_seconds.map(|g| g as u32);
     loop {
         if !state.present.lock().await.contains(&t.uid) {
             return;
         }
-        let (result, permit): (kube::Result<()>, Option<Permit<'_>>) = match &t.action {
-            Action::Evict {
-                grace_period_seconds,
-            } => {
-                let timings = retries.budget_timings();
-                let Some(permit) = budgets
-                    .permit(&t.namespace, &t.name, &t.labels, timings, deadline)
-                    .await
-                else {
-                    // The attempt's time ran out waiting for its budget.
-                    state.pdb_blocked.lock().await.insert(t.uid.clone());
-                    return;
-                };
-                if !state.present.lock().await.contains(&t.uid) {
-                    return;
-                }
-                dp.grace_period_seconds = grace_period_seconds.map(|g| g as u32);
-                let params = EvictParams {
-                    delete_options: Some(dp.clone()),
-                    ..Default::default()
-                };
-                let result = api.evict(&t.name, &params).await.map(|_| ());
-                (result, Some(permit))
+        let (result, permit): (kube::Result<()>, Option<Permit<'_>>) = if delete {
+            (api.delete(&t.name, &dp).await.map(|_| ()), None)
+        } else {
+            let timings = retries.budget_timings();
+            let Some(permit) = budgets
+                .permit(&t.namespace, &t.name, &t.labels, timings, deadline)
+                .await
+            else {
+                // The attempt's time ran out waiting for its budget.
+                state.pdb_blocked.lock().await.insert(t.uid.clone());
+                return;
+            };
+            if !state.present.lock().await.contains(&t.uid) {
+                return;
             }
-            Action::Delete {
-                grace_period_seconds,
-            } => {
-                dp.grace_period_seconds = grace_period_seconds.map(|g| g as u32);
-                (api.delete(&t.name, &dp).await.map(|_| ()), None)
-            }
-            _ => return,
+            let params = EvictParams {
+                delete_options: Some(dp.clone()),
+                ..Default::default()
+            };
+            let result = api.evict(&t.name, &params).await.map(|_| ());
+            (result, Some(permit))
         };
         let wait = match result {
             Ok(()) => {
                 if let Some(p) = permit {
                     p.accepted();
                 }
-                removed(t, state, metrics).await;
+                if removal.forced(delete) {
+                    let _ = notes.send(Note::Forced {
+                        pod: t.reference(),
+                        how: forced_how(delete, removal.grace_period_seconds),
+                        rule: removal.rule.clone(),
+                    });
+                }
+                removed(t, state, metrics, delete).await;
                 return;
             }
             // Gone already, or a replacement with the same name: done.
@@ -513,6 +719,7 @@ async fn remove(how: Removal<'_>, t: &Target, state: &Attempt) {
             }
             Err(kube::Error::Api(e)) if e.code == 429 => {
                 metrics.pod_removal(PodOutcome::Pdb429);
+                ledger.refused(&t.uid);
                 state.pdb_blocked.lock().await.insert(t.uid.clone());
                 *state.last_error.lock().await =
                     format!("evicting pod {}/{}: {}", t.namespace, t.name, e.message);
@@ -545,9 +752,28 @@ async fn remove(how: Removal<'_>, t: &Target, state: &Attempt) {
     }
 }
 
+/// How a forced removal went, for its event.
+fn forced_how(delete: bool, grace: Option<i64>) -> String {
+    match (delete, grace) {
+        (true, Some(g)) => {
+            format!("deleted with grace period {g} s, bypassing PodDisruptionBudgets")
+        }
+        (true, None) => "deleted, bypassing PodDisruptionBudgets".into(),
+        (false, _) => "evicted with grace period 0 s".into(),
+    }
+}
+
+/// A pod whose phase is Succeeded or Failed.
+fn is_finished(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
+}
+
 /// Counts a removal the API server accepted.
-async fn removed(t: &Target, state: &Attempt, metrics: &ControllerMetrics) {
-    let (counter, outcome) = if matches!(t.action, Action::Delete { .. }) {
+pub(super) async fn removed(t: &Target, state: &Attempt, metrics: &ControllerMetrics, delete: bool) {
+    let (counter, outcome) = if delete {
         (&state.deleted, PodOutcome::Deleted)
     } else {
         (&state.evicted, PodOutcome::Evicted)
@@ -575,6 +801,7 @@ async fn follow(events: PodEvents, state: Arc<Attempt>) {
     let mut relisted: HashSet<String> = HashSet::new();
     while let Some(batch) = events.next().await {
         let mut gone: Vec<String> = Vec::new();
+        let mut changed = false;
         for event in batch {
             match event {
                 Ok(watcher::Event::Delete(p)) => gone.extend(p.uid()),
@@ -589,8 +816,25 @@ async fn follow(events: PodEvents, state: Arc<Attempt>) {
                             .cloned(),
                     );
                 }
-                Ok(watcher::Event::Apply(_)) | Err(_) => {}
+                Ok(watcher::Event::Apply(p)) => {
+                    let Some(uid) = p.uid() else { continue };
+                    if state.waits.contains(&uid) && is_finished(&p) {
+                        gone.push(uid);
+                        continue;
+                    }
+                    let mut watched = state.annotations.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(a) = watched.get_mut(&uid)
+                        && a != p.annotations()
+                    {
+                        *a = p.annotations().clone();
+                        changed = true;
+                    }
+                }
+                Err(_) => {}
             }
+        }
+        if changed {
+            state.changed.notify_waiters();
         }
         if gone.is_empty() {
             continue;

@@ -36,6 +36,17 @@ pub mod reasons {
         "AdmittedMaintenance",
         "The policy admitted the node maintenance",
     );
+    /// Ours: a pod was removed by force (deleted, or with grace period
+    /// 0); the message names the pod and the policy's rule.
+    pub const FORCED: &str = "ForcedPodRemoval";
+    /// Ours: a surge's replacement is Ready and the owner removes the pod.
+    pub const SURGED: &str = "PodSurged";
+    /// Ours: a surge was not possible; the pod is evicted instead.
+    pub const SURGE_FELL_BACK: &str = "SurgeNotPossible";
+    /// Ours: an application was asked to leave (the handshake).
+    pub const NOTIFIED: &str = "EvictionRequested";
+    /// Ours: the policy parked the maintenance.
+    pub const PARKED: &str = "ParkedMaintenance";
 }
 
 /// Normal or Warning.

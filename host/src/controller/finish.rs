@@ -32,6 +32,7 @@ pub(super) async fn succeeded(pass: &Pass, last_error: Option<String>) -> Result
                 s.last_update = Some(now());
             }
             s.phase = Some(MaintenancePhase::Succeeded);
+            s.parked = None;
             s.drain_progress = 100;
             s.pending_pods = None;
             s.pending_pods_refs = None;
@@ -61,6 +62,7 @@ pub(super) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Ne
         .pending
         .iter()
         .chain(&outcome.blocked)
+        .chain(&outcome.waited)
         .cloned()
         .collect();
     pass.writer
@@ -82,6 +84,7 @@ pub(super) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Ne
         pending: to_wit(&outcome.pending),
         pdb_blocked: to_wit(&outcome.pdb_blocked),
         blocked: to_wit(&outcome.blocked),
+        waited: to_wit(&outcome.waited),
         timed_out: outcome.timed_out,
         message: outcome.message.clone(),
     };
@@ -108,12 +111,58 @@ pub(super) async fn failed(pass: &Pass, failure: Failure, last_error: String) ->
         }
         Verdict::RetryWithBackoff => backoff(attempt),
         Verdict::Fail(message) => return give_up(pass, &failure, message).await,
+        Verdict::Park {
+            reason,
+            recheck_after,
+        } => return park(pass, reason, recheck_after, last_error).await,
     };
     pass.ctx.hold(&pass.uid, delay);
     pass.writer
-        .update(|s| s.last_error = Some(last_error.clone()))
+        .update(|s| {
+            s.last_error = Some(last_error.clone());
+            s.parked = None;
+        })
         .await?;
     Ok(Next::After(delay))
+}
+
+/// The policy's verdict is to park: the node stays cordoned and tainted,
+/// the status and a `ParkedMaintenance` event say why, and nothing is
+/// tried again until `recheck_after` or until the NodeMaintenance changes.
+async fn park(
+    pass: &Pass,
+    reason: String,
+    recheck_after: Option<std::time::Duration>,
+    last_error: String,
+) -> Result<Next> {
+    let recheck_at = recheck_after.map(super::status::after);
+    let old = pass
+        .writer
+        .update(|s| {
+            let since = s
+                .parked
+                .as_ref()
+                .and_then(|p| p.since.clone())
+                .unwrap_or_else(now);
+            s.last_error = Some(last_error.clone());
+            s.parked = Some(crate::crd::Parked {
+                reason: reason.clone(),
+                failure: Some(last_error.clone()),
+                since: Some(since),
+                recheck_at: recheck_at.clone(),
+            });
+        })
+        .await?;
+    let nm = pass.writer.current().await;
+    pass.ctx.park(&nm, recheck_after);
+    if old.parked.as_ref().map(|p| &p.reason) != Some(&reason) {
+        pass.event(EventType::Warning, reasons::PARKED, &reason).await;
+    }
+    tracing::warn!(logger = "controller", nodeMaintenance = %pass.name, nodeName = %pass.node_name, reason = %reason, recheck = ?recheck_after, "the policy parked the maintenance; the node stays cordoned");
+    Ok(match recheck_after {
+        Some(d) => Next::After(d),
+        None => Next::Change,
+    })
 }
 
 /// The policy's verdict is to fail: the node is restored and the
@@ -123,6 +172,7 @@ async fn give_up(pass: &Pass, failure: &Failure, message: String) -> Result<Next
     if !matches!(failure, Failure::NodeNotFound) {
         restore_unless_wanted(&pass.ctx, &nm, &pass.node_name).await?;
     }
+    release_surges(&pass.ctx, &nm).await?;
     mark_failed(pass, message).await
 }
 
@@ -189,6 +239,7 @@ pub(super) async fn deleted(ctx: &Arc<Context>, nm: &NodeMaintenance) -> Result<
     for n in &nodes {
         restore_unless_wanted(ctx, nm, n).await?;
     }
+    release_surges(ctx, nm).await?;
     let finalizers: Vec<String> = nm
         .finalizers()
         .iter()
@@ -203,6 +254,24 @@ pub(super) async fn deleted(ctx: &Arc<Context>, nm: &NodeMaintenance) -> Result<
     log_err(ctx.recorder.record(nm, EventType::Normal, reason, message));
     ctx.forget(&nm.uid().unwrap_or_default());
     Ok(Next::Change)
+}
+
+/// Undoes the surges the maintenance may still hold (its drain stopped
+/// mid-surge): their owners get their replicas back.
+pub(super) async fn release_surges(ctx: &Context, nm: &NodeMaintenance) -> Result<()> {
+    if !ctx.may_hold_surges(&nm.uid().unwrap_or_default()) {
+        return Ok(());
+    }
+    match super::surge::release(&ctx.client, &nm.name_any()).await {
+        Ok(_) => Ok(()),
+        // A cluster without the apps API (or no right to it) holds no
+        // surges of ours.
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
+            tracing::debug!(logger = "controller", nodeMaintenance = %nm.name_any(), error = %e.message, "no surges to release");
+            Ok(())
+        }
+        Err(e) => Err(Error::kube("undoing the maintenance's surges")(e)),
+    }
 }
 
 /// The nodes a maintenance holds an owner reference to.

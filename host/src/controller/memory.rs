@@ -46,6 +46,23 @@ pub(super) struct Memory {
     /// Its next pass must look even if woken by our own write (a place
     /// freed for a waiting maintenance).
     forced: bool,
+    /// What its drain has done to each pod so far.
+    ledger: std::sync::Arc<super::ledger::Ledger>,
+    /// Parked by its policy: the NodeMaintenance as it was then (its
+    /// generation and metadata), and when to look again (`None`: only once
+    /// it changes).
+    parked: Option<(String, Option<Instant>)>,
+}
+
+/// What a person changes on a parked maintenance to have it tried again:
+/// its spec (generation), labels or annotations.
+fn parked_key(nm: &NodeMaintenance) -> String {
+    format!(
+        "{:?}/{:?}/{:?}",
+        nm.metadata.generation,
+        nm.metadata.labels,
+        nm.metadata.annotations
+    )
 }
 
 /// The memories of every maintenance, by uid.
@@ -130,7 +147,49 @@ impl Context {
             m.pin = None;
             m.failures = 0;
             m.retry_at = None;
+            m.ledger = Default::default();
+            m.parked = None;
         });
+    }
+
+    /// Whether the maintenance `uid` may hold surges: a plan of it surged
+    /// a pod, or this process does not know (it restarted).
+    pub(super) fn may_hold_surges(&self, uid: &str) -> bool {
+        self.memory
+            .existing(uid, |m| m.ledger.surged())
+            .unwrap_or(true)
+    }
+
+    /// The ledger of the drain of `uid`.
+    pub(super) fn ledger(&self, uid: &str) -> std::sync::Arc<super::ledger::Ledger> {
+        self.memory.with(uid, |m| m.ledger.clone())
+    }
+
+    /// The policy parked `nm`: nothing is tried again until `recheck` (if
+    /// any) or until it changes.
+    pub(super) fn park(&self, nm: &NodeMaintenance, recheck: Option<Duration>) {
+        let key = parked_key(nm);
+        self.memory.with(&nm.uid().unwrap_or_default(), |m| {
+            m.parked = Some((key, recheck.map(|d| Instant::now() + d)));
+        });
+    }
+
+    /// Whether `nm` is parked and should stay so now: it has not changed
+    /// since, and its recheck (if any) is not due. A parked maintenance that
+    /// changed, or whose recheck is due, is unparked here.
+    pub(super) fn still_parked(&self, nm: &NodeMaintenance) -> Option<Option<Duration>> {
+        let key = parked_key(nm);
+        self.memory
+            .existing(&nm.uid().unwrap_or_default(), |m| {
+                let (was, until) = m.parked.clone()?;
+                let now = Instant::now();
+                if was != key || until.is_some_and(|u| u <= now) {
+                    m.parked = None;
+                    return None;
+                }
+                Some(until.map(|u| u - now))
+            })
+            .flatten()
     }
 
     /// The next pass of `uid` looks, whatever woke it.

@@ -89,11 +89,13 @@ impl Label for LeaseFailure {
 
 /// The `phase` label of `nmo_node_maintenances` and
 /// `nmo_node_maintenance_phase`: Pending (not looked at yet), Waiting (the
-/// policy holds it back), and the three phases.
+/// policy holds it back), Parked (phase Running, set aside by its
+/// policy's `park` verdict), and the three phases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum State {
     Pending,
     Waiting,
+    Parked,
     Running,
     Succeeded,
     Failed,
@@ -103,6 +105,7 @@ impl Label for State {
     const ALL: &'static [Self] = &[
         Self::Pending,
         Self::Waiting,
+        Self::Parked,
         Self::Running,
         Self::Succeeded,
         Self::Failed,
@@ -111,6 +114,7 @@ impl Label for State {
         match self {
             Self::Pending => "Pending",
             Self::Waiting => "Waiting",
+            Self::Parked => "Parked",
             Self::Running => "Running",
             Self::Succeeded => "Succeeded",
             Self::Failed => "Failed",
@@ -223,7 +227,7 @@ impl ControllerMetrics {
             maintenance_phase: gauge_vec(
                 registry,
                 "nmo_node_maintenance_phase",
-                "Each NodeMaintenance's phase (Pending, Waiting, Running, Succeeded, Failed): 1, one series per maintenance.",
+                "Each NodeMaintenance's phase (Pending, Waiting, Parked, Running, Succeeded, Failed): 1, one series per maintenance.",
                 &["node_maintenance", "node", "phase"],
             )?,
             drain_duration: metrics::histogram(

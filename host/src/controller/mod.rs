@@ -12,6 +12,8 @@ mod context;
 pub mod drain;
 pub mod events;
 mod finish;
+mod handshake;
+pub mod ledger;
 pub mod leader;
 pub mod lease;
 mod memory;
@@ -23,6 +25,8 @@ mod pass;
 mod reconcile;
 mod run;
 mod status;
+mod surge;
+mod volumes;
 
 use std::time::Duration;
 

@@ -72,6 +72,11 @@ impl Pass {
             tracing::debug!(logger = "controller", nodeMaintenance = %self.name, wait = ?left, "waiting before the next attempt");
             return Ok(Next::After(left));
         }
+        // Parked by its policy: nothing until it changes or its recheck.
+        if let Some(left) = self.ctx.still_parked(&self.writer.current().await) {
+            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, recheck = ?left, "parked");
+            return Ok(left.map_or(Next::Change, Next::After));
+        }
         let admitted = self.ctx.admitted(&self.writer.current().await);
         let node = self.node_for(admitted).await?;
         self.ensure_metadata(node.as_ref()).await?;
@@ -134,10 +139,15 @@ impl Pass {
             tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "drain stopped: the NodeMaintenance was deleted or moved");
             return Ok(Next::After(Duration::from_millis(100)));
         }
-        if outcome.complete() {
-            return finish::succeeded(self, last_error).await;
+        if !outcome.complete() {
+            return finish::drain_incomplete(self, outcome).await;
         }
-        finish::drain_incomplete(self, outcome).await
+        if let Some(timeout) = plan.volume_detach_timeout
+            && let Some(next) = self.volumes_detached(timeout).await?
+        {
+            return Ok(next);
+        }
+        finish::succeeded(self, last_error).await
     }
 
     /// spec.nodeName changed (the webhook refuses that; without it, this):
@@ -437,15 +447,23 @@ impl Pass {
     }
 
     /// Asks the policy for a drain plan (see [`decide`]).
+    /// The pods' drain history goes with it; the pods the plan wants gone
+    /// are pending from then on.
     async fn plan(&self, selected: &Selected, node: &Node, pods: Arc<[Pod]>) -> Result<Plan> {
         let record = self.record().await;
         let policy = selected.policy.clone();
         let node = node.clone();
-        crate::policy::decide(Decision::PlanDrain, move || {
-            policy.plan_drain_shared(&record, node, pods)
+        let ledger = self.ctx.ledger(&self.uid);
+        let history = ledger.history(record.now_ms);
+        let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap_or_default()).collect();
+        let now_ms = record.now_ms;
+        let plan = crate::policy::decide(Decision::PlanDrain, move || {
+            policy.plan_drain_shared(&record, node, pods, history)
         })
         .await
-        .map_err(Error::from)
+        .map_err(Error::from)?;
+        ledger.planned(&plan, &uids, now_ms);
+        Ok(plan)
     }
 
     /// The maintenance as the policy sees it.
@@ -525,12 +543,27 @@ impl Pass {
             })
         };
         let ctx = &self.ctx;
+        let (notes, mut noted) = tokio::sync::mpsc::unbounded_channel();
+        let events = {
+            let recorder = ctx.recorder.clone();
+            let nm = self.writer.current().await;
+            tokio::spawn(async move {
+                while let Some(note) = noted.recv().await {
+                    let (type_, reason, message) = note_event(&note);
+                    finish::log_err(recorder.record(&nm, type_, reason, &message));
+                }
+            })
+        };
+        let ledger = ctx.ledger(&self.uid);
         let outcome = drain::execute(
             Drainer {
                 client: &ctx.client,
                 retries: &ctx.settings.drain_retries,
                 metrics: &ctx.metrics,
                 budgets: &ctx.budgets,
+                ledger: &ledger,
+                notes: &notes,
+                maintenance: &self.name,
             },
             pods,
             plan,
@@ -540,6 +573,9 @@ impl Pass {
             || ctx.no_longer_wants(&self.name, &self.uid, &self.node_name),
         )
         .await;
+        // Every note of the attempt becomes an event before the pass goes on.
+        drop(notes);
+        let _ = events.await;
         // The progress write in flight ends (its resourceVersion is then
         // known as ours); the final status below supersedes it.
         stop.notify_one();
@@ -550,10 +586,79 @@ impl Pass {
         Ok(outcome)
     }
 
+    /// Waits for the node's VolumeAttachments to go (the plan's
+    /// `volume-detach-timeout-ms`), the status saying what is still
+    /// attached. `Some(next)`: they did not; the policy's verdict.
+    async fn volumes_detached(&self, timeout: Duration) -> Result<Option<Next>> {
+        let node = self.node_name.clone();
+        let writer = self.writer.clone();
+        let (tx, mut rx) = tokio::sync::watch::channel::<Option<String>>(None);
+        let shower = tokio::spawn(async move {
+            while rx.changed().await.is_ok() {
+                let shown = rx.borrow_and_update().clone();
+                if let Err(e) = writer.update(|s| s.last_error = shown.clone()).await {
+                    tracing::debug!(logger = "controller", error = %e, "could not write what the drain waits for");
+                }
+            }
+        });
+        let left = super::volumes::wait_detached(&self.ctx.client, &node, timeout, |names| {
+            let _ = tx.send(Some(super::volumes::waiting_message(&node, names)));
+        })
+        .await;
+        drop(tx);
+        let _ = shower.await;
+        let left = left.map_err(Error::kube("listing the node's VolumeAttachments"))?;
+        if left.is_empty() {
+            return Ok(None);
+        }
+        let message = format!(
+            "{} VolumeAttachment(s) of node {} still attached after {}: {}",
+            left.len(),
+            self.node_name,
+            crate::text::duration(timeout),
+            left.join(", ")
+        );
+        finish::failed(self, Failure::VolumesAttached(left), message)
+            .await
+            .map(Some)
+    }
+
     /// Records an event about the maintenance; a failure is only logged.
     pub async fn event(&self, type_: EventType, reason: &str, message: &str) {
         let nm = self.writer.current().await;
         finish::log_err(self.ctx.recorder.record(&nm, type_, reason, message));
+    }
+}
+
+/// The event a drain note makes.
+fn note_event(note: &drain::Note) -> (EventType, &'static str, String) {
+    use drain::Note;
+    let key = |p: &crate::crd::PodReference| format!("{}/{}", p.namespace, p.name);
+    match note {
+        Note::Forced { pod, how, rule } => (
+            EventType::Warning,
+            reasons::FORCED,
+            format!(
+                "pod {} {how} (rule: {})",
+                key(pod),
+                if rule.is_empty() { "not named by the policy" } else { rule }
+            ),
+        ),
+        Note::Surged { pod, owner } => (
+            EventType::Normal,
+            reasons::SURGED,
+            format!("pod {}: a Ready replacement from {owner} runs on another node; {owner} removes the pod", key(pod)),
+        ),
+        Note::SurgeFellBack { pod, why } => (
+            EventType::Warning,
+            reasons::SURGE_FELL_BACK,
+            format!("pod {} is evicted instead of surged: {why}", key(pod)),
+        ),
+        Note::Notified { pod, deadline } => (
+            EventType::Normal,
+            reasons::NOTIFIED,
+            format!("asked the application of pod {} to leave by {deadline}", key(pod)),
+        ),
     }
 }
 

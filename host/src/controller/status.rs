@@ -40,6 +40,15 @@ pub fn now() -> Time {
     Time(Timestamp::now())
 }
 
+/// The time `after` from now, as the status records it.
+pub fn after(after: std::time::Duration) -> Time {
+    let now = Timestamp::now();
+    Time(
+        now.checked_add(k8s_openapi::jiff::SignedDuration::try_from(after).unwrap_or_default())
+            .unwrap_or(now),
+    )
+}
+
 /// `pendingPods` and `pendingPodsRefs` from a list of pods.
 pub fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodReference>>) {
     if list.is_empty() {

@@ -17,7 +17,7 @@ use super::cache::PolicyCache;
 use super::compile::{self, CompileLimits, wasm_config};
 use super::digest::hex_digest;
 use super::error::{Error, Result};
-use super::inputs::{Fleet, HostState, Inputs, Settings};
+use super::inputs::{Fleet, History, HostState, Inputs, Settings};
 use super::metrics::PolicyMetrics;
 use super::output::{CappedOutput, MAX_LOG_LINE_BYTES, RateWindow, Records};
 use super::types::{self, Failure, KeyValue, Maintenance};
@@ -644,18 +644,26 @@ impl Policy {
         node: &k8s::Node,
         pods: &[k8s::Pod],
     ) -> Result<Plan> {
-        self.plan_drain_shared(maintenance, node.clone(), Arc::from(pods))
+        self.plan_drain_shared(
+            maintenance,
+            node.clone(),
+            Arc::from(pods),
+            History::default(),
+        )
     }
 
-    /// [`Policy::plan_drain`] on objects the caller hands over (no copy).
+    /// [`Policy::plan_drain`] on objects the caller hands over (no copy),
+    /// with what the drain has done to each pod so far.
     pub fn plan_drain_shared(
         &self,
         maintenance: &Maintenance,
         node: k8s::Node,
         pods: Arc<[k8s::Pod]>,
+        history: History,
     ) -> Result<Plan> {
         let count = pods.len();
-        let inputs = Inputs::new(pods.clone(), Arc::from([node]), self.settings.clone());
+        let mut inputs = Inputs::new(pods.clone(), Arc::from([node]), self.settings.clone());
+        inputs.history = history;
         self.decide(
             Decision::PlanDrain,
             inputs,

@@ -15,10 +15,10 @@ pub enum Error {
     Load { policy: String, reason: String },
 
     /// The file is WebAssembly but not a component of our world
-    /// (`medik8s:node-maintenance/drain-policy@0.2.0`): a core module, other
+    /// (`medik8s:node-maintenance/drain-policy@0.3.0`): a core module, other
     /// exports, or imports the host does not provide.
     #[error(
-        "policy {policy}: not a medik8s:node-maintenance/drain-policy@0.2.0 component: {reason}"
+        "policy {policy}: not a medik8s:node-maintenance/drain-policy@0.3.0 component: {reason}"
     )]
     WrongWorld { policy: String, reason: String },
 

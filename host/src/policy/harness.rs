@@ -22,26 +22,31 @@
 //!                         # such a file is data, not scenarios)
 //!   - metadata: {name: db-0, namespace: default, ownerReferences: [...]}
 //!     spec: {containers: [...]}
+//! history:                # optional: what the drain did to a pod so far (drain-history)
+//!   default/db-0: {pending: 20m, refusedEvictions: 12, attempts: 4, notified: 5m}
 //! failure:                # optional: ask on-failure instead of plan-drain
 //!   drainIncomplete: {pending: [default/db-0], timedOut: true, message: "..."}
-//!   # or: nodeNotFound, {leaseHeld: holder}, {leaseError: msg}, {apiError: msg}
+//!   # drainIncomplete also takes waited: [ns/pod] (wait ran out)
+//!   # or: nodeNotFound, {leaseHeld: holder}, {leaseError: msg}, {apiError: msg},
+//!   #     {volumesAttached: [csi-abc]}
 //! fleet:                  # optional: ask admit instead (may the maintenance start?)
 //!   nodes:                # Nodes (Ready unless their status says otherwise); the
 //!     - metadata: {name: node-2, labels: {topology.kubernetes.io/zone: a}}
 //!                         # maintenance's node is added when not listed
 //!   maintenances:         # the other unfinished NodeMaintenances
-//!     - {node: node-2, admitted: true, since: 5m}   # name, phase, created: optional
+//!     - {node: node-2, admitted: true, since: 5m}   # name, phase, created, parked: optional
 //!     - {node: node-3, admitted: false, created: 1m}
 //!   openshiftEtcd: {budgets: 1, disruptionsAllowed: 0, guardReadyOnNode: true}
 //! settings: {timeout: 30m}  # optional: the policy's settings (policies.yaml's)
 //! expect:
 //!   decisions:            # by namespace/name (or name, for namespace default)
-//!     default/web-1: evict            # evict | delete | skip | block
+//!     default/web-1: evict            # evict | delete | skip | block | surge | notify | wait
 //!     default/db-0: {action: evict, order: 1, gracePeriodSeconds: 30}
 //!     default/bare: {action: block, reason: "no controller"}   # reason: a substring
 //!   attemptTimeoutMs: 30000
 //!   maxConcurrentEvictions: 2         # or null for no limit
 //!   verdict: retryWithBackoff         # | {retryAfterMs: 5000} | fail | {fail: "substring"}
+//!                                     # | park | {park: "substring"}
 //!   admission: admit                  # | wait | deny | {wait: "substring"} | {deny: "substring"}
 //!   error: invalid_decision           # the policy must fail, in this category
 //!                                     # (settings: it refused its settings)
@@ -79,6 +84,7 @@ pub struct Scenario {
     now: Option<std::time::SystemTime>,
     node: core::Node,
     pods: Vec<core::Pod>,
+    history: super::History,
     failure: Option<Failure>,
     fleet: Option<ScenarioFleet>,
     settings: Settings,
@@ -110,6 +116,8 @@ struct RawFleetMaintenance {
     node: String,
     #[serde(default = "yes")]
     admitted: bool,
+    #[serde(default)]
+    parked: bool,
     phase: Option<String>,
     /// How long ago it was admitted (or, waiting, created).
     since: Option<Value>,
@@ -161,6 +169,9 @@ struct RawScenario {
     #[serde(default)]
     pods: Value,
     pods_from: Option<PathBuf>,
+    /// What the drain has done to pods so far, by `namespace/name`.
+    #[serde(default)]
+    history: BTreeMap<String, RawHistory>,
     failure: Option<Value>,
     fleet: Option<RawFleet>,
     #[serde(default)]
@@ -231,6 +242,18 @@ pub const MAX_PODS_FILE: u64 = 16 << 20;
 /// The largest scenario file.
 pub const MAX_SCENARIO_FILE: u64 = 4 << 20;
 
+/// A pod's `drain-history` in a scenario.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+struct RawHistory {
+    /// How long the drain has wanted it gone (`90s`, `15m`...).
+    pending: Option<Value>,
+    refused_evictions: u32,
+    attempts: u32,
+    /// How long ago the application was notified.
+    notified: Option<Value>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 enum RawFailure {
@@ -239,6 +262,7 @@ enum RawFailure {
     LeaseError(String),
     ApiError(String),
     DrainIncomplete(RawReport),
+    VolumesAttached(Vec<String>),
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -247,6 +271,7 @@ struct RawReport {
     pending: Vec<String>,
     pdb_blocked: Vec<String>,
     blocked: Vec<String>,
+    waited: Vec<String>,
     timed_out: bool,
     message: String,
 }
@@ -351,10 +376,12 @@ impl Scenario {
                     RawFailure::LeaseHeld(h) => Failure::LeaseHeld(h),
                     RawFailure::LeaseError(m) => Failure::LeaseError(m),
                     RawFailure::ApiError(m) => Failure::ApiError(m),
+                    RawFailure::VolumesAttached(v) => Failure::VolumesAttached(v),
                     RawFailure::DrainIncomplete(r) => Failure::DrainIncomplete(DrainReport {
                         pending: r.pending.iter().map(|k| pod_ref(k)).collect(),
                         pdb_blocked: r.pdb_blocked.iter().map(|k| pod_ref(k)).collect(),
                         blocked: r.blocked.iter().map(|k| pod_ref(k)).collect(),
+                        waited: r.waited.iter().map(|k| pod_ref(k)).collect(),
                         timed_out: r.timed_out,
                         message: r.message,
                     }),
@@ -409,6 +436,7 @@ impl Scenario {
                     .map_err(|e| format!("now: {t:?} is not an RFC 3339 time: {e}"))?,
             ),
         };
+        let (pods, history) = scenario_history(pods, raw.history, now)?;
         Ok(Scenario {
             name: raw.name,
             source,
@@ -418,12 +446,67 @@ impl Scenario {
             now,
             node,
             pods,
+            history,
             failure,
             fleet,
             settings: Settings::from_map(&settings),
             expect: raw.expect,
         })
     }
+}
+
+/// The scenario's `history`, keyed by the pods' uids (a pod without one
+/// gets `scenario/<namespace>/<name>`); every key must name a pod.
+fn scenario_history(
+    mut pods: Vec<core::Pod>,
+    raw: BTreeMap<String, RawHistory>,
+    now: Option<std::time::SystemTime>,
+) -> std::result::Result<(Vec<core::Pod>, super::History), String> {
+    let key = |p: &core::Pod| {
+        format!(
+            "{}/{}",
+            p.metadata.namespace.as_deref().unwrap_or("default"),
+            p.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    for p in &mut pods {
+        if p.metadata.uid.is_none() {
+            p.metadata.uid = Some(format!("scenario/{}", key(p)));
+        }
+    }
+    let now_ms = now
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+        })
+        .as_millis() as u64;
+    let mut by_uid = std::collections::HashMap::new();
+    for (k, h) in raw {
+        let Some(pod) = pods.iter().find(|p| key(p) == k || p.metadata.name.as_deref() == Some(&k))
+        else {
+            return Err(format!("history: no pod {k:?} in the scenario's pods"));
+        };
+        let ms = |v: &Option<Value>, what: &str| {
+            v.as_ref()
+                .map(duration_ms)
+                .transpose()
+                .map_err(|e| format!("history {k}: {what}: {e}"))
+        };
+        let pending_ms = ms(&h.pending, "pending")?.unwrap_or(0);
+        let notified_ms = ms(&h.notified, "notified")?.map(|ago| now_ms.saturating_sub(ago));
+        by_uid.insert(
+            pod.metadata.uid.clone().unwrap_or_default(),
+            super::types::PodHistory {
+                pending_ms,
+                refused_evictions: h.refused_evictions,
+                attempts: h.attempts,
+                notified_ms,
+            },
+        );
+    }
+    Ok((pods, super::History::new(by_uid)))
 }
 
 /// The fleet of a scenario: its nodes (Ready unless their status says
@@ -492,6 +575,7 @@ impl ScenarioFleet {
                             .map(super::convert::maintenance_phase)
                     }),
                     admitted: m.admitted,
+                    parked: m.parked,
                     since_ms: since,
                     created_ms: if m.created.is_some() {
                         ago(&m.created)
@@ -638,14 +722,10 @@ impl Outcome {
 fn show_action(a: &Action, order: u32) -> String {
     let grace = |g: &Option<i64>| g.map(|g| format!(" (grace {g}s)")).unwrap_or_default();
     let mut s = match a {
-        Action::Evict {
-            grace_period_seconds: g,
-        } => format!("evict{}", grace(g)),
-        Action::Delete {
-            grace_period_seconds: g,
-        } => format!("delete{}", grace(g)),
-        Action::Skip { reason } => format!("skip: {reason}"),
-        Action::Block { reason } => format!("block: {reason}"),
+        Action::Skip { reason } | Action::Block { reason } | Action::Wait { reason, .. } => {
+            format!("{}: {reason}", a.verb())
+        }
+        _ => format!("{}{}", a.verb(), grace(&a.grace())),
     };
     if order != 0 {
         let _ = write!(s, ", order {order}");
@@ -664,16 +744,7 @@ fn check_decision(want: &Value, got: &Action, order: u32) -> std::result::Result
         ),
         _ => ("", None),
     };
-    let (got_kind, got_grace, got_reason) = match got {
-        Action::Evict {
-            grace_period_seconds: g,
-        } => ("evict", *g, ""),
-        Action::Delete {
-            grace_period_seconds: g,
-        } => ("delete", *g, ""),
-        Action::Skip { reason } => ("skip", None, reason.as_str()),
-        Action::Block { reason } => ("block", None, reason.as_str()),
-    };
+    let (got_kind, got_grace, got_reason) = (got.verb(), got.grace(), got.reason().unwrap_or(""));
     let shown = || {
         let mut s = kind.to_owned();
         for (k, v) in fields.into_iter().flatten() {
@@ -683,9 +754,10 @@ fn check_decision(want: &Value, got: &Action, order: u32) -> std::result::Result
         }
         s
     };
-    if !["evict", "delete", "skip", "block"].contains(&kind) {
+    if !ACTIONS.contains(&kind) {
         return Err(format!(
-            "(bad expectation {want}: use evict, delete, skip or block)"
+            "(bad expectation {want}: use one of {})",
+            ACTIONS.join(", ")
         ));
     }
     let mut ok = kind == got_kind;
@@ -705,10 +777,20 @@ fn check_decision(want: &Value, got: &Action, order: u32) -> std::result::Result
     if ok { Ok(()) } else { Err(shown()) }
 }
 
+/// The pod actions an expectation may name.
+const ACTIONS: [&str; 7] = [
+    "evict", "delete", "skip", "block", "surge", "notify", "wait",
+];
+
 fn check_verdict(want: &Value, got: &Verdict) -> bool {
     match (want, got) {
         (Value::String(s), Verdict::RetryWithBackoff) => s == "retryWithBackoff",
         (Value::String(s), Verdict::Fail(_)) => s == "fail",
+        (Value::String(s), Verdict::Park { .. }) => s == "park",
+        (Value::Object(o), Verdict::Park { reason, .. }) => o
+            .get("park")
+            .and_then(Value::as_str)
+            .is_some_and(|want| reason.contains(want)),
         (Value::Object(o), Verdict::RetryAfter(d)) => {
             o.get("retryAfterMs").and_then(Value::as_u64) == Some(d.as_millis() as u64)
         }
@@ -725,6 +807,7 @@ fn show_verdict(v: &Verdict) -> String {
         Verdict::RetryAfter(d) => format!("{{retryAfterMs: {}}}", d.as_millis()),
         Verdict::RetryWithBackoff => "retryWithBackoff".into(),
         Verdict::Fail(m) => format!("{{fail: {m:?}}}"),
+        Verdict::Park { reason, .. } => format!("{{park: {reason:?}}}"),
     }
 }
 
@@ -755,7 +838,9 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
                 policy.admit(&m, position, &fleet).map(Answer::Admission)
             }
             (None, Some(f)) => policy.on_failure(&m, f).map(Answer::Verdict),
-            (None, None) => policy.plan_drain(&m, &s.node, &s.pods).map(Answer::Plan),
+            (None, None) => policy
+                .plan_drain_shared(&m, s.node.clone(), s.pods.clone().into(), s.history.clone())
+                .map(Answer::Plan),
         });
     match (answer, &e.error) {
         (Err(err), Some(cat)) if err.category() == cat => {}

@@ -28,6 +28,7 @@ pub(crate) struct Inputs {
     pub pods: Arc<[k8s::Pod]>,
     pub nodes: Arc<[k8s::Node]>,
     pub settings: Settings,
+    pub history: History,
     empty_pod: k8s::Pod,
     empty_node: k8s::Node,
 }
@@ -74,6 +75,28 @@ impl Settings {
     /// No settings given.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+/// What a maintenance's drain has done to each pod so far, by pod uid
+/// (the contract's `drain-history`; a pod not in it has none yet).
+#[derive(Clone, Debug, Default)]
+pub struct History(Arc<std::collections::HashMap<String, types::PodHistory>>);
+
+impl History {
+    /// The history of each pod, by uid.
+    pub fn new(by_uid: std::collections::HashMap<String, types::PodHistory>) -> Self {
+        History(Arc::new(by_uid))
+    }
+
+    /// The history of the pod with `uid` (all zero when it has none).
+    pub fn of(&self, uid: &str) -> types::PodHistory {
+        self.0.get(uid).copied().unwrap_or(types::PodHistory {
+            pending_ms: 0,
+            refused_evictions: 0,
+            attempts: 0,
+            notified_ms: None,
+        })
     }
 }
 
@@ -212,6 +235,16 @@ impl types::HostPod for HostState {
         let spec = self.pod(&pod).spec.as_ref();
         spec.and_then(|s| s.priority_class_name.clone())
             .unwrap_or_default()
+    }
+
+    fn deletion_deadline_ms(&mut self, pod: Resource<types::Pod>) -> Option<u64> {
+        let at = self.pod(&pod).metadata.deletion_timestamp.as_ref()?;
+        u64::try_from(at.0.as_millisecond()).ok()
+    }
+
+    fn drain_history(&mut self, pod: Resource<types::Pod>) -> types::PodHistory {
+        let uid = self.pod(&pod).metadata.uid.clone().unwrap_or_default();
+        self.inputs.history.of(&uid)
     }
 
     fn drop(&mut self, _pod: Resource<types::Pod>) -> wasmtime::Result<()> {

@@ -67,11 +67,11 @@ pub use compile::{CompileLimits, worker_main as compile_worker_main};
 pub use decision::{Decision, decide};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
 pub use error::{Error, Result};
-pub use inputs::{Fleet, Settings};
+pub use inputs::{Fleet, History, Settings};
 pub use metrics::PolicyMetrics;
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
 pub use store::{PolicyStore, Reload};
-pub use validate::{Action, Admission, Plan, Step, Verdict};
+pub use validate::{Action, Admission, Notice, Plan, Removal, Step, Verdict};
 
 /// The default policy, built from `policies/default` by the host's build
 /// script and embedded so the operator works with no policy directory.
@@ -84,8 +84,8 @@ pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(concat!(
 pub const DEFAULT_POLICY_NAME: &str = "default";
 
 /// The WIT world a policy must implement, for messages.
-pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.2.0";
+pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.3.0";
 
 /// The contract version this host implements; policies built against
 /// another minor version are refused.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";

@@ -27,9 +27,7 @@ pub fn action(pod: &core::Pod) -> Action {
             reason: "mirror (static) pod, owned by the kubelet".into(),
         }
     } else {
-        Action::Evict {
-            grace_period_seconds: None,
-        }
+        Action::Evict(crate::policy::Removal::default())
     }
 }
 
@@ -49,5 +47,6 @@ pub fn default_plan(pods: &[core::Pod]) -> Plan {
             .collect(),
         attempt_timeout: ATTEMPT_TIMEOUT,
         max_concurrent_evictions: None,
+        volume_detach_timeout: None,
     }
 }

@@ -101,10 +101,12 @@ pub fn run(policy: &Policy) -> Result<()> {
             pending: pending.clone(),
             pdb_blocked: pending,
             blocked: Vec::new(),
+            waited: Vec::new(),
             timed_out: true,
             message: "drain did not complete after 30s".into(),
         }),
         Failure::ApiError("Internal error occurred".into()),
+        Failure::VolumesAttached(vec!["csi-0123".into()]),
     ];
     for f in &failures {
         policy.on_failure(&m, f)?;

@@ -37,6 +37,9 @@ pub struct Plan {
     pub attempt_timeout: Duration,
     /// At most this many removals in flight; `None`: no policy limit.
     pub max_concurrent_evictions: Option<NonZeroU32>,
+    /// How long to wait for the node's VolumeAttachments to go once the
+    /// pods are gone; `None`: do not wait.
+    pub volume_detach_timeout: Option<Duration>,
 }
 
 /// What to do with one pod.
@@ -54,20 +57,103 @@ pub struct Step {
 /// A checked pod action.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
-    /// Evict through the Eviction API; `None`: the pod's own grace period.
-    Evict { grace_period_seconds: Option<i64> },
-    /// Delete directly; `None`: the pod's own grace period.
-    Delete { grace_period_seconds: Option<i64> },
+    /// Evict through the Eviction API.
+    Evict(Removal),
+    /// Delete directly (a forced removal).
+    Delete(Removal),
     /// Leave the pod; the drain may finish without it.
     Skip { reason: String },
     /// Leave the pod; the drain may not finish while it is there.
     Block { reason: String },
+    /// Make-before-break: a Ready replacement through the owning
+    /// ReplicaSet (or its Deployment) first, then the owner removes this
+    /// pod.
+    Surge(Removal),
+    /// The application handshake, then `then` with `removal`.
+    Notify(Notice),
+    /// Leave the pod until it completes, at most `timeout` from the
+    /// attempt's start.
+    Wait { timeout: Duration, reason: String },
+}
+
+/// How a pod is removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Removal {
+    /// `None`: the pod's own grace period.
+    pub grace_period_seconds: Option<i64>,
+    /// The policy's rule behind it ("" when it gave none).
+    pub rule: String,
+}
+
+impl Removal {
+    /// A removal that bypasses what a normal eviction keeps: a delete,
+    /// or a grace period of 0.
+    pub fn forced(&self, delete: bool) -> bool {
+        delete || self.grace_period_seconds == Some(0)
+    }
+}
+
+/// A checked handshake (`notify`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub timeout: Duration,
+    pub heartbeat: Option<Duration>,
+    /// Delete (true) or evict (false) once the handshake is over.
+    pub then_delete: bool,
+    pub removal: Removal,
 }
 
 impl Action {
-    /// Whether the pod is to be removed from the node.
+    /// Whether the host is to take the pod off the node (evict, delete,
+    /// surge, notify).
     pub fn removes(&self) -> bool {
-        matches!(self, Action::Evict { .. } | Action::Delete { .. })
+        matches!(
+            self,
+            Action::Evict(_) | Action::Delete(_) | Action::Surge(_) | Action::Notify(_)
+        )
+    }
+
+    /// Whether the drain waits for the pod to be gone (or, for `wait`,
+    /// completed) before it finishes: everything but `skip`.
+    pub fn awaited(&self) -> bool {
+        !matches!(self, Action::Skip { .. })
+    }
+
+    /// The removal's grace period, for the actions that remove.
+    pub fn grace(&self) -> Option<i64> {
+        self.removal().and_then(|r| r.grace_period_seconds)
+    }
+
+    /// How the pod is removed, for the actions that remove.
+    pub fn removal(&self) -> Option<&Removal> {
+        match self {
+            Action::Evict(r) | Action::Delete(r) | Action::Surge(r) => Some(r),
+            Action::Notify(n) => Some(&n.removal),
+            _ => None,
+        }
+    }
+
+    /// The reason the policy gave (skip, block, wait).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Action::Skip { reason } | Action::Block { reason } | Action::Wait { reason, .. } => {
+                Some(reason)
+            }
+            _ => None,
+        }
+    }
+
+    /// The word the contract uses for the action.
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Action::Evict(_) => "evict",
+            Action::Delete(_) => "delete",
+            Action::Skip { .. } => "skip",
+            Action::Block { .. } => "block",
+            Action::Surge(_) => "surge",
+            Action::Notify(_) => "notify",
+            Action::Wait { .. } => "wait",
+        }
     }
 }
 
@@ -94,6 +180,12 @@ pub enum Verdict {
     RetryWithBackoff,
     /// Give up with this message.
     Fail(String),
+    /// Park: keep the node cordoned, stop retrying (or retry after
+    /// `recheck_after`).
+    Park {
+        reason: String,
+        recheck_after: Option<Duration>,
+    },
 }
 
 impl std::fmt::Display for Verdict {
@@ -102,6 +194,11 @@ impl std::fmt::Display for Verdict {
             Verdict::RetryAfter(d) => write!(f, "retry after {}", crate::text::duration(*d)),
             Verdict::RetryWithBackoff => write!(f, "retry with backoff"),
             Verdict::Fail(m) => write!(f, "fail: {m}"),
+            Verdict::Park {
+                reason,
+                recheck_after: Some(d),
+            } => write!(f, "park ({reason}; again in {})", crate::text::duration(*d)),
+            Verdict::Park { reason, .. } => write!(f, "park ({reason})"),
         }
     }
 }
@@ -131,6 +228,28 @@ impl Check<'_> {
             )));
         }
         Ok(())
+    }
+
+    fn duration(&self, what: &str, ms: u64) -> Result<Duration> {
+        if ms == 0 || ms > MAX_DURATION_MS {
+            return Err(self.invalid(format!("{what} {ms} is outside 1..={MAX_DURATION_MS}")));
+        }
+        Ok(Duration::from_millis(ms))
+    }
+
+    fn removal(&self, key: &dyn Fn() -> String, raw: types::Removal) -> Result<Removal> {
+        self.grace(key, raw.grace_period_seconds)?;
+        if raw.rule.len() > MAX_MESSAGE_BYTES {
+            return Err(self.invalid(format!(
+                "the rule for pod {} is {} bytes long, more than the {MAX_MESSAGE_BYTES} allowed",
+                key(),
+                raw.rule.len()
+            )));
+        }
+        Ok(Removal {
+            grace_period_seconds: raw.grace_period_seconds,
+            rule: crate::text::clean(&raw.rule, MAX_MESSAGE_BYTES),
+        })
     }
 
     fn grace(&self, key: &dyn Fn() -> String, grace: Option<i64>) -> Result<()> {
@@ -180,31 +299,61 @@ pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
         if std::mem::replace(&mut seen[i], true) {
             return Err(check.invalid(format!("pod {} is decided more than once", key())));
         }
+        let removes = matches!(
+            d.action,
+            PodAction::Evict(_)
+                | PodAction::Delete(_)
+                | PodAction::Surge(_)
+                | PodAction::Notify(_)
+        );
+        if removes && convert::is_mirror(pod) {
+            return Err(check.invalid(format!(
+                "pod {} is a mirror (static) pod: the kubelet recreates it at once, \
+                 so it cannot be evicted or deleted; skip it",
+                key()
+            )));
+        }
+        if removes && convert::is_daemonset_managed(pod) {
+            return Err(check.invalid(format!(
+                "pod {} is managed by a DaemonSet, which puts it straight back on \
+                 this node; skip it",
+                key()
+            )));
+        }
         let action = match d.action {
-            PodAction::Evict(_) | PodAction::Delete(_) if convert::is_mirror(pod) => {
-                return Err(check.invalid(format!(
-                    "pod {} is a mirror (static) pod: the kubelet recreates it at once, \
-                     so it cannot be evicted or deleted; skip it",
-                    key()
-                )));
-            }
-            PodAction::Evict(_) | PodAction::Delete(_) if convert::is_daemonset_managed(pod) => {
-                return Err(check.invalid(format!(
-                    "pod {} is managed by a DaemonSet, which puts it straight back on \
-                     this node; skip it",
-                    key()
-                )));
-            }
-            PodAction::Evict(r) => {
-                check.grace(&key, r.grace_period_seconds)?;
-                Action::Evict {
-                    grace_period_seconds: r.grace_period_seconds,
+            PodAction::Evict(r) => Action::Evict(check.removal(&key, r)?),
+            PodAction::Delete(r) => Action::Delete(check.removal(&key, r)?),
+            PodAction::Surge(r) => {
+                if convert::controller_kind(pod) != Some("ReplicaSet") {
+                    return Err(check.invalid(format!(
+                        "pod {} cannot surge: only a pod a ReplicaSet controls (a \
+                         Deployment's) has an owner that can bring up a replacement \
+                         first; its controller is {}",
+                        key(),
+                        convert::controller_kind(pod).unwrap_or("none (a bare pod)")
+                    )));
                 }
+                Action::Surge(check.removal(&key, r)?)
             }
-            PodAction::Delete(r) => {
-                check.grace(&key, r.grace_period_seconds)?;
-                Action::Delete {
-                    grace_period_seconds: r.grace_period_seconds,
+            PodAction::Notify(n) => {
+                let timeout = check.duration(&format!("notify timeout-ms for pod {}", key()), n.timeout_ms)?;
+                let heartbeat = n
+                    .heartbeat_ms
+                    .map(|ms| check.duration(&format!("notify heartbeat-ms for pod {}", key()), ms))
+                    .transpose()?;
+                Action::Notify(Notice {
+                    timeout,
+                    heartbeat,
+                    then_delete: matches!(n.then, types::RemovalMethod::Delete),
+                    removal: check.removal(&key, n.removal)?,
+                })
+            }
+            PodAction::Wait(c) => {
+                let timeout = check.duration(&format!("wait timeout-ms for pod {}", key()), c.timeout_ms)?;
+                check.message(&format!("the wait reason for pod {}", key()), &c.reason)?;
+                Action::Wait {
+                    timeout,
+                    reason: crate::text::clean(&c.reason, MAX_MESSAGE_BYTES),
                 }
             }
             PodAction::Skip(reason) => {
@@ -238,10 +387,15 @@ pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
         )));
     }
     steps.sort_by_key(|s| (s.order, s.pod));
+    let volume_detach_timeout = raw
+        .volume_detach_timeout_ms
+        .map(|ms| check.duration("volume-detach-timeout-ms", ms))
+        .transpose()?;
     Ok(Plan {
         steps,
         attempt_timeout: Duration::from_millis(raw.attempt_timeout_ms),
         max_concurrent_evictions,
+        volume_detach_timeout,
     })
 }
 
@@ -265,6 +419,17 @@ pub fn verdict(policy: &str, raw: types::Verdict) -> Result<Verdict> {
                 &message,
                 MAX_MESSAGE_BYTES,
             )))
+        }
+        types::Verdict::Park(p) => {
+            check.message("the park reason", &p.reason)?;
+            let recheck_after = match p.recheck_after_ms {
+                Some(ms) => Some(check.duration("park recheck-after-ms", ms)?.max(MIN_RETRY)),
+                None => None,
+            };
+            Ok(Verdict::Park {
+                reason: crate::text::clean(&p.reason, MAX_MESSAGE_BYTES),
+                recheck_after,
+            })
         }
     }
 }

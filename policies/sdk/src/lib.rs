@@ -24,7 +24,7 @@
 //! export_policy!(MyPolicy);
 //! ```
 //!
-//! The contract is `wit/node-maintenance.wit` (version 0.2.0), where every
+//! The contract is `wit/node-maintenance.wit` (version 0.3.0), where every
 //! field is documented. Pods and nodes come as handles: each accessor
 //! ([`Pod::label`], [`Pod::controller_kind`], ...) asks the host for that
 //! one thing, so read only what the decision needs. This crate adds the
@@ -54,15 +54,15 @@ pub mod bindings {
 use std::cell::OnceCell;
 
 pub use bindings::medik8s::node_maintenance::types::{
-    Admission, DrainPlan, DrainReport, EtcdGuard, Failure, FleetMaintenance, KeyValue, Level,
-    Maintenance, MaintenancePhase, Owner, PodAction, PodDecision, PodPhase, PodRef, Removal, Taint,
-    TaintEffect, Verdict, Waiting,
+    Admission, Completion, DrainPlan, DrainReport, EtcdGuard, Failure, FleetMaintenance, KeyValue,
+    Level, Maintenance, MaintenancePhase, Notice, Owner, Parking, PodAction, PodDecision,
+    PodHistory, PodPhase, PodRef, Removal, RemovalMethod, Taint, TaintEffect, Verdict, Waiting,
 };
 
 /// The annotation the kubelet puts on mirror (static) pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// The contract version this SDK builds policies for.
-pub const CONTRACT_VERSION: &str = "0.2.0";
+pub const CONTRACT_VERSION: &str = "0.3.0";
 
 /// A drain policy: the decisions the operator asks for.
 ///
@@ -444,6 +444,24 @@ impl Pod {
         self.source.priority_class_name()
     }
 
+    /// `metadata.deletionTimestamp` of a terminating pod (ms since the Unix
+    /// epoch): when its grace period ends.
+    pub fn deletion_deadline_ms(&self) -> Option<u64> {
+        self.source.deletion_deadline_ms()
+    }
+
+    /// Terminating, and still here `slack_ms` after its grace period ended
+    /// (at `now_ms`, the maintenance's `now-ms`).
+    pub fn is_stuck_terminating(&self, now_ms: u64, slack_ms: u64) -> bool {
+        self.deletion_deadline_ms()
+            .is_some_and(|at| now_ms >= at.saturating_add(slack_ms))
+    }
+
+    /// What this maintenance's drain has done to the pod so far.
+    pub fn history(&self) -> PodHistory {
+        self.source.drain_history()
+    }
+
     /// `namespace/name`, for messages.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace(), self.name())
@@ -674,19 +692,70 @@ impl Fleet {
     }
 }
 
+impl Removal {
+    /// The pod's own grace period, no rule named.
+    pub fn default_grace() -> Self {
+        Removal {
+            grace_period_seconds: None,
+            rule: String::new(),
+        }
+    }
+
+    /// The pod's own grace period, for `rule`.
+    pub fn by_rule(rule: impl Into<String>) -> Self {
+        Removal {
+            grace_period_seconds: None,
+            rule: rule.into(),
+        }
+    }
+
+    /// This grace period (0: at once).
+    pub fn grace(mut self, seconds: i64) -> Self {
+        self.grace_period_seconds = Some(seconds);
+        self
+    }
+}
+
 impl PodAction {
     /// Evict with the pod's own grace period (kubectl drain's default).
     pub fn evict() -> Self {
-        PodAction::Evict(Removal {
-            grace_period_seconds: None,
-        })
+        PodAction::Evict(Removal::default_grace())
     }
 
     /// Delete directly (no PodDisruptionBudget check), with the pod's own
     /// grace period.
     pub fn delete() -> Self {
-        PodAction::Delete(Removal {
-            grace_period_seconds: None,
+        PodAction::Delete(Removal::default_grace())
+    }
+
+    /// Delete directly, naming the rule (the event of the forced removal
+    /// names it).
+    pub fn delete_by(removal: Removal) -> Self {
+        PodAction::Delete(removal)
+    }
+
+    /// Make-before-break: a Ready replacement first (pods a ReplicaSet
+    /// controls only).
+    pub fn surge() -> Self {
+        PodAction::Surge(Removal::default_grace())
+    }
+
+    /// Ask the application first; evict once it is ready, gone, or
+    /// `timeout_ms` ran out (heartbeats extend it by `heartbeat_ms`).
+    pub fn notify(timeout_ms: u64, heartbeat_ms: Option<u64>) -> Self {
+        PodAction::Notify(Notice {
+            timeout_ms,
+            heartbeat_ms,
+            then: RemovalMethod::Evict,
+            removal: Removal::default_grace(),
+        })
+    }
+
+    /// Leave the pod until it completes, at most `timeout_ms`.
+    pub fn wait(timeout_ms: u64, reason: impl Into<String>) -> Self {
+        PodAction::Wait(Completion {
+            timeout_ms,
+            reason: reason.into(),
         })
     }
 
@@ -761,6 +830,7 @@ pub mod defaults {
             decisions: pods.iter().map(|p| p.decide(action(p), 0)).collect(),
             attempt_timeout_ms: ATTEMPT_TIMEOUT_MS,
             max_concurrent_evictions: None,
+            volume_detach_timeout_ms: None,
         }
     }
 
@@ -785,6 +855,9 @@ pub mod defaults {
             }
             Failure::DrainIncomplete(_) => Verdict::RetryAfterMs(DRAIN_RETRY_MS),
             Failure::ApiError(_) => Verdict::RetryWithBackoff,
+            // The Go operator never waits for volumes; a policy that does
+            // looks again as after an incomplete drain.
+            Failure::VolumesAttached(_) => Verdict::RetryAfterMs(DRAIN_RETRY_MS),
         }
     }
 
@@ -886,6 +959,8 @@ pub mod testing {
         pub grace_period_seconds: Option<i64>,
         pub priority: Option<i32>,
         pub priority_class_name: String,
+        pub deletion_deadline_ms: Option<u64>,
+        pub history: Option<PodHistory>,
     }
 
     impl PodRecord {
@@ -940,6 +1015,17 @@ pub mod testing {
         }
         pub fn priority_class_name(&self) -> String {
             self.priority_class_name.clone()
+        }
+        pub fn deletion_deadline_ms(&self) -> Option<u64> {
+            self.deletion_deadline_ms
+        }
+        pub fn drain_history(&self) -> PodHistory {
+            self.history.unwrap_or(PodHistory {
+                pending_ms: 0,
+                refused_evictions: 0,
+                attempts: 0,
+                notified_ms: None,
+            })
         }
     }
 
@@ -1046,6 +1132,7 @@ pub mod testing {
             node_name: node_name.into(),
             phase: admitted.then_some(MaintenancePhase::Running),
             admitted,
+            parked: false,
             since_ms,
             created_ms: since_ms,
         }
@@ -1145,6 +1232,27 @@ pub mod testing {
             self.edit(|p| {
                 p.priority_class_name = class.into();
                 p.priority = Some(priority);
+            })
+        }
+
+        /// Terminating, its grace period ending at `at_ms`.
+        pub fn terminating_until(self, at_ms: u64) -> Self {
+            self.edit(|p| {
+                p.terminating = true;
+                p.deletion_deadline_ms = Some(at_ms);
+            })
+        }
+
+        /// Wanted gone for `pending_ms` so far, with `refused` evictions
+        /// refused.
+        pub fn pending_for(self, pending_ms: u64, refused: u32) -> Self {
+            self.edit(|p| {
+                p.history = Some(PodHistory {
+                    pending_ms,
+                    refused_evictions: refused,
+                    attempts: 0,
+                    notified_ms: None,
+                })
             })
         }
     }

@@ -26,6 +26,7 @@ fn well_formed(pods: &[Pod]) -> DrainPlan {
         decisions,
         attempt_timeout_ms: 30_000,
         max_concurrent_evictions: None,
+        volume_detach_timeout_ms: None,
     }
 }
 
@@ -109,9 +110,7 @@ impl Policy for Hostile {
             }
             "negative-grace" => {
                 let last = plan.decisions.len() - 1;
-                plan.decisions[last].action = PodAction::Evict(Removal {
-                    grace_period_seconds: Some(-5),
-                });
+                plan.decisions[last].action = PodAction::Evict(Removal::default_grace().grace(-5));
             }
             "zero-timeout" => plan.attempt_timeout_ms = 0,
             "zero-concurrency" => plan.max_concurrent_evictions = Some(0),

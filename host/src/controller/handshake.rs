@@ -1,0 +1,169 @@
+//! The application handshake before a removal (`notify`), after
+//! KEP-4563's EvictionRequest: the host asks, the application answers.
+//!
+//! The host writes three annotations on the pod: [`REQUESTED`] (when),
+//! [`DEADLINE`] (until when it waits) and [`REQUESTER`] (`nmo/<the
+//! maintenance>`). The application then
+//! - leaves by itself (its pod goes: nothing more to do), or
+//! - answers [`READY`]`: "true"`: the host removes it at once, or
+//! - writes [`HEARTBEAT`] (an RFC 3339 time): with the policy's
+//!   `heartbeat-ms` the deadline moves to the heartbeat plus that, at most
+//!   ten times the first timeout from the request (the host writes the new
+//!   deadline back), or
+//! - lets the deadline run out: the host removes it.
+//!
+//! Removal is then what the policy said (`evict`, PodDisruptionBudgets
+//! respected, or `delete`). The request is made once per maintenance: a
+//! later attempt, or a restarted operator, keeps the first request time
+//! (from the annotation), so a deadline never starts over.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::drain::{Attempt, Note, Removal, Target};
+use super::ledger::now_ms;
+use crate::policy::Notice;
+
+/// When the host asked (RFC 3339).
+pub const REQUESTED: &str = "nmo.medik8s.io/eviction-requested";
+/// Until when it waits (RFC 3339).
+pub const DEADLINE: &str = "nmo.medik8s.io/eviction-deadline";
+/// Who asked: `nmo/<maintenance>`.
+pub const REQUESTER: &str = "nmo.medik8s.io/eviction-requester";
+/// Written by the application: `"true"` when it may be removed now.
+pub const READY: &str = "nmo.medik8s.io/eviction-ready";
+/// Written by the application: it is still handing over (RFC 3339).
+pub const HEARTBEAT: &str = "nmo.medik8s.io/eviction-heartbeat";
+/// How much further than its first timeout heartbeats may push a
+/// deadline.
+const MAX_EXTENSION: u32 = 10;
+
+fn rfc3339(ms: u64) -> String {
+    Timestamp::from_millisecond(i64::try_from(ms).unwrap_or(i64::MAX))
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+fn parse_ms(text: &str) -> Option<u64> {
+    let t: Timestamp = text.parse().ok()?;
+    u64::try_from(t.as_millisecond()).ok()
+}
+
+/// Asks the application of `t` to leave and waits for its answer, its
+/// departure or the deadline. `true`: remove it now; `false`: it is gone,
+/// or the attempt ran out first.
+pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notice) -> bool {
+    let requester = format!("nmo/{}", how.maintenance);
+    let pods: Api<Pod> = Api::namespaced(how.client.clone(), &t.namespace);
+    let ours = |a: &std::collections::BTreeMap<String, String>| {
+        a.get(REQUESTER) == Some(&requester)
+    };
+    let seen = annotations(state, &t.uid);
+    // The first request stands: from the pod (a restarted operator) or the
+    // ledger (an earlier attempt of this process).
+    let requested_ms = match seen.get(REQUESTED).and_then(|v| parse_ms(v)) {
+        Some(ms) if ours(&seen) => how.ledger.notified(&t.uid, ms),
+        _ => how.ledger.notified(&t.uid, now_ms()),
+    };
+    let timeout_ms = n.timeout.as_millis() as u64;
+    let latest_ms = requested_ms.saturating_add(timeout_ms.saturating_mul(MAX_EXTENSION.into()));
+    let mut deadline_ms = requested_ms.saturating_add(timeout_ms);
+    let mut written_deadline = seen.get(DEADLINE).and_then(|v| parse_ms(v));
+    if !ours(&seen) {
+        loop {
+            let patch = json!({"metadata": {"annotations": {
+                REQUESTED: rfc3339(requested_ms),
+                DEADLINE: rfc3339(deadline_ms),
+                REQUESTER: requester,
+            }}});
+            match pods
+                .patch(&t.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => break,
+                Err(kube::Error::Api(e)) if e.code == 404 => return false,
+                Err(e) => {
+                    state
+                        .waiting_for(format!("asking pod {} to leave: {e}", t.key()))
+                        .await;
+                    if Instant::now() + how.retries.api_error >= how.deadline {
+                        return false;
+                    }
+                    tokio::time::sleep(how.retries.api_error).await;
+                }
+            }
+        }
+        written_deadline = Some(deadline_ms);
+        tracing::info!(logger = "drain", pod = %t.key(), deadline = %rfc3339(deadline_ms), "asked the application to leave");
+        let _ = how.notes.send(Note::Notified {
+            pod: t.reference(),
+            deadline: rfc3339(deadline_ms),
+        });
+    }
+    loop {
+        let changed = state.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if !state.has(&t.uid).await {
+            return false;
+        }
+        let seen = annotations(state, &t.uid);
+        if seen.get(READY).is_some_and(|v| v == "true") {
+            tracing::info!(logger = "drain", pod = %t.key(), "the application is ready to go");
+            return true;
+        }
+        if let (Some(extension), Some(beat)) = (n.heartbeat, seen.get(HEARTBEAT)) {
+            if let Some(beat_ms) = parse_ms(beat) {
+                let extended = beat_ms.saturating_add(extension.as_millis() as u64);
+                deadline_ms = deadline_ms.max(extended).min(latest_ms);
+            }
+        }
+        if written_deadline.is_some_and(|w| deadline_ms > w.saturating_add(1_000)) {
+            let patch = json!({"metadata": {"annotations": {DEADLINE: rfc3339(deadline_ms)}}});
+            if pods
+                .patch(&t.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .is_ok()
+            {
+                written_deadline = Some(deadline_ms);
+            }
+        }
+        let now = now_ms();
+        if now >= deadline_ms {
+            tracing::info!(logger = "drain", pod = %t.key(), "the application's deadline ran out");
+            return true;
+        }
+        if Instant::now() >= how.deadline {
+            return false;
+        }
+        state
+            .waiting_for(format!(
+                "waiting for pod {} to leave or answer {READY} (until {})",
+                t.key(),
+                rfc3339(deadline_ms)
+            ))
+            .await;
+        // At most a second between looks: a change missed is seen soon.
+        let left = Duration::from_millis(deadline_ms - now).min(Duration::from_secs(1));
+        tokio::select! {
+            () = changed => {}
+            () = tokio::time::sleep(left) => {}
+            () = tokio::time::sleep_until(how.deadline) => {}
+        }
+    }
+}
+
+fn annotations(state: &Attempt, uid: &str) -> std::collections::BTreeMap<String, String> {
+    state
+        .annotations
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(uid)
+        .cloned()
+        .unwrap_or_default()
+}
