@@ -469,6 +469,27 @@ async fn operator_cluster(authorization: bool) -> SimCluster {
 /// Everything the operator does, on `client`: leadership (its lease in
 /// `namespace`), two maintenances (evict, retried after an attempt that ran
 /// out of time; and delete), their deletion, the webhook's checks.
+async fn wait_removed(c: &SimCluster, names: &[&str]) {
+    for name in names {
+        let started = Instant::now();
+        while c
+            .get(
+                "nodemaintenance.medik8s.io/v1beta1",
+                "NodeMaintenance",
+                None,
+                name,
+            )
+            .is_ok()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{name} not removed"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str) {
     let elector = nmo::controller::leader::Elector::new(
         client.clone(),
@@ -499,24 +520,57 @@ async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str
         )
         .unwrap();
     }
-    for name in ["nm-1", "nm-2"] {
-        let started = Instant::now();
-        while c
-            .get(
-                "nodemaintenance.medik8s.io/v1beta1",
-                "NodeMaintenance",
-                None,
-                name,
-            )
-            .is_ok()
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "{name} not removed"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    wait_removed(c, &["nm-1", "nm-2"]).await;
+    // Contract 0.3's calls, once the other workers are back: a surge of
+    // worker-3's web pod (the owner's replicas up and down, the pod's
+    // deletion cost), a handshake with a bare pod, the volume wait.
+    c.create(common::bare("asked", "worker-3", json!({}), 30))
+        .unwrap();
+    // A bare ReplicaSet's pod on worker-3 (its template pinned there until
+    // the pod runs, then free: the replacement goes elsewhere).
+    c.create(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": {"name": "cache", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "cache"}},
+                 "template": {"metadata": {"labels": {"app": "cache"}},
+                              "spec": {"nodeName": "worker-3", "containers": [{"name": "c", "image": "redis"}]}}}}))
+    .unwrap();
+    let started = Instant::now();
+    while !c.list("v1", "Pod").unwrap().iter().any(|p| {
+        p["metadata"]["labels"]["app"] == "cache"
+            && p["spec"]["nodeName"] == "worker-3"
+            && p["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            })
+    }) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "cache pod not Ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    c.patch(
+        "apps/v1",
+        "ReplicaSet",
+        Some("default"),
+        "cache",
+        &json!({"spec": {"template": {"spec": {"nodeName": null}}}}),
+    )
+    .unwrap();
+    c.create(
+        json!({"apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+        "metadata": {"name": "nm-3"}, "spec": {"nodeName": "worker-3", "reason": "tune:surge,notify=300,volumes=3000"}}),
+    )
+    .unwrap();
+    succeeded(c, "nm-3").await;
+    c.delete(
+        "nodemaintenance.medik8s.io/v1beta1",
+        "NodeMaintenance",
+        None,
+        "nm-3",
+    )
+    .unwrap();
+    wait_removed(c, &["nm-3"]).await;
     // One guard PDB, no Ready guard pod on the node: allowed.
     let validator = nmo::webhook::Validator::new(client.clone()).await;
     let nm = nmo::crd::NodeMaintenance::new(

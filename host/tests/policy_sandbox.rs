@@ -704,7 +704,9 @@ fn a_policy_built_against_another_contract_version_is_refused_naming_both() {
 /// The default policy as an earlier version of the operator shipped it is
 /// refused, naming both versions and how to rebuild.
 fn refused_with_how_to_rebuild(file: &str, old: &[u8], version: &str) {
-    let err = engine().load(file, old).expect_err("an older policy does not load");
+    let err = engine()
+        .load(file, old)
+        .expect_err("an older policy does not load");
     assert_eq!(err.category(), "contract_version", "{err}");
     let msg = err.to_string();
     for part in [

@@ -46,10 +46,7 @@ pub enum Note {
     /// A surge could not be made; the pod is evicted instead.
     SurgeFellBack { pod: PodReference, why: String },
     /// The application was asked to leave, by this deadline (RFC 3339).
-    Notified {
-        pod: PodReference,
-        deadline: String,
-    },
+    Notified { pod: PodReference, deadline: String },
 }
 
 /// Where the drain's notes go.
@@ -772,7 +769,12 @@ fn is_finished(p: &Pod) -> bool {
 }
 
 /// Counts a removal the API server accepted.
-pub(super) async fn removed(t: &Target, state: &Attempt, metrics: &ControllerMetrics, delete: bool) {
+pub(super) async fn removed(
+    t: &Target,
+    state: &Attempt,
+    metrics: &ControllerMetrics,
+    delete: bool,
+) {
     let (counter, outcome) = if delete {
         (&state.deleted, PodOutcome::Deleted)
     } else {

@@ -156,7 +156,8 @@ async fn park(
     let nm = pass.writer.current().await;
     pass.ctx.park(&nm, recheck_after);
     if old.parked.as_ref().map(|p| &p.reason) != Some(&reason) {
-        pass.event(EventType::Warning, reasons::PARKED, &reason).await;
+        pass.event(EventType::Warning, reasons::PARKED, &reason)
+            .await;
     }
     tracing::warn!(logger = "controller", nodeMaintenance = %pass.name, nodeName = %pass.node_name, reason = %reason, recheck = ?recheck_after, "the policy parked the maintenance; the node stays cordoned");
     Ok(match recheck_after {

@@ -60,9 +60,8 @@ fn parse_ms(text: &str) -> Option<u64> {
 pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notice) -> bool {
     let requester = format!("nmo/{}", how.maintenance);
     let pods: Api<Pod> = Api::namespaced(how.client.clone(), &t.namespace);
-    let ours = |a: &std::collections::BTreeMap<String, String>| {
-        a.get(REQUESTER) == Some(&requester)
-    };
+    let ours =
+        |a: &std::collections::BTreeMap<String, String>| a.get(REQUESTER) == Some(&requester);
     let seen = annotations(state, &t.uid);
     // The first request stands: from the pod (a restarted operator) or the
     // ledger (an earlier attempt of this process).

@@ -59,9 +59,7 @@ pub(super) struct Memory {
 fn parked_key(nm: &NodeMaintenance) -> String {
     format!(
         "{:?}/{:?}/{:?}",
-        nm.metadata.generation,
-        nm.metadata.labels,
-        nm.metadata.annotations
+        nm.metadata.generation, nm.metadata.labels, nm.metadata.annotations
     )
 }
 

@@ -641,13 +641,20 @@ fn note_event(note: &drain::Note) -> (EventType, &'static str, String) {
             format!(
                 "pod {} {how} (rule: {})",
                 key(pod),
-                if rule.is_empty() { "not named by the policy" } else { rule }
+                if rule.is_empty() {
+                    "not named by the policy"
+                } else {
+                    rule
+                }
             ),
         ),
         Note::Surged { pod, owner } => (
             EventType::Normal,
             reasons::SURGED,
-            format!("pod {}: a Ready replacement from {owner} runs on another node; {owner} removes the pod", key(pod)),
+            format!(
+                "pod {}: a Ready replacement from {owner} runs on another node; {owner} removes the pod",
+                key(pod)
+            ),
         ),
         Note::SurgeFellBack { pod, why } => (
             EventType::Warning,
@@ -657,7 +664,10 @@ fn note_event(note: &drain::Note) -> (EventType, &'static str, String) {
         Note::Notified { pod, deadline } => (
             EventType::Normal,
             reasons::NOTIFIED,
-            format!("asked the application of pod {} to leave by {deadline}", key(pod)),
+            format!(
+                "asked the application of pod {} to leave by {deadline}",
+                key(pod)
+            ),
         ),
     }
 }

@@ -131,7 +131,8 @@ impl Owner {
         let observed = d["status"]["observedGeneration"].as_i64().unwrap_or(0);
         let replicas = d["spec"]["replicas"].as_i64().unwrap_or(1);
         let updated = d["status"]["updatedReplicas"].as_i64().unwrap_or(0);
-        observed < generation || updated < replicas.min(d["status"]["replicas"].as_i64().unwrap_or(0))
+        observed < generation
+            || updated < replicas.min(d["status"]["replicas"].as_i64().unwrap_or(0))
     }
 
     /// Writes replicas, annotation and label in one patch that holds only
@@ -237,8 +238,7 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
             Err(e) => format!("surging pod {}: {e}", t.key()),
         };
         state.waiting_for(waited).await;
-        tokio::time::sleep(POLL.min(how.deadline.saturating_duration_since(Instant::now())))
-            .await;
+        tokio::time::sleep(POLL.min(how.deadline.saturating_duration_since(Instant::now()))).await;
     }
 }
 
@@ -286,8 +286,7 @@ async fn look(how: Removal<'_>, t: &Target, rs: &str) -> kube::Result<Step> {
                 pod: t.key(),
                 uid: t.uid.clone(),
                 replicas: owner.replicas(),
-                ready_elsewhere: ready_elsewhere(client, &t.namespace, &selector, how.node)
-                    .await?,
+                ready_elsewhere: ready_elsewhere(client, &t.namespace, &selector, how.node).await?,
                 maintenance: how.maintenance.to_owned(),
             };
             owner.write(record.replicas + 1, Some(&record)).await?;
@@ -354,10 +353,13 @@ async fn look(how: Removal<'_>, t: &Target, rs: &str) -> kube::Result<Step> {
 async fn surge_alive(client: &Client, namespace: &str, r: &Record) -> kube::Result<bool> {
     let name = r.pod.rsplit('/').next().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    // A list by name: the operator's RBAC lists pods, it does not get them.
     let pod_there = pods
-        .get_opt(name)
+        .list(&ListParams::default().fields(&format!("metadata.name={name}")))
         .await?
-        .is_some_and(|p| p.uid().as_deref() == Some(r.uid.as_str()));
+        .items
+        .iter()
+        .any(|p| p.uid().as_deref() == Some(r.uid.as_str()));
     if !pod_there {
         return Ok(false);
     }
@@ -395,7 +397,11 @@ pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
         } else {
             "ReplicaSet"
         };
-        for object in api.list(&ListParams::default().labels(&selector)).await?.items {
+        for object in api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+        {
             let ns = object.namespace().unwrap_or_default();
             let owner = Owner {
                 api: Api::namespaced_with(client.clone(), &ns, &resource),

@@ -59,6 +59,10 @@ pub fn waiting_message(node: &str, names: &[String]) -> String {
         "waiting for {} VolumeAttachment(s) of node {node} to detach: {}{}",
         names.len(),
         shown.join(", "),
-        if names.len() > shown.len() { ", ..." } else { "" }
+        if names.len() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        }
     )
 }

@@ -484,7 +484,9 @@ fn scenario_history(
         .as_millis() as u64;
     let mut by_uid = std::collections::HashMap::new();
     for (k, h) in raw {
-        let Some(pod) = pods.iter().find(|p| key(p) == k || p.metadata.name.as_deref() == Some(&k))
+        let Some(pod) = pods
+            .iter()
+            .find(|p| key(p) == k || p.metadata.name.as_deref() == Some(&k))
         else {
             return Err(format!("history: no pod {k:?} in the scenario's pods"));
         };

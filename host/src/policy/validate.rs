@@ -301,10 +301,7 @@ pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
         }
         let removes = matches!(
             d.action,
-            PodAction::Evict(_)
-                | PodAction::Delete(_)
-                | PodAction::Surge(_)
-                | PodAction::Notify(_)
+            PodAction::Evict(_) | PodAction::Delete(_) | PodAction::Surge(_) | PodAction::Notify(_)
         );
         if removes && convert::is_mirror(pod) {
             return Err(check.invalid(format!(
@@ -336,7 +333,10 @@ pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
                 Action::Surge(check.removal(&key, r)?)
             }
             PodAction::Notify(n) => {
-                let timeout = check.duration(&format!("notify timeout-ms for pod {}", key()), n.timeout_ms)?;
+                let timeout = check.duration(
+                    &format!("notify timeout-ms for pod {}", key()),
+                    n.timeout_ms,
+                )?;
                 let heartbeat = n
                     .heartbeat_ms
                     .map(|ms| check.duration(&format!("notify heartbeat-ms for pod {}", key()), ms))
@@ -349,7 +349,8 @@ pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
                 })
             }
             PodAction::Wait(c) => {
-                let timeout = check.duration(&format!("wait timeout-ms for pod {}", key()), c.timeout_ms)?;
+                let timeout =
+                    check.duration(&format!("wait timeout-ms for pod {}", key()), c.timeout_ms)?;
                 check.message(&format!("the wait reason for pod {}", key()), &c.reason)?;
                 Action::Wait {
                     timeout,

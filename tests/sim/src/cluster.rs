@@ -915,8 +915,17 @@ fn replicasets(sim: &Sim) {
                 let _ = sim.create(&pods_rt, Some(ns), pod, false);
             }
         } else if act.len() > want {
+            // As the ReplicaSet controller ranks them: not Ready first,
+            // then the lowest controller.kubernetes.io/pod-deletion-cost.
             let mut extra: Vec<&&Arc<Value>> = act.iter().collect();
-            extra.sort_by_key(|p| is_ready(p));
+            extra.sort_by_key(|p| {
+                let cost: i64 =
+                    p["metadata"]["annotations"]["controller.kubernetes.io/pod-deletion-cost"]
+                        .as_str()
+                        .and_then(|c| c.parse().ok())
+                        .unwrap_or(0);
+                (is_ready(p), cost)
+            });
             for p in extra.into_iter().take(act.len() - want) {
                 let _ = sim.delete(
                     &pods_rt,

@@ -341,6 +341,22 @@ impl SimCluster {
         Ok(self.sim.get(&rt, ns, name)?)
     }
 
+    /// Changes an object with a JSON merge patch (as `kubectl patch
+    /// --type merge`).
+    pub fn patch(
+        &self,
+        api_version: &str,
+        kind: &str,
+        ns: Option<&str>,
+        name: &str,
+        patch: &Value,
+    ) -> Result<Value, SimError> {
+        let rt = self.type_of(&json!({"apiVersion": api_version, "kind": kind}))?;
+        Ok(self
+            .sim
+            .patch(&rt, ns, name, patch::PatchType::Merge, patch, None, false)?)
+    }
+
     /// Deletes an object (as `kubectl delete`, background propagation).
     pub fn delete(
         &self,

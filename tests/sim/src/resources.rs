@@ -227,6 +227,16 @@ pub fn builtin() -> Vec<ResourceType> {
         ),
         rt("batch", "v1", "Job", "jobs", true, &[], true, None),
         rt(
+            "storage.k8s.io",
+            "v1",
+            "VolumeAttachment",
+            "volumeattachments",
+            false,
+            &[],
+            true,
+            None,
+        ),
+        rt(
             "authentication.k8s.io",
             "v1",
             "TokenReview",

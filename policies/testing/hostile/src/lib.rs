@@ -206,6 +206,22 @@ impl Policy for Hostile {
                             plan.attempt_timeout_ms = ms.parse().unwrap_or(30_000)
                         }
                         Some(("max", n)) => plan.max_concurrent_evictions = n.parse().ok(),
+                        Some(("volumes", ms)) => plan.volume_detach_timeout_ms = ms.parse().ok(),
+                        // Bare pods: ask the application first.
+                        Some(("notify", ms)) => {
+                            for (d, p) in plan.decisions.iter_mut().zip(&pods) {
+                                if p.is_unmanaged() && !p.is_mirror() {
+                                    d.action = PodAction::notify(ms.parse().unwrap_or(1_000), None);
+                                }
+                            }
+                        }
+                        _ if opt == "surge" => {
+                            for (d, p) in plan.decisions.iter_mut().zip(&pods) {
+                                if p.controller_kind() == Some("ReplicaSet") {
+                                    d.action = PodAction::surge();
+                                }
+                            }
+                        }
                         _ if opt == "delete" => {
                             for d in plan.decisions.iter_mut() {
                                 if matches!(d.action, PodAction::Evict(_)) {
