@@ -21,6 +21,8 @@ const POLICIES: &[&str] = &[
     "nmo-policy-one-per-zone",
     "nmo-policy-max-unavailable",
     "nmo-policy-window",
+    "nmo-policy-no-downtime",
+    "nmo-policy-escalate",
 ];
 
 fn main() {

@@ -1,0 +1,148 @@
+//! no-downtime: drains without taking an application down.
+//!
+//! - **Make-before-break** for the Deployments it is told about: a pod a
+//!   ReplicaSet controls, in one of the `namespaces` (all when unset) and
+//!   carrying the `selector` label (`key=value`, or just `key`; every such
+//!   pod when unset), is surged: its owner brings up a Ready replacement
+//!   on another node before the pod goes. A `replicas: 1` Deployment
+//!   behind a `minAvailable: 1` budget drains with no moment without a
+//!   Ready replica, where an eviction would wait forever.
+//! - **A handshake** for applications that ask for one: a pod annotated
+//!   `nmo.medik8s.io/handshake: <duration>` (e.g. `5m`) is told first
+//!   (`notify`), may answer ready, extend its deadline by heartbeats
+//!   (every `heartbeat`, default 30s) or leave by itself; then it is
+//!   evicted.
+//! - **Jobs finish**: a pod a Job controls is waited for, up to
+//!   `jobTimeout` (default 1h); past it the next plan evicts it.
+//!
+//! Everything else is the default policy's (the Go operator's).
+
+use nmo_policy_sdk::*;
+
+/// The pod annotation that asks for a handshake, and how long it may take.
+pub const HANDSHAKE: &str = "nmo.medik8s.io/handshake";
+/// Settings.
+pub const NAMESPACES: &str = "namespaces";
+pub const SELECTOR: &str = "selector";
+pub const HEARTBEAT: &str = "heartbeat";
+pub const JOB_TIMEOUT: &str = "jobTimeout";
+/// Defaults.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 30_000;
+pub const DEFAULT_JOB_TIMEOUT_MS: u64 = 60 * 60 * 1000;
+
+struct NoDowntime;
+
+/// Whether the pod's workload is one the settings surge.
+fn surges(pod: &Pod, settings: &Settings) -> bool {
+    if pod.controller_kind() != Some("ReplicaSet") {
+        return false;
+    }
+    let in_namespace = settings.get(NAMESPACES).is_none_or(|list| {
+        list.split(',')
+            .map(str::trim)
+            .any(|ns| ns == pod.namespace())
+    });
+    let selected = settings
+        .get(SELECTOR)
+        .is_none_or(|sel| match sel.split_once('=') {
+            Some((k, v)) => pod.label(k.trim()).as_deref() == Some(v.trim()),
+            None => pod.label(sel.trim()).is_some(),
+        });
+    in_namespace && selected
+}
+
+fn action(pod: &Pod, settings: &Settings) -> PodAction {
+    let default = defaults::pod_action(pod);
+    if !matches!(default, PodAction::Evict(_)) || pod.is_finished() || pod.is_terminating() {
+        return default;
+    }
+    if let Some(ms) = pod.annotation(HANDSHAKE).and_then(|v| duration_ms(&v)) {
+        let heartbeat = settings
+            .duration_ms(HEARTBEAT)
+            .ok()
+            .flatten()
+            .unwrap_or(DEFAULT_HEARTBEAT_MS);
+        return PodAction::notify(ms.max(1), Some(heartbeat));
+    }
+    if pod.controller_kind() == Some("Job") {
+        let limit = settings
+            .duration_ms(JOB_TIMEOUT)
+            .ok()
+            .flatten()
+            .unwrap_or(DEFAULT_JOB_TIMEOUT_MS);
+        // Past its wait (counted from the first plan that wanted it gone),
+        // the Job's pod is evicted as the default policy would.
+        if pod.history().pending_ms < limit {
+            return PodAction::wait(
+                limit - pod.history().pending_ms,
+                "a Job's pod finishes before the node goes down",
+            );
+        }
+        return default;
+    }
+    if surges(pod, settings) {
+        return PodAction::surge();
+    }
+    default
+}
+
+impl Policy for NoDowntime {
+    fn plan_drain(_m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
+        let settings = Settings::current();
+        let mut plan = defaults::plan(&pods, |p| action(p, &settings));
+        // A surge waits for the replacement to be scheduled and Ready:
+        // more than the Go operator's 30 s per attempt.
+        plan.attempt_timeout_ms = 5 * 60 * 1000;
+        plan
+    }
+
+    fn validate_settings(settings: Settings) -> Result<(), String> {
+        settings.allow_only(&[NAMESPACES, SELECTOR, HEARTBEAT, JOB_TIMEOUT])?;
+        settings.duration_ms(HEARTBEAT)?;
+        settings.duration_ms(JOB_TIMEOUT)?;
+        Ok(())
+    }
+}
+
+export_policy!(NoDowntime);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nmo_policy_sdk::testing::{pod, positions, set_settings};
+
+    #[test]
+    fn only_the_chosen_workloads_surge() {
+        set_settings(&[("namespaces", "shop"), ("selector", "tier=web")]);
+        let s = Settings::current();
+        let pods = positions(vec![
+            pod("shop", "web-1")
+                .owned_by("ReplicaSet", "web-5d4f")
+                .with_label("tier", "web"),
+            pod("shop", "db-0")
+                .owned_by("StatefulSet", "db")
+                .with_label("tier", "web"),
+            pod("other", "web-2")
+                .owned_by("ReplicaSet", "web-77")
+                .with_label("tier", "web"),
+        ]);
+        assert!(matches!(action(&pods[0], &s), PodAction::Surge(_)));
+        assert!(matches!(action(&pods[1], &s), PodAction::Evict(_)));
+        assert!(matches!(action(&pods[2], &s), PodAction::Evict(_)));
+    }
+
+    #[test]
+    fn a_job_is_waited_for_then_evicted() {
+        set_settings(&[("jobTimeout", "10m")]);
+        let s = Settings::current();
+        let job = pod("batch", "report-x").owned_by("Job", "report");
+        match action(&job, &s) {
+            PodAction::Wait(c) => assert_eq!(c.timeout_ms, 600_000),
+            other => panic!("{other:?}"),
+        }
+        let late = pod("batch", "report-x")
+            .owned_by("Job", "report")
+            .pending_for(600_000, 0);
+        assert!(matches!(action(&late, &s), PodAction::Evict(_)));
+    }
+}
