@@ -2,6 +2,7 @@
 //! CRD and nodes, a kube client, and the controller running in-process.
 #![allow(dead_code)]
 
+pub mod drain_actions;
 pub mod generated;
 pub mod prometheus;
 pub mod real;

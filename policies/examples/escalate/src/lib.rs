@@ -75,7 +75,14 @@ fn action(pod: &Pod, now_ms: u64, settings: &Settings) -> PodAction {
 impl Policy for Escalate {
     fn plan_drain(m: Maintenance, _node: Node, pods: Vec<Pod>) -> DrainPlan {
         let settings = Settings::current();
-        defaults::plan(&pods, |p| action(p, m.now_ms, &settings))
+        let mut plan = defaults::plan(&pods, |p| action(p, m.now_ms, &settings));
+        // An attempt no longer than the deadline: the next plan climbs the
+        // ladder in time.
+        plan.attempt_timeout_ms = plan
+            .attempt_timeout_ms
+            .min(setting_ms(&settings, DEADLINE, DEFAULT_DEADLINE_MS))
+            .max(1);
+        plan
     }
 
     fn on_failure(m: Maintenance, failure: Failure) -> Verdict {

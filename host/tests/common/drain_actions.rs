@@ -1,0 +1,449 @@
+//! Contract 0.3's drain actions end to end, on either cluster (the
+//! simulated one and the real control plane, `drain_actions.rs`): surge,
+//! the handshake, waiting for a Job, escalation, parking, the volume wait.
+//! Each takes a cluster whose operator runs [`store`]'s policies.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::watcher;
+use nmo::crd::MaintenancePhase;
+use nmo::policy::PolicyStore;
+use serde_json::json;
+
+use super::*;
+
+/// The operator's policies for these scenarios: the embedded default,
+/// `no-downtime`, `escalate` (forcing in namespace `batch` past 2 s),
+/// `escalate-park` (parking after 1 s) and `hostile` (the test knobs),
+/// chosen by the NodeMaintenance's annotation.
+pub fn store() -> (tempfile::TempDir, Arc<PolicyStore>) {
+    let dir = tempfile::tempdir().unwrap();
+    let built = std::path::Path::new(env!("NMO_POLICY_WASM_DIR"));
+    for (name, file) in [
+        ("no-downtime", "nmo_policy_no_downtime.wasm"),
+        ("escalate", "nmo_policy_escalate.wasm"),
+        ("escalate-park", "nmo_policy_escalate.wasm"),
+        ("hostile", "nmo_policy_hostile.wasm"),
+    ] {
+        std::fs::copy(built.join(file), dir.path().join(format!("{name}.wasm"))).unwrap();
+    }
+    std::fs::write(
+        dir.path().join("policies.yaml"),
+        "default: builtin\nsettings:\n  escalate: {namespaces: batch, deadline: 2s}\n  \
+         escalate-park: {deadline: 2s, parkAfter: 1s}\n",
+    )
+    .unwrap();
+    let engine = nmo::policy::PolicyEngine::new(nmo::policy::EngineConfig::default()).unwrap();
+    let store = PolicyStore::from_dir(engine, dir.path(), None).unwrap();
+    (dir, store)
+}
+
+/// A Deployment of one replica behind a budget that allows none down.
+fn single_replica(name: &str, namespace: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{terminationGracePeriodSeconds: 5, containers: [{{name: c, image: i}}]}}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  minAvailable: 1
+  selector: {{matchLabels: {{app: {name}}}}}
+"#
+    )
+}
+
+/// Waits (at most `limit`) until `f` finds something, and returns it.
+async fn found<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(t) = f().await {
+            return t;
+        }
+        assert!(started.elapsed() < limit, "never {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The node of the one Ready, running pod labelled `app=<app>`, once
+/// there is one.
+async fn ready_pod_node(env: &impl ClusterOps, namespace: &str, app: &str) -> (String, String) {
+    let pods: Api<Pod> = Api::namespaced(env.client().clone(), namespace);
+    found(
+        &format!("a Ready pod of {app}"),
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels(&format!("app={app}")))
+                .await
+                .unwrap();
+            list.items
+                .iter()
+                .find(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+                .map(|p| {
+                    (
+                        p.name_any(),
+                        p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap(),
+                    )
+                })
+        },
+    )
+    .await
+}
+
+/// Follows the pods labelled `app=<app>` through a watch and counts the
+/// Ready ones that are not terminating at every change: the fewest seen,
+/// and the history.
+struct ReadyWatch {
+    task: tokio::task::JoinHandle<()>,
+    seen: Arc<Mutex<Vec<usize>>>,
+}
+
+impl ReadyWatch {
+    fn start(env: &impl ClusterOps, namespace: &str, app: &str) -> ReadyWatch {
+        let pods: Api<Pod> = Api::namespaced(env.client().clone(), namespace);
+        let config = watcher::Config::default().labels(&format!("app={app}"));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut by_uid: HashMap<String, bool> = HashMap::new();
+            let mut events = watcher(pods, config).boxed();
+            let mut listed = false;
+            while let Some(Ok(event)) = events.next().await {
+                match event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                        let serving = is_ready(&p) && p.metadata.deletion_timestamp.is_none();
+                        by_uid.insert(p.uid().unwrap_or_default(), serving);
+                    }
+                    watcher::Event::Delete(p) => {
+                        by_uid.remove(&p.uid().unwrap_or_default());
+                    }
+                    watcher::Event::Init => {}
+                    watcher::Event::InitDone => listed = true,
+                }
+                // Counted from the first complete list on.
+                if !listed {
+                    continue;
+                }
+                let count = by_uid.values().filter(|s| **s).count();
+                record.lock().unwrap().push(count);
+            }
+        });
+        ReadyWatch { task, seen }
+    }
+
+    fn stop(self) -> Vec<usize> {
+        self.task.abort();
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+/// Make-before-break: a `replicas: 1` Deployment behind a `minAvailable:
+/// 1` budget. The default policy's eviction is refused (and would be
+/// forever); `no-downtime`'s surge drains the node with a Ready replica
+/// at every moment, watched from the API server, and leaves the
+/// Deployment as it was.
+pub async fn surge_keeps_a_single_replica_serving(env: &impl ClusterOps) {
+    env.apply(&single_replica("solo", "default")).await;
+    let (first, node) = ready_pod_node(env, "default", "solo").await;
+
+    // The default policy: refused by the budget, as kubectl drain is.
+    env.create_nm("nm-evict", &node).await;
+    env.wait_status("nm-evict", "refused by the budget", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("disruption budget"))
+    })
+    .await;
+    env.nms()
+        .delete("nm-evict", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-evict").await;
+    wait_until("the node uncordoned", Duration::from_secs(30), || async {
+        env.node(&node)
+            .await
+            .spec
+            .and_then(|s| s.unschedulable)
+            != Some(true)
+    })
+    .await;
+
+    let watch = ReadyWatch::start(env, "default", "solo");
+    env.create_nm_with_policy("nm-surge", &node, Some("no-downtime"))
+        .await;
+    env.wait_phase("nm-surge", MaintenancePhase::Succeeded)
+        .await;
+    let (now, now_on) = ready_pod_node(env, "default", "solo").await;
+    let counts = watch.stop();
+    assert!(
+        !counts.is_empty() && counts.iter().all(|c| *c >= 1),
+        "a moment without a Ready replica: {counts:?}"
+    );
+    assert!(
+        counts.contains(&2),
+        "the replacement was Ready beside the old pod: {counts:?}"
+    );
+    assert_ne!(now, first, "the pod was replaced");
+    assert_ne!(now_on, node, "the replacement runs elsewhere");
+    let d = Api::<Deployment>::namespaced(env.client().clone(), "default")
+        .get("solo")
+        .await
+        .unwrap();
+    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(1), "replicas restored");
+    assert!(!d.annotations().contains_key("nmo.medik8s.io/surge"));
+    assert!(!d.labels().contains_key("nmo.medik8s.io/surging"));
+    assert!(
+        env.events_for("nm-surge")
+            .await
+            .iter()
+            .any(|(_, r, m)| r == "PodSurged" && m.contains(&first)),
+        "{:?}",
+        env.events_for("nm-surge").await
+    );
+}
+
+/// The handshake: `game` answers ready at once, `beating` extends its
+/// deadline with a heartbeat before answering, `mute` never answers and
+/// goes when its second is up.
+pub async fn the_handshake_asks_the_application_first(env: &impl ClusterOps) {
+    for (name, timeout) in [("game", "10m"), ("beating", "3s"), ("mute", "1s")] {
+        env.create_value(bare(
+            name,
+            "worker-1",
+            json!({"nmo.medik8s.io/handshake": timeout}),
+            5,
+        ))
+        .await;
+    }
+    env.create_nm_with_policy("nm-hand", "worker-1", Some("no-downtime"))
+        .await;
+    let pods: Api<Pod> = Api::namespaced(env.client().clone(), "default");
+    let annotation = |p: &Pod, k: &str| p.annotations().get(k).cloned();
+    let asked = |name: &'static str| {
+        let pods = pods.clone();
+        async move {
+            found(
+                &format!("{name} asked to leave"),
+                Duration::from_secs(30),
+                || async {
+                    pods.get_opt(name).await.unwrap().filter(|p| {
+                        p.annotations()
+                            .contains_key("nmo.medik8s.io/eviction-requested")
+                    })
+                },
+            )
+            .await
+        }
+    };
+    let game = asked("game").await;
+    let time = |p: &Pod, k: &str| -> k8s_openapi::jiff::Timestamp {
+        annotation(p, k).unwrap().parse().unwrap()
+    };
+    let window = time(&game, "nmo.medik8s.io/eviction-deadline").as_second()
+        - time(&game, "nmo.medik8s.io/eviction-requested").as_second();
+    assert_eq!(window, 600, "ten minutes to leave");
+    assert_eq!(
+        annotation(&game, "nmo.medik8s.io/eviction-requester").as_deref(),
+        Some("nmo/nm-hand")
+    );
+    // A heartbeat moves the deadline (by the policy's 30 s).
+    let beating = asked("beating").await;
+    let before = time(&beating, "nmo.medik8s.io/eviction-deadline");
+    let beat = json!({"metadata": {"annotations": {
+        "nmo.medik8s.io/eviction-heartbeat": k8s_openapi::jiff::Timestamp::now().to_string()}}});
+    pods.patch("beating", &PatchParams::default(), &Patch::Merge(&beat))
+        .await
+        .unwrap();
+    wait_until("the deadline moved", Duration::from_secs(30), || async {
+        pods.get_opt("beating").await.unwrap().is_some_and(|p| {
+            p.annotations()
+                .get("nmo.medik8s.io/eviction-deadline")
+                .and_then(|d| d.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .is_some_and(|d| d > before)
+        })
+    })
+    .await;
+    let ready = json!({"metadata": {"annotations": {"nmo.medik8s.io/eviction-ready": "true"}}});
+    for name in ["game", "beating"] {
+        pods.patch(name, &PatchParams::default(), &Patch::Merge(&ready))
+            .await
+            .unwrap();
+    }
+    // Succeeded long before game's ten minutes: its answer was heard.
+    env.wait_phase("nm-hand", MaintenancePhase::Succeeded)
+        .await;
+    let asked_events = env
+        .events_for("nm-hand")
+        .await
+        .into_iter()
+        .filter(|(_, r, _)| r == "EvictionRequested")
+        .count();
+    assert_eq!(asked_events, 3);
+}
+
+/// A Job's pod is waited for, not evicted: `annotations` make the pod
+/// finish a few seconds after it is placed (kwok's ready delay, the
+/// simulator's run time).
+pub async fn a_jobs_pod_is_waited_for(env: &impl ClusterOps, annotations: serde_json::Value) {
+    env.create_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "report", "namespace": "default"},
+        "spec": {"backoffLimit": 0, "template": {
+            "metadata": {"labels": {"app": "report"}, "annotations": annotations},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "report"}]}}}}))
+    .await;
+    let pods: Api<Pod> = Api::namespaced(env.client().clone(), "default");
+    let pod = found("the Job's pod placed", Duration::from_secs(30), || async {
+        pods.list(&kube::api::ListParams::default().labels("app=report"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+    })
+    .await;
+    let phase = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.clone());
+    assert_ne!(
+        phase(&pod).as_deref(),
+        Some("Succeeded"),
+        "the Job's pod is still to run when the maintenance starts"
+    );
+    let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+    env.create_nm_with_policy("nm-job", &node, Some("no-downtime"))
+        .await;
+    env.wait_phase("nm-job", MaintenancePhase::Succeeded).await;
+    // Not evicted: the same pod is there, finished.
+    let after = pods.get_opt(&pod.name_any()).await.unwrap();
+    assert_eq!(
+        after.as_ref().and_then(|p| p.uid()),
+        pod.uid(),
+        "the Job's pod was removed"
+    );
+    assert_eq!(after.as_ref().and_then(phase).as_deref(), Some("Succeeded"));
+}
+
+/// Escalation where allowed: a pod in `batch` that its budget never lets
+/// go is deleted once pending past the 2 s deadline, and the event names
+/// the pod and the rule.
+pub async fn escalation_deletes_where_the_policy_allows(env: &impl ClusterOps) {
+    env.create_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "batch"}}))
+        .await;
+    env.apply(&single_replica("stubborn", "batch")).await;
+    let (pod, node) = ready_pod_node(env, "batch", "stubborn").await;
+    env.create_nm_with_policy("nm-esc", &node, Some("escalate"))
+        .await;
+    env.wait_phase("nm-esc", MaintenancePhase::Succeeded).await;
+    let events = env.events_for("nm-esc").await;
+    assert!(
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "ForcedPodRemoval"
+            && m.contains(&format!("batch/{pod}"))
+            && m.contains("bypassing PodDisruptionBudgets")
+            && m.contains("escalate: pending")),
+        "{events:?}"
+    );
+}
+
+/// An undrainable node is parked: cordoned, status and event say why, no
+/// failure; deleting the maintenance restores the node.
+pub async fn an_undrainable_node_is_parked(env: &impl ClusterOps) {
+    env.apply(&single_replica("held", "default")).await;
+    let (_, node) = ready_pod_node(env, "default", "held").await;
+    env.create_nm_with_policy("nm-park", &node, Some("escalate-park"))
+        .await;
+    let s = env
+        .wait_status("nm-park", "parked", |s| s.parked.is_some())
+        .await;
+    let parked = s.parked.unwrap();
+    assert!(
+        parked.reason.contains("not drained after 1s"),
+        "{parked:?}"
+    );
+    assert!(parked.since.is_some() && parked.recheck_at.is_some());
+    assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    let n: Node = env.node(&node).await;
+    assert_eq!(n.spec.and_then(|s| s.unschedulable), Some(true));
+    wait_until("a ParkedMaintenance event", Duration::from_secs(30), || async {
+        env.events_for("nm-park")
+            .await
+            .iter()
+            .any(|(t, r, _)| t == "Warning" && r == "ParkedMaintenance")
+    })
+    .await;
+    env.nms()
+        .delete("nm-park", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-park").await;
+    assert_ne!(
+        env.node(&node).await.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "restored"
+    );
+}
+
+/// The volume wait: Succeeded only once the node's VolumeAttachment is
+/// gone, the status saying what it waits for meanwhile.
+pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
+    env.create_value(json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": "csi-data-1"},
+        "spec": {"attacher": "csi.example.com", "nodeName": "worker-1",
+                 "source": {"persistentVolumeName": "pv-data-1"}}}))
+    .await;
+    let mut nm = nmo::crd::NodeMaintenance::new(
+        "nm-vol",
+        nmo::crd::NodeMaintenanceSpec {
+            node_name: "worker-1".into(),
+            reason: Some("tune:volumes=60000".into()),
+        },
+    );
+    nm.metadata.annotations = Some(
+        [(nmo::policy::POLICY_ANNOTATION.to_owned(), "hostile".to_owned())].into(),
+    );
+    env.nms()
+        .create(&kube::api::PostParams::default(), &nm)
+        .await
+        .unwrap();
+    let s = env
+        .wait_status("nm-vol", "waiting for the volume", |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("VolumeAttachment(s) of node worker-1 to detach: csi-data-1"))
+        })
+        .await;
+    assert_ne!(s.phase, Some(MaintenancePhase::Succeeded));
+    let vas: Api<k8s_openapi::api::storage::v1::VolumeAttachment> = Api::all(env.client().clone());
+    vas.delete("csi-data-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let nm = env.wait_phase("nm-vol", MaintenancePhase::Succeeded).await;
+    assert_eq!(nm.status.unwrap().last_error, None);
+}

@@ -1,0 +1,115 @@
+//! Contract 0.3's drain actions end to end (`common/drain_actions.rs`):
+//! each on the simulated cluster and on the real control plane
+//! (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok).
+
+mod common;
+
+use common::drain_actions as scenario;
+use common::real::RealEnv;
+use common::*;
+use nmo_control_plane::Options;
+use serde_json::json;
+
+async fn sim(workers: usize) -> (tempfile::TempDir, Env) {
+    let (dir, store) = scenario::store();
+    (dir, Env::start_store(workers, store).await)
+}
+
+async fn real(workers: usize) -> (tempfile::TempDir, RealEnv) {
+    let (dir, store) = scenario::store();
+    (dir, RealEnv::start_store(Options::workers(workers), store).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn surge_keeps_a_single_replica_serving_on_nmo_sim() {
+    let (_dir, env) = sim(3).await;
+    scenario::surge_keeps_a_single_replica_serving(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn surge_keeps_a_single_replica_serving_on_the_real_control_plane() {
+    let (_dir, env) = real(3).await;
+    scenario::surge_keeps_a_single_replica_serving(&env).await;
+    env.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handshake_asks_the_application_first_on_nmo_sim() {
+    let (_dir, env) = sim(2).await;
+    scenario::the_handshake_asks_the_application_first(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_handshake_asks_the_application_first_on_the_real_control_plane() {
+    let (_dir, env) = real(2).await;
+    scenario::the_handshake_asks_the_application_first(&env).await;
+    env.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_pod_is_waited_for_on_nmo_sim() {
+    let (_dir, env) = sim(2).await;
+    // 20x time: 100 simulated seconds are 5 real ones.
+    scenario::a_jobs_pod_is_waited_for(
+        &env,
+        json!({"sim.nmo.medik8s.io/run-seconds": "100"}),
+    )
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_pod_is_waited_for_on_the_real_control_plane() {
+    let (_dir, env) = real(2).await;
+    // kwok completes a Job's pod once it runs; it runs 5 s after placing.
+    scenario::a_jobs_pod_is_waited_for(
+        &env,
+        json!({"pod-ready.stage.kwok.x-k8s.io/delay": "5s"}),
+    )
+    .await;
+    env.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escalation_deletes_where_the_policy_allows_on_nmo_sim() {
+    let (_dir, env) = sim(2).await;
+    scenario::escalation_deletes_where_the_policy_allows(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escalation_deletes_where_the_policy_allows_on_the_real_control_plane() {
+    let (_dir, env) = real(2).await;
+    scenario::escalation_deletes_where_the_policy_allows(&env).await;
+    env.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undrainable_node_is_parked_on_nmo_sim() {
+    let (_dir, env) = sim(2).await;
+    scenario::an_undrainable_node_is_parked(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undrainable_node_is_parked_on_the_real_control_plane() {
+    let (_dir, env) = real(2).await;
+    scenario::an_undrainable_node_is_parked(&env).await;
+    env.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn succeeded_waits_for_volumes_to_detach_on_nmo_sim() {
+    let (_dir, env) = sim(1).await;
+    scenario::succeeded_waits_for_volumes_to_detach(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn succeeded_waits_for_volumes_to_detach_on_the_real_control_plane() {
+    let (_dir, env) = real(1).await;
+    scenario::succeeded_waits_for_volumes_to_detach(&env).await;
+    env.stop();
+}
