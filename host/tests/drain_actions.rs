@@ -17,7 +17,10 @@ async fn sim(workers: usize) -> (tempfile::TempDir, Env) {
 
 async fn real(workers: usize) -> (tempfile::TempDir, RealEnv) {
     let (dir, store) = scenario::store();
-    (dir, RealEnv::start_store(Options::workers(workers), store).await)
+    (
+        dir,
+        RealEnv::start_store(Options::workers(workers), store).await,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,11 +55,8 @@ async fn the_handshake_asks_the_application_first_on_the_real_control_plane() {
 async fn a_jobs_pod_is_waited_for_on_nmo_sim() {
     let (_dir, env) = sim(2).await;
     // 20x time: 100 simulated seconds are 5 real ones.
-    scenario::a_jobs_pod_is_waited_for(
-        &env,
-        json!({"sim.nmo.medik8s.io/run-seconds": "100"}),
-    )
-    .await;
+    scenario::a_jobs_pod_is_waited_for(&env, json!({"sim.nmo.medik8s.io/run-seconds": "100"}))
+        .await;
     env.stop().await;
 }
 
@@ -64,11 +64,8 @@ async fn a_jobs_pod_is_waited_for_on_nmo_sim() {
 async fn a_jobs_pod_is_waited_for_on_the_real_control_plane() {
     let (_dir, env) = real(2).await;
     // kwok completes a Job's pod once it runs; it runs 5 s after placing.
-    scenario::a_jobs_pod_is_waited_for(
-        &env,
-        json!({"pod-ready.stage.kwok.x-k8s.io/delay": "5s"}),
-    )
-    .await;
+    scenario::a_jobs_pod_is_waited_for(&env, json!({"pod-ready.stage.kwok.x-k8s.io/delay": "5s"}))
+        .await;
     env.stop();
 }
 

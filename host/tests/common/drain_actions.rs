@@ -189,11 +189,7 @@ pub async fn surge_keeps_a_single_replica_serving(env: &impl ClusterOps) {
         .unwrap();
     env.wait_gone("nm-evict").await;
     wait_until("the node uncordoned", Duration::from_secs(30), || async {
-        env.node(&node)
-            .await
-            .spec
-            .and_then(|s| s.unschedulable)
-            != Some(true)
+        env.node(&node).await.spec.and_then(|s| s.unschedulable) != Some(true)
     })
     .await;
 
@@ -218,7 +214,11 @@ pub async fn surge_keeps_a_single_replica_serving(env: &impl ClusterOps) {
         .get("solo")
         .await
         .unwrap();
-    assert_eq!(d.spec.as_ref().unwrap().replicas, Some(1), "replicas restored");
+    assert_eq!(
+        d.spec.as_ref().unwrap().replicas,
+        Some(1),
+        "replicas restored"
+    );
     assert!(!d.annotations().contains_key("nmo.medik8s.io/surge"));
     assert!(!d.labels().contains_key("nmo.medik8s.io/surging"));
     assert!(
@@ -299,8 +299,7 @@ pub async fn the_handshake_asks_the_application_first(env: &impl ClusterOps) {
             .unwrap();
     }
     // Succeeded long before game's ten minutes: its answer was heard.
-    env.wait_phase("nm-hand", MaintenancePhase::Succeeded)
-        .await;
+    env.wait_phase("nm-hand", MaintenancePhase::Succeeded).await;
     let asked_events = env
         .events_for("nm-hand")
         .await
@@ -354,8 +353,10 @@ pub async fn a_jobs_pod_is_waited_for(env: &impl ClusterOps, annotations: serde_
 /// go is deleted once pending past the 2 s deadline, and the event names
 /// the pod and the rule.
 pub async fn escalation_deletes_where_the_policy_allows(env: &impl ClusterOps) {
-    env.create_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "batch"}}))
-        .await;
+    env.create_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "batch"}}),
+    )
+    .await;
     env.apply(&single_replica("stubborn", "batch")).await;
     let (pod, node) = ready_pod_node(env, "batch", "stubborn").await;
     env.create_nm_with_policy("nm-esc", &node, Some("escalate"))
@@ -383,20 +384,21 @@ pub async fn an_undrainable_node_is_parked(env: &impl ClusterOps) {
         .wait_status("nm-park", "parked", |s| s.parked.is_some())
         .await;
     let parked = s.parked.unwrap();
-    assert!(
-        parked.reason.contains("not drained after 1s"),
-        "{parked:?}"
-    );
+    assert!(parked.reason.contains("not drained after 1s"), "{parked:?}");
     assert!(parked.since.is_some() && parked.recheck_at.is_some());
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
     let n: Node = env.node(&node).await;
     assert_eq!(n.spec.and_then(|s| s.unschedulable), Some(true));
-    wait_until("a ParkedMaintenance event", Duration::from_secs(30), || async {
-        env.events_for("nm-park")
-            .await
-            .iter()
-            .any(|(t, r, _)| t == "Warning" && r == "ParkedMaintenance")
-    })
+    wait_until(
+        "a ParkedMaintenance event",
+        Duration::from_secs(30),
+        || async {
+            env.events_for("nm-park")
+                .await
+                .iter()
+                .any(|(t, r, _)| t == "Warning" && r == "ParkedMaintenance")
+        },
+    )
     .await;
     env.nms()
         .delete("nm-park", &DeleteParams::default())
@@ -413,10 +415,12 @@ pub async fn an_undrainable_node_is_parked(env: &impl ClusterOps) {
 /// The volume wait: Succeeded only once the node's VolumeAttachment is
 /// gone, the status saying what it waits for meanwhile.
 pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
-    env.create_value(json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+    env.create_value(
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
         "metadata": {"name": "csi-data-1"},
         "spec": {"attacher": "csi.example.com", "nodeName": "worker-1",
-                 "source": {"persistentVolumeName": "pv-data-1"}}}))
+                 "source": {"persistentVolumeName": "pv-data-1"}}}),
+    )
     .await;
     let mut nm = nmo::crd::NodeMaintenance::new(
         "nm-vol",
@@ -426,7 +430,11 @@ pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
         },
     );
     nm.metadata.annotations = Some(
-        [(nmo::policy::POLICY_ANNOTATION.to_owned(), "hostile".to_owned())].into(),
+        [(
+            nmo::policy::POLICY_ANNOTATION.to_owned(),
+            "hostile".to_owned(),
+        )]
+        .into(),
     );
     env.nms()
         .create(&kube::api::PostParams::default(), &nm)
@@ -434,9 +442,9 @@ pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
         .unwrap();
     let s = env
         .wait_status("nm-vol", "waiting for the volume", |s| {
-            s.last_error
-                .as_deref()
-                .is_some_and(|e| e.contains("VolumeAttachment(s) of node worker-1 to detach: csi-data-1"))
+            s.last_error.as_deref().is_some_and(|e| {
+                e.contains("VolumeAttachment(s) of node worker-1 to detach: csi-data-1")
+            })
         })
         .await;
     assert_ne!(s.phase, Some(MaintenancePhase::Succeeded));

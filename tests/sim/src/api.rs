@@ -1262,13 +1262,20 @@ fn canonical_bytes(rt: &ResourceType, obj: &mut Value) -> Result<(), String> {
     Ok(())
 }
 
-/// A custom resource's structural-schema defaults, as the real server
-/// applies them: a missing field with a `default` gets it, inside objects
-/// that exist (an absent `status` gets none until it is written).
+/// A custom resource's structural schema, as the real server applies it:
+/// a missing field with a `default` gets it, inside objects that exist (an
+/// absent `status` gets none until it is written), and a field the schema
+/// does not know is pruned (unless the schema preserves unknown fields).
 fn schema_defaults(rt: &ResourceType, obj: &mut Value) {
     fn walk(schema: &Value, obj: &mut Value) {
         match obj {
             Value::Object(map) => {
+                let known = schema["properties"].as_object();
+                let preserves = schema["x-kubernetes-preserve-unknown-fields"] == true
+                    || schema.get("additionalProperties").is_some();
+                if let Some(known) = known.filter(|_| !preserves) {
+                    map.retain(|k, _| known.contains_key(k));
+                }
                 for (key, sub) in schema["properties"].as_object().into_iter().flatten() {
                     match map.get_mut(key) {
                         Some(v) => walk(sub, v),
@@ -1291,6 +1298,16 @@ fn schema_defaults(rt: &ResourceType, obj: &mut Value) {
         }
     }
     if let Some(schema) = &rt.schema {
+        // The object's own apiVersion, kind and metadata are never pruned.
+        let kept: Vec<(String, Value)> = ["apiVersion", "kind", "metadata"]
+            .iter()
+            .filter_map(|k| Some(((*k).to_owned(), obj.get(*k)?.clone())))
+            .collect();
         walk(schema, obj);
+        if let Value::Object(map) = obj {
+            for (k, v) in kept {
+                map.entry(k).or_insert(v);
+            }
+        }
     }
 }
