@@ -110,8 +110,11 @@ pub struct PodPlan {
     /// The drain handles waves in order: a wave starts when the one
     /// before it is gone.
     pub wave: u32,
-    /// `evict`, `delete`, `skip` or `block`.
+    /// `evict`, `delete`, `skip`, `block`, `surge`, `notify` or `wait`.
     pub action: String,
+    /// What a surge, a handshake or a wait will do (its owner, deadlines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
     /// For evict and delete: the grace period the pod gets (the policy's,
     /// else the pod's own; `null`: the API's default of 30 s).
     pub grace_period_seconds: Option<i64>,
@@ -424,6 +427,7 @@ fn report(
                 name: step.name.clone(),
                 wave: step.order,
                 action: action.to_owned(),
+                detail: detail(&step.action, pod),
                 grace_period_seconds: grace,
                 reason,
                 pdbs,
@@ -457,6 +461,41 @@ fn report(
         admission: String::new(),
         pods: pod_plans,
         summary,
+    }
+}
+
+/// What a contract 0.3 action will do, in words.
+fn detail(action: &Action, pod: &Pod) -> Option<String> {
+    let d = crate::text::duration;
+    match action {
+        Action::Surge(_) => {
+            let owner = pod
+                .owner_references()
+                .iter()
+                .find(|o| o.controller == Some(true))
+                .map(|o| format!("{} {}", o.kind, o.name))
+                .unwrap_or_default();
+            Some(format!(
+                "one more replica through {owner} (its Deployment, if any); the pod goes once the replacement is Ready elsewhere"
+            ))
+        }
+        Action::Notify(n) => Some(format!(
+            "asks the application (nmo.medik8s.io/eviction-requested); waits up to {}{}, then {}",
+            d(n.timeout),
+            n.heartbeat
+                .map(|h| format!(
+                    ", heartbeats extend by {} (at most {})",
+                    d(h),
+                    d(n.timeout * 10)
+                ))
+                .unwrap_or_default(),
+            if n.then_delete { "delete" } else { "evict" }
+        )),
+        Action::Wait { timeout, .. } => Some(format!(
+            "waits up to {} for the pod to complete",
+            d(*timeout)
+        )),
+        _ => None,
     }
 }
 
@@ -500,8 +539,18 @@ impl Report {
         let s = &self.summary;
         let _ = writeln!(
             out,
-            "Summary:     {} evict, {} delete, {} skip, {} block, in {} wave(s); {} eviction(s) a budget would refuse now\n",
-            s.evict, s.delete, s.skip, s.block, s.waves, s.refused_now
+            "Summary:     {} evict, {} delete, {} skip, {} block{}, in {} wave(s); {} eviction(s) a budget would refuse now\n",
+            s.evict,
+            s.delete,
+            s.skip,
+            s.block,
+            [("surge", s.surge), ("notify", s.notify), ("wait", s.wait)]
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(w, n)| format!(", {n} {w}"))
+                .collect::<String>(),
+            s.waves,
+            s.refused_now
         );
         let rows: Vec<[String; 7]> = self
             .pods
@@ -513,7 +562,10 @@ impl Report {
                     .map(|b| format!("{} (allows {})", b.name, b.disruptions_allowed))
                     .collect::<Vec<_>>()
                     .join(", ");
-                let mut note = p.reason.clone().unwrap_or_default();
+                let mut note = match (&p.reason, &p.detail) {
+                    (Some(r), Some(d)) => format!("{d} ({r})"),
+                    (r, d) => d.clone().or(r.clone()).unwrap_or_default(),
+                };
                 if p.refused_now {
                     note = if p.pdbs.len() > 1 {
                         "refused now: more than one budget covers it".into()

@@ -652,3 +652,67 @@ spec: {maxUnavailable: 1, selector: {matchLabels: {app: six}}}
     );
     env.stop().await;
 }
+
+/// Contract 0.3's actions in the plan: what a surge starts, what a
+/// handshake waits for, how long a Job is waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_shows_surges_handshakes_and_waits() {
+    let env = Env::start(2).await;
+    workload_ready(&env).await;
+    env.cluster
+        .create(bare(
+            "game",
+            "worker-1",
+            serde_json::json!({"nmo.medik8s.io/handshake": "5m"}),
+            30,
+        ))
+        .unwrap();
+    env.cluster
+        .create(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "report-x", "namespace": "default",
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "report", "uid": "u-report", "controller": true}]},
+            "spec": {"nodeName": "worker-1", "containers": [{"name": "c", "image": "report"}]}}))
+        .unwrap();
+    env.cluster
+        .create(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "shop-7d9-x", "namespace": "default",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "shop-7d9", "uid": "u-shop", "controller": true}]},
+            "spec": {"nodeName": "worker-1", "containers": [{"name": "c", "image": "shop"}]}}))
+        .unwrap();
+    let report = plan_with(&env, &policy_file("no_downtime")).await;
+    let row = |prefix: &str| {
+        report
+            .pods
+            .iter()
+            .find(|p| p.name.starts_with(prefix))
+            .unwrap_or_else(|| panic!("{prefix} in {:?}", report.pods))
+    };
+    let shop = row("shop-");
+    assert_eq!(shop.action, "surge");
+    assert!(
+        shop.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("one more replica through ReplicaSet shop-7d9")),
+        "{shop:?}"
+    );
+    let game = row("game");
+    assert_eq!(game.action, "notify");
+    assert!(
+        game.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("waits up to 5m")
+                && d.contains("heartbeats extend by 30s")
+                && d.ends_with("then evict")),
+        "{game:?}"
+    );
+    let job = row("report-x");
+    assert_eq!(job.action, "wait");
+    assert!(
+        job.detail.as_deref() == Some("waits up to 1h for the pod to complete"),
+        "{job:?}"
+    );
+    let table = report.table();
+    assert!(table.contains(" surge "), "{table}");
+    assert!(table.contains("1 notify, 1 wait"), "{table}");
+    env.stop().await;
+}
