@@ -112,7 +112,11 @@ use nmo_policy_sdk::*;
 
 struct {type_name};
 
-/// What to do with one pod.
+/// What to do with one pod: evict, delete, skip or block, or (contract
+/// 0.3) `PodAction::surge()` (a Ready replacement first),
+/// `PodAction::notify(..)` (ask the application first) or
+/// `PodAction::wait(..)` (let it complete); `pod.history()` says how long
+/// the drain has wanted it gone.
 fn action(pod: &Pod) -> PodAction {{
     defaults::pod_action(pod)
 }}
