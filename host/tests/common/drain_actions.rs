@@ -22,7 +22,8 @@ use super::*;
 
 /// The operator's policies for these scenarios: the embedded default,
 /// `no-downtime`, `escalate` (forcing in namespace `batch` past 2 s),
-/// `escalate-park` (parking after 1 s) and `hostile` (the test knobs),
+/// `escalate-park` (parking after 1 s), `pool` (max-unavailable: one node
+/// at a time, a parked one not counted) and `hostile` (the test knobs),
 /// chosen by the NodeMaintenance's annotation.
 pub fn store() -> (tempfile::TempDir, Arc<PolicyStore>) {
     let dir = tempfile::tempdir().unwrap();
@@ -32,13 +33,14 @@ pub fn store() -> (tempfile::TempDir, Arc<PolicyStore>) {
         ("escalate", "nmo_policy_escalate.wasm"),
         ("escalate-park", "nmo_policy_escalate.wasm"),
         ("hostile", "nmo_policy_hostile.wasm"),
+        ("pool", "nmo_policy_max_unavailable.wasm"),
     ] {
         std::fs::copy(built.join(file), dir.path().join(format!("{name}.wasm"))).unwrap();
     }
     std::fs::write(
         dir.path().join("policies.yaml"),
         "default: builtin\nsettings:\n  escalate: {namespaces: batch, deadline: 2s}\n  \
-         escalate-park: {deadline: 2s, parkAfter: 1s}\n",
+         escalate-park: {deadline: 2s, parkAfter: 1s}\n  pool: {max: '1', max-parked: '1'}\n",
     )
     .unwrap();
     let engine = nmo::policy::PolicyEngine::new(nmo::policy::EngineConfig::default()).unwrap();
@@ -400,6 +402,14 @@ pub async fn an_undrainable_node_is_parked(env: &impl ClusterOps) {
         },
     )
     .await;
+    // The fleet moves on: one node at a time, but a parked one set aside.
+    let other = ["worker-1", "worker-2"]
+        .into_iter()
+        .find(|n| *n != node)
+        .unwrap();
+    env.create_nm_with_policy("nm-next", other, Some("pool"))
+        .await;
+    env.wait_phase("nm-next", MaintenancePhase::Succeeded).await;
     env.nms()
         .delete("nm-park", &DeleteParams::default())
         .await

@@ -677,6 +677,12 @@ impl Fleet {
         self.maintenances.iter().filter(|m| m.admitted)
     }
 
+    /// The other maintenances their policy parked (an undrainable node
+    /// set aside: cordoned, nothing happening until a person acts).
+    pub fn parked(&self) -> impl Iterator<Item = &FleetMaintenance> {
+        self.maintenances.iter().filter(|m| m.parked)
+    }
+
     /// The node of this name.
     pub fn node(&self, name: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.name() == name)

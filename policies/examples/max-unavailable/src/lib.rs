@@ -17,7 +17,11 @@
 //!
 //! Settings (`policies.yaml`): `max` (default 1), `selector`,
 //! `ignore-taints` (comma-separated taint keys that take no node away: a
-//! dedicated pool's own, say).
+//! dedicated pool's own, say), `max-parked` (AKS's `maxBlockedNodes`:
+//! up to this many maintenances parked by their policy, an undrainable
+//! node set aside, do not count against `max`, so the rest of the group
+//! moves on; one more parked and nothing starts until a person looks;
+//! default 0: a parked maintenance counts like any other).
 
 use nmo_policy_sdk::*;
 
@@ -84,6 +88,7 @@ pub fn admit_within(
     max: Max,
     selector: &[(String, String)],
     ignore: &[&str],
+    max_parked: u64,
 ) -> Admission {
     if !picks(selector, node) || !node.is_ready() {
         return Admission::Admit;
@@ -109,7 +114,21 @@ pub fn admit_within(
         .waiting_before(m)
         .filter(|o| in_group(&o.node_name))
         .count();
-    let down = admitted.len() + not_ready + claimed.len();
+    let parked = fleet
+        .parked()
+        .filter(|o| o.node_name != m.node_name && in_group(&o.node_name))
+        .count();
+    if max_parked > 0 && parked as u64 > max_parked {
+        return Admission::wait(
+            format!(
+                "{parked} maintenance(s) of the group parked, more than the {max_parked} allowed: \
+                 a person must look before another node goes"
+            ),
+            None,
+        );
+    }
+    let set_aside = if max_parked > 0 { parked } else { 0 };
+    let down = admitted.len() - set_aside + not_ready + claimed.len();
     if ((down + ahead) as u64) < allowed {
         return Admission::Admit;
     }
@@ -130,10 +149,13 @@ pub fn admit_within(
     if ahead > 0 {
         why.push_str(&format!(", {ahead} waiting maintenance(s) created earlier"));
     }
+    if set_aside > 0 {
+        why.push_str(&format!(", {set_aside} parked not counted"));
+    }
     Admission::wait(format!("{why}; at most {allowed} at once"), None)
 }
 
-fn configured() -> (Max, Vec<(String, String)>, Vec<String>) {
+fn configured() -> (Max, Vec<(String, String)>, Vec<String>, u64) {
     let s = Settings::current();
     let max = s
         .get("max")
@@ -151,7 +173,8 @@ fn configured() -> (Max, Vec<(String, String)>, Vec<String>) {
         .filter(|k| !k.is_empty())
         .map(str::to_owned)
         .collect();
-    (max, selector, ignore)
+    let max_parked = s.number("max-parked").ok().flatten().unwrap_or(0);
+    (max, selector, ignore, max_parked)
 }
 
 impl Policy for MaxUnavailable {
@@ -160,14 +183,15 @@ impl Policy for MaxUnavailable {
 
     fn admit(m: Maintenance, node: Node, fleet: Fleet) -> Admission {
         defaults::admit_with(&m, &node, &fleet, || {
-            let (max, selector, ignore) = configured();
+            let (max, selector, ignore, max_parked) = configured();
             let ignore: Vec<&str> = ignore.iter().map(String::as_str).collect();
-            admit_within(&m, &node, &fleet, max, &selector, &ignore)
+            admit_within(&m, &node, &fleet, max, &selector, &ignore, max_parked)
         })
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {
-        settings.allow_only(&["max", "selector", "ignore-taints"])?;
+        settings.allow_only(&["max", "selector", "ignore-taints", "max-parked"])?;
+        settings.number("max-parked")?;
         if let Some(m) = settings.get("max") {
             Max::parse(m)?;
         }
