@@ -43,6 +43,9 @@ pub struct Around {
     /// The maintenance itself, as the API server has it now, was admitted
     /// already (a pass that started from an older copy).
     pub already_admitted: bool,
+    /// The maintenances that ended (the policy sees those within its
+    /// history window).
+    pub ended: Vec<crate::controller::ended::Ended>,
 }
 
 impl Around {
@@ -58,7 +61,12 @@ impl Around {
             return Ok(None);
         };
         let policy = policy.clone();
-        let fleet = self.fleet;
+        let mut fleet = self.fleet;
+        fleet.history = crate::controller::ended::for_policy(
+            &self.ended,
+            policy.settings().history_window(),
+            crate::controller::ledger::now_ms(),
+        );
         crate::policy::decide(crate::policy::Decision::Admit, move || {
             policy.admit(&record, position, &fleet)
         })
@@ -67,12 +75,14 @@ impl Around {
     }
 }
 
-/// Reads the fleet around the maintenance `nm` from the API server.
+/// Reads the fleet around the maintenance `nm` from the API server, with
+/// the node leases and history of `lease_namespace`.
 /// `admitted` says whether a maintenance was admitted.
 pub async fn around(
     client: &Client,
     nm: &NodeMaintenance,
     openshift: bool,
+    lease_namespace: &str,
     admitted: impl Fn(&NodeMaintenance) -> bool,
 ) -> Result<Around> {
     let nodes = nodes(client).await?;
@@ -82,7 +92,19 @@ pub async fn around(
         .map_err(Error::kube("listing the NodeMaintenances for admission"))?
         .items;
     let etcd = etcd(client, nm, openshift).await?;
-    Ok(assemble(nodes.into(), &others, nm, etcd, admitted))
+    let leases = crate::controller::leases::list(client, lease_namespace)
+        .await
+        .map_err(Error::kube("listing the node leases for admission"))?;
+    let ended = crate::controller::ended::read(client, lease_namespace)
+        .await
+        .map_err(Error::kube("reading the maintenance history for admission"))?;
+    let mut around = assemble(nodes.into(), &others, nm, etcd, admitted);
+    around.fleet.lease_holders = Arc::new(crate::controller::leases::holders_of(
+        &around.fleet.nodes,
+        |name| leases.get(name).cloned(),
+    ));
+    around.ended = ended;
+    Ok(around)
 }
 
 /// Every node, from the API server.
@@ -138,10 +160,13 @@ pub fn assemble<'a>(
         fleet: Fleet {
             nodes,
             maintenances,
+            history: Vec::new(),
+            lease_holders: Default::default(),
             etcd,
         },
         node: position,
         already_admitted,
+        ended: Vec::new(),
     }
 }
 

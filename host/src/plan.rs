@@ -219,8 +219,14 @@ async fn admission(client: &Client, selected: &Selected, nm: &NodeMaintenance) -
         return Ok("admitted".into());
     }
     let openshift = crate::fleet::is_openshift(client).await;
-    let around =
-        crate::fleet::around(client, nm, openshift, crate::controller::is_admitted).await?;
+    let around = crate::fleet::around(
+        client,
+        nm,
+        openshift,
+        crate::controller::lease::DEFAULT_NAMESPACE,
+        crate::controller::is_admitted,
+    )
+    .await?;
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());
     Ok(match around.ask(&selected.policy, record).await? {
         None => "the node does not exist".into(),

@@ -89,6 +89,8 @@ pub struct Validator {
     openshift: bool,
     policies: Option<Arc<crate::policy::PolicyStore>>,
     metrics: Option<WebhookMetrics>,
+    /// Where the node leases and the maintenance history are.
+    lease_namespace: String,
 }
 
 impl Validator {
@@ -100,6 +102,7 @@ impl Validator {
             openshift,
             policies: None,
             metrics: None,
+            lease_namespace: crate::controller::lease::DEFAULT_NAMESPACE.to_owned(),
         }
     }
 
@@ -108,6 +111,13 @@ impl Validator {
     /// operator has not loaded (beyond the Go operator's rules: without
     /// this, such a maintenance would wait, doing nothing, until the policy
     /// appears).
+    /// The namespace of the node leases and the maintenance history (the
+    /// operator's `LEASE_NAMESPACE`).
+    pub fn with_lease_namespace(mut self, namespace: &str) -> Self {
+        self.lease_namespace = namespace.to_owned();
+        self
+    }
+
     pub fn with_policies(mut self, policies: Arc<crate::policy::PolicyStore>) -> Self {
         self.policies = Some(policies);
         self
@@ -218,6 +228,7 @@ impl Validator {
             &self.client,
             nm,
             self.openshift,
+            &self.lease_namespace,
             crate::controller::is_admitted,
         )
         .await

@@ -562,3 +562,56 @@ async fn one_per_zone_waits_while_another_tool_holds_a_node_of_the_zone() {
     }
     env.stop().await;
 }
+
+/// A Node Health Check remediator (or another medik8s operator) holding a
+/// node's lease in `medik8s-leases` holds one-per-zone back, named in the
+/// reason; once it lets the lease go, the maintenance starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_per_zone_waits_while_a_remediator_holds_the_lease_of_a_node_of_the_zone() {
+    let env = fleet_env(policy("one-per-zone", &[])).await;
+    let ctx = env.ctx.clone().expect("the controller's context");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(env.client().clone(), "medik8s-leases");
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client().clone())
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "medik8s-leases"}})).unwrap(),
+        )
+        .await;
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    leases
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "node-worker-4"},
+                "spec": {"holderIdentity": "node-healthcheck", "leaseDurationSeconds": 3600,
+                         "acquireTime": now, "renewTime": now}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    wait_until(
+        "the lease watch has it",
+        Duration::from_secs(30),
+        || async { ctx.watched_lease_holder("worker-4").as_deref() == Some("node-healthcheck") },
+    )
+    .await;
+    env.create_nm("nm-leased", "worker-1").await;
+    let s = env
+        .wait_status("nm-leased", "waiting for the remediator", |s| {
+            s.waiting.is_some()
+        })
+        .await;
+    let reason = s.waiting.unwrap().reason;
+    assert!(
+        reason.contains(
+            "worker-4 of zone zone-a is taken by node-healthcheck (its medik8s lease in medik8s-leases)"
+        ),
+        "{reason}"
+    );
+    leases
+        .delete("node-worker-4", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_succeeded(&env.nms(), "nm-leased", Duration::from_secs(60)).await;
+    env.stop().await;
+}

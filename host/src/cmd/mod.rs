@@ -595,6 +595,7 @@ async fn start_servers(
             let validator = nmo::webhook::Validator::new(client.clone())
                 .await
                 .with_policies(ctx.policies.clone())
+                .with_lease_namespace(&ctx.settings.lease_namespace)
                 .with_metrics(metrics.webhook.clone());
             let dir = cli.webhook_cert_dir.clone();
             tokio::spawn(async move {

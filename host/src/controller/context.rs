@@ -125,6 +125,10 @@ pub struct Context {
     pub(super) budgets: Arc<super::budgets::Budgets>,
     /// The nodes, watched while the controller runs: admission's fleet.
     pub(super) nodes: Arc<super::nodes::Nodes>,
+    /// The medik8s node leases, watched: who else holds a node.
+    pub(super) lease_watch: Arc<super::leases::Leases>,
+    /// The maintenances that ended (the fleet's history).
+    pub(super) ended: super::ended::EndedLog,
 }
 
 impl Context {
@@ -151,6 +155,8 @@ impl Context {
             memory: Memories::default(),
             budgets: Arc::default(),
             nodes: Arc::default(),
+            lease_watch: Arc::default(),
+            ended: Default::default(),
         })
     }
 
@@ -181,6 +187,16 @@ impl Context {
     /// admission decides on); `None` when the watch does not show it.
     pub fn watched_node(&self, name: &str) -> Option<k8s_openapi::api::core::v1::Node> {
         self.nodes.get(name)
+    }
+
+    /// Who else holds `node`'s medik8s lease, as the controller's lease
+    /// watch has it (what an admission decides on).
+    pub fn watched_lease_holder(&self, node: &str) -> Option<String> {
+        let node = self.nodes.get(node)?;
+        self.lease_watch
+            .holders(std::slice::from_ref(&node))
+            .into_values()
+            .next()
     }
 
     /// Every NodeMaintenance in the controller's cache.

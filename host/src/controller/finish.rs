@@ -191,8 +191,21 @@ pub(super) async fn mark_failed(pass: &Pass, message: String) -> Result<Next> {
     if old.phase != Some(MaintenancePhase::Failed) {
         let (reason, msg) = reasons::FAILED;
         pass.event(EventType::Warning, reason, msg).await;
+        let mut was = pass.writer.current().await;
+        was.status = Some(old);
+        record_end(&pass.ctx, &was, "Failed").await;
     }
     Ok(Next::Change)
+}
+
+/// Records in the fleet's history that `nm` (as it was) gave its node
+/// back with `outcome`.
+async fn record_end(ctx: &Context, nm: &NodeMaintenance, outcome: &str) {
+    if let Some(entry) = super::ended::entry(nm, outcome) {
+        ctx.ended
+            .record(&ctx.client, &ctx.settings.lease_namespace, entry)
+            .await;
+    }
 }
 
 /// Asks the maintenance's policy what to do after a failure (on the
@@ -241,6 +254,12 @@ pub(super) async fn deleted(ctx: &Arc<Context>, nm: &NodeMaintenance) -> Result<
         restore_unless_wanted(ctx, nm, n).await?;
     }
     release_surges(ctx, nm).await?;
+    // A Failed one was recorded when it failed.
+    match nm.status.as_ref().and_then(|s| s.phase) {
+        Some(MaintenancePhase::Failed) => {}
+        Some(MaintenancePhase::Succeeded) => record_end(ctx, nm, "Succeeded").await,
+        _ => record_end(ctx, nm, "Cancelled").await,
+    }
     let finalizers: Vec<String> = nm
         .finalizers()
         .iter()

@@ -81,7 +81,7 @@ pub(crate) struct LeaseRecord {
 }
 
 impl LeaseRecord {
-    fn from_dynamic(obj: DynamicObject) -> Self {
+    pub(crate) fn from_dynamic(obj: DynamicObject) -> Self {
         let spec = obj.data.get("spec").cloned().unwrap_or(Value::Null);
         let text = |k: &str| spec.get(k).and_then(Value::as_str).map(str::to_owned);
         let time = |k: &str| -> Option<Renewed> {

@@ -10,11 +10,13 @@
 pub mod budgets;
 mod context;
 pub mod drain;
+pub mod ended;
 pub mod events;
 mod finish;
 mod handshake;
 pub mod leader;
 pub mod lease;
+pub mod leases;
 pub mod ledger;
 mod memory;
 pub mod metrics;

@@ -207,12 +207,19 @@ impl Pass {
         let nm = self.writer.current().await;
         let nodes = self.ctx.fresh_nodes().await?;
         let etcd = crate::fleet::etcd(client, &nm, self.ctx.settings.openshift).await?;
+        let history = self
+            .ctx
+            .ended
+            .entries(client, &self.ctx.settings.lease_namespace)
+            .await;
         let one_at_a_time = self.ctx.admission.lock().await;
         let all = self.ctx.cached_maintenances();
-        let around =
+        let mut around =
             crate::fleet::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
                 self.ctx.admitted(o)
             });
+        around.fleet.lease_holders = Arc::new(self.ctx.lease_watch.holders(&around.fleet.nodes));
+        around.ended = history;
         if around.already_admitted {
             return Ok(None);
         }

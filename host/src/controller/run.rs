@@ -79,7 +79,14 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
         AbortOnDrop(tokio::spawn(async move { budgets.watch(client).await }))
     };
     let _budgets = budgets;
-    // So does the nodes' watch, which admission reads.
+    // So do the leases' watch and the nodes', which admission reads.
+    let _leases = {
+        let (leases, client) = (ctx.lease_watch.clone(), ctx.client.clone());
+        let namespace = ctx.settings.lease_namespace.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            leases.watch(client, namespace).await
+        }))
+    };
     let _nodes = {
         let (nodes, client) = (ctx.nodes.clone(), ctx.client.clone());
         AbortOnDrop(tokio::spawn(async move { nodes.watch(client).await }))

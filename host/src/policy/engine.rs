@@ -614,7 +614,8 @@ impl Policy {
         node: usize,
         fleet: &Fleet,
     ) -> Result<Admission> {
-        let inputs = Inputs::new(Arc::from([]), fleet.nodes.clone(), self.settings.clone());
+        let mut inputs = Inputs::new(Arc::from([]), fleet.nodes.clone(), self.settings.clone());
+        inputs.lease_holders = fleet.lease_holders.clone();
         self.decide(
             Decision::Admit,
             inputs,
@@ -625,6 +626,7 @@ impl Policy {
                         .collect(),
                     maintenances: fleet.maintenances.clone(),
                     etcd: fleet.etcd,
+                    history: fleet.history.clone(),
                 };
                 let node = Resource::new_own(node as u32);
                 policy

@@ -37,6 +37,9 @@
 //!     - {node: node-2, admitted: true, since: 5m}   # name, phase, created, parked: optional
 //!     - {node: node-3, admitted: false, created: 1m}
 //!   openshiftEtcd: {budgets: 1, disruptionsAllowed: 0, guardReadyOnNode: true}
+//!   history:              # maintenances that ended (seen within the policy's history-window)
+//!     - {node: node-4, started: 50m, ended: 40m, outcome: Succeeded}   # name: optional
+//!   leases: {node-5: node-healthcheck}   # who else holds a node's medik8s lease
 //! settings: {timeout: 30m}  # optional: the policy's settings (policies.yaml's)
 //! expect:
 //!   decisions:            # by namespace/name (or name, for namespace default)
@@ -97,6 +100,22 @@ struct ScenarioFleet {
     nodes: Vec<core::Node>,
     maintenances: Vec<RawFleetMaintenance>,
     etcd: Option<EtcdGuard>,
+    history: Vec<RawEnded>,
+    leases: BTreeMap<String, String>,
+}
+
+/// A maintenance that ended, its times relative to the decision's.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct RawEnded {
+    name: Option<String>,
+    node: String,
+    /// How long ago it was admitted.
+    started: Value,
+    /// How long ago it gave its node back.
+    ended: Value,
+    /// Succeeded, Failed or Cancelled.
+    outcome: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +126,12 @@ struct RawFleet {
     #[serde(default)]
     maintenances: Vec<RawFleetMaintenance>,
     openshift_etcd: Option<RawEtcd>,
+    /// Maintenances that ended (the policy sees those within its window).
+    #[serde(default)]
+    history: Vec<RawEnded>,
+    /// Who else holds a node's medik8s lease, by node name.
+    #[serde(default)]
+    leases: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -546,8 +571,21 @@ fn scenario_fleet(f: RawFleet, node: &core::Node) -> std::result::Result<Scenari
             ));
         }
     }
+    for (i, e) in f.history.iter().enumerate() {
+        if !["Succeeded", "Failed", "Cancelled"].contains(&e.outcome.as_str()) {
+            return Err(format!(
+                "fleet.history[{i}]: outcome {:?} (Succeeded, Failed or Cancelled)",
+                e.outcome
+            ));
+        }
+        for (what, v) in [("started", &e.started), ("ended", &e.ended)] {
+            duration_ms(v).map_err(|err| format!("fleet.history[{i}].{what}: {err}"))?;
+        }
+    }
     Ok(ScenarioFleet {
         nodes,
+        history: f.history,
+        leases: f.leases,
         maintenances: f.maintenances,
         etcd: f.openshift_etcd.map(|e| EtcdGuard {
             budgets: e.budgets,
@@ -559,7 +597,7 @@ fn scenario_fleet(f: RawFleet, node: &core::Node) -> std::result::Result<Scenari
 
 impl ScenarioFleet {
     /// The fleet at `now_ms`, and the position of `node_name` in it.
-    fn at(&self, now_ms: u64, node_name: &str) -> (Fleet, usize) {
+    fn at(&self, now_ms: u64, node_name: &str, window: std::time::Duration) -> (Fleet, usize) {
         let ago = |v: &Option<Value>| {
             now_ms.saturating_sub(v.as_ref().and_then(|v| duration_ms(v).ok()).unwrap_or(0))
         };
@@ -592,10 +630,23 @@ impl ScenarioFleet {
             .iter()
             .position(|n| n.metadata.name.as_deref() == Some(node_name))
             .unwrap_or(0);
+        let history: Vec<crate::controller::ended::Ended> = self
+            .history
+            .iter()
+            .map(|e| crate::controller::ended::Ended {
+                name: e.name.clone().unwrap_or_else(|| format!("nm-{}", e.node)),
+                node: e.node.clone(),
+                started_ms: ago(&Some(e.started.clone())),
+                ended_ms: ago(&Some(e.ended.clone())),
+                outcome: e.outcome.clone(),
+            })
+            .collect();
         let fleet = Fleet {
             nodes: self.nodes.clone().into(),
             maintenances,
             etcd: self.etcd,
+            history: crate::controller::ended::for_policy(&history, window, now_ms),
+            lease_holders: std::sync::Arc::new(self.leases.clone().into_iter().collect()),
         };
         (fleet, position)
     }
@@ -836,7 +887,8 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
         .with_settings(s.settings.clone())
         .and_then(|policy| match (&s.fleet, &s.failure) {
             (Some(fleet), _) => {
-                let (fleet, position) = fleet.at(m.now_ms, &m.node_name);
+                let window = s.settings.history_window();
+                let (fleet, position) = fleet.at(m.now_ms, &m.node_name, window);
                 policy.admit(&m, position, &fleet).map(Answer::Admission)
             }
             (None, Some(f)) => policy.on_failure(&m, f).map(Answer::Verdict),

@@ -29,6 +29,8 @@ pub(crate) struct Inputs {
     pub nodes: Arc<[k8s::Node]>,
     pub settings: Settings,
     pub history: History,
+    /// Who else holds each node's medik8s lease, by node name.
+    pub lease_holders: Arc<std::collections::HashMap<String, String>>,
     empty_pod: k8s::Pod,
     empty_node: k8s::Node,
 }
@@ -76,6 +78,41 @@ impl Settings {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The history the policy's `admit` sees: its `history-window`
+    /// setting (`90s`, `30m`, `2h`), default [`HISTORY_WINDOW`], at most
+    /// [`MAX_HISTORY_WINDOW`]. An unreadable value is the policy's to
+    /// refuse in `validate-settings`; here it is the default.
+    pub fn history_window(&self) -> std::time::Duration {
+        self.0
+            .iter()
+            .find(|kv| kv.key == HISTORY_WINDOW_SETTING)
+            .and_then(|kv| parse_duration(&kv.value))
+            .unwrap_or(HISTORY_WINDOW)
+            .min(MAX_HISTORY_WINDOW)
+    }
+}
+
+/// The setting that sets a policy's history window.
+pub const HISTORY_WINDOW_SETTING: &str = "history-window";
+/// The history window when a policy names none.
+pub const HISTORY_WINDOW: std::time::Duration = std::time::Duration::from_secs(3600);
+/// The longest history the operator keeps.
+pub const MAX_HISTORY_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// `90s`, `15m`, `2h`, `1500ms`.
+fn parse_duration(text: &str) -> Option<std::time::Duration> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit())?;
+    let n: u64 = t[..split].parse().ok()?;
+    let ms = match &t[split..] {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_millis(n.checked_mul(ms)?))
 }
 
 /// What a maintenance's drain has done to each pod so far, by pod uid
@@ -109,6 +146,11 @@ pub struct Fleet {
     pub maintenances: Vec<FleetMaintenance>,
     /// The etcd quorum guard (OpenShift only).
     pub etcd: Option<EtcdGuard>,
+    /// The maintenances that ended within the policy's window, newest
+    /// first.
+    pub history: Vec<types::EndedMaintenance>,
+    /// Who else holds each node's medik8s lease, by node name.
+    pub lease_holders: Arc<std::collections::HashMap<String, String>>,
 }
 
 fn key_value(k: &str, v: &str) -> KeyValue {
@@ -284,6 +326,11 @@ impl types::HostNode for HostState {
 
     fn ready(&mut self, node: Resource<types::Node>) -> bool {
         node_ready(self.node(&node))
+    }
+
+    fn lease_holder(&mut self, node: Resource<types::Node>) -> Option<String> {
+        let name = self.node(&node).metadata.name.as_deref()?;
+        self.inputs.lease_holders.get(name).cloned()
     }
 
     fn drop(&mut self, _node: Resource<types::Node>) -> wasmtime::Result<()> {

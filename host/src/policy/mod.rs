@@ -67,7 +67,9 @@ pub use compile::{CompileLimits, worker_main as compile_worker_main};
 pub use decision::{Decision, decide};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
 pub use error::{Error, Result};
-pub use inputs::{Fleet, History, Settings};
+pub use inputs::{
+    Fleet, HISTORY_WINDOW, HISTORY_WINDOW_SETTING, History, MAX_HISTORY_WINDOW, Settings,
+};
 pub use metrics::PolicyMetrics;
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
 pub use store::{PolicyStore, Reload};

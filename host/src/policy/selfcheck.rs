@@ -84,8 +84,7 @@ pub fn run(policy: &Policy) -> Result<()> {
     ];
     let fleet = Fleet {
         nodes: vec![node.clone(), sample_node("self-check-peer", true)].into(),
-        maintenances: Vec::new(),
-        etcd: None,
+        ..Fleet::default()
     };
     policy.admit(&m, 0, &fleet)?;
     policy.plan_drain(&m, &node, &pods)?;

@@ -54,9 +54,10 @@ pub mod bindings {
 use std::cell::OnceCell;
 
 pub use bindings::medik8s::node_maintenance::types::{
-    Admission, Completion, DrainPlan, DrainReport, EtcdGuard, Failure, FleetMaintenance, KeyValue,
-    Level, Maintenance, MaintenancePhase, Notice, Owner, Parking, PodAction, PodDecision,
-    PodHistory, PodPhase, PodRef, Removal, RemovalMethod, Taint, TaintEffect, Verdict, Waiting,
+    Admission, Completion, DrainPlan, DrainReport, EndedMaintenance, EtcdGuard, Failure,
+    FleetMaintenance, KeyValue, Level, Maintenance, MaintenancePhase, Notice, Outcome, Owner,
+    Parking, PodAction, PodDecision, PodHistory, PodPhase, PodRef, Removal, RemovalMethod, Taint,
+    TaintEffect, Verdict, Waiting,
 };
 
 /// The annotation the kubelet puts on mirror (static) pods.
@@ -538,6 +539,12 @@ impl Node {
         self.source.ready()
     }
 
+    /// Who else holds the node's medik8s lease (`medik8s-leases/node-<name>`),
+    /// while it is valid.
+    pub fn lease_holder(&self) -> Option<String> {
+        self.source.lease_holder()
+    }
+
     /// A control-plane node (the `node-role.kubernetes.io/master` or
     /// `node-role.kubernetes.io/control-plane` label, any value).
     pub fn is_control_plane(&self) -> bool {
@@ -567,6 +574,10 @@ pub enum Claim {
     /// A medik8s remediation (Self Node Remediation, through Node Health
     /// Check) holds it: the taint `medik8s.io/remediation`.
     Remediation,
+    /// Someone else holds the node's medik8s lease
+    /// (`medik8s-leases/node-<name>`): a Node Health Check remediator, or
+    /// another medik8s operator (its holder identity).
+    Lease(String),
     /// Another tool's `NoSchedule` or `NoExecute` taint: its key.
     Taint(String),
     /// Cordoned (`spec.unschedulable`), by someone unknown: a person, or a
@@ -586,6 +597,9 @@ impl std::fmt::Display for Claim {
             }
             Claim::Remediation => {
                 f.write_str("taken by a medik8s remediation (taint medik8s.io/remediation)")
+            }
+            Claim::Lease(holder) => {
+                write!(f, "taken by {holder} (its medik8s lease in medik8s-leases)")
             }
             Claim::Taint(key) => write!(f, "unschedulable, reason unknown (taint {key})"),
             Claim::Cordoned => f.write_str("unschedulable, reason unknown (cordoned)"),
@@ -637,6 +651,9 @@ impl Node {
         if has(REMEDIATION_TAINT) {
             return Some(Claim::Remediation);
         }
+        if let Some(holder) = self.lease_holder() {
+            return Some(Claim::Lease(holder));
+        }
         if let Some(t) = taints.iter().find(|t| {
             matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
                 && !says_nothing(&t.key)
@@ -658,6 +675,9 @@ pub struct Fleet {
     pub maintenances: Vec<FleetMaintenance>,
     /// OpenShift only: the etcd quorum guard.
     pub etcd: Option<EtcdGuard>,
+    /// The maintenances that ended within the policy's `history-window`
+    /// setting (default 1 h, at most 24 h), newest first.
+    pub history: Vec<EndedMaintenance>,
 }
 
 impl Fleet {
@@ -668,6 +688,7 @@ impl Fleet {
             nodes: fleet.nodes.into_iter().map(Node::wrap).collect(),
             maintenances: fleet.maintenances,
             etcd: fleet.etcd,
+            history: fleet.history,
         }
     }
 
@@ -1044,6 +1065,7 @@ pub mod testing {
         pub taints: Vec<Taint>,
         pub unschedulable: bool,
         pub ready: bool,
+        pub lease_holder: Option<String>,
     }
 
     impl NodeRecord {
@@ -1070,6 +1092,9 @@ pub mod testing {
         }
         pub fn ready(&self) -> bool {
             self.ready
+        }
+        pub fn lease_holder(&self) -> Option<String> {
+            self.lease_holder.clone()
         }
     }
 
@@ -1127,6 +1152,7 @@ pub mod testing {
             nodes,
             maintenances,
             etcd: None,
+            history: Vec::new(),
         }
     }
 
@@ -1299,6 +1325,11 @@ pub mod testing {
         pub fn schedulable(self) -> Self {
             self.edit(|n| n.unschedulable = false)
         }
+
+        /// Its medik8s lease held by `holder`.
+        pub fn leased_by(self, holder: &str) -> Self {
+            self.edit(|n| n.lease_holder = Some(holder.into()))
+        }
     }
 
     impl Maintenance {
@@ -1380,6 +1411,10 @@ mod claim_tests {
             (
                 n().with_taint("medik8s.io/remediation", TaintEffect::NoExecute),
                 Some(Claim::Remediation),
+            ),
+            (
+                n().leased_by("node-healthcheck"),
+                Some(Claim::Lease("node-healthcheck".into())),
             ),
             (
                 n().with_taint("example.com/upgrade", TaintEffect::NoExecute),
