@@ -23,6 +23,7 @@ const POLICIES: &[&str] = &[
     "nmo-policy-window",
     "nmo-policy-no-downtime",
     "nmo-policy-escalate",
+    "nmo-policy-rate",
 ];
 
 fn main() {

@@ -615,3 +615,60 @@ async fn one_per_zone_waits_while_a_remediator_holds_the_lease_of_a_node_of_the_
     wait_succeeded(&env.nms(), "nm-leased", Duration::from_secs(60)).await;
     env.stop().await;
 }
+
+/// The fleet's history: a maintenance that ended holds the next one back
+/// for the `rate` policy's soak time, and the history outlives the
+/// operator (a restarted one reads it from its ConfigMap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_soak_time_after_each_node_holds_the_next_one_across_a_restart() {
+    let store = policy("rate", &[("max", "10"), ("soak", "1h")]);
+    let mut env = Env::start_store(3, store.clone()).await;
+    let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(env.client().clone())
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "medik8s-leases"}})).unwrap(),
+        )
+        .await;
+    env.create_nm("nm-first", "worker-1").await;
+    wait_succeeded(&env.nms(), "nm-first", Duration::from_secs(60)).await;
+    env.nms()
+        .delete("nm-first", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until("nm-first gone", Duration::from_secs(30), || async {
+        env.nms().get_opt("nm-first").await.unwrap().is_none()
+    })
+    .await;
+    env.create_nm("nm-second", "worker-2").await;
+    soaking(&env, "nm-second").await;
+    // A new operator, nothing in memory: the history is in its ConfigMap.
+    env.controller.abort();
+    let cm: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.client().clone(), "medik8s-leases");
+    let saved = cm.get("nmo-maintenance-history").await.unwrap();
+    let text = saved.data.unwrap()["history.json"].clone();
+    assert!(
+        text.contains(r#""name":"nm-first","node":"worker-1""#)
+            && text.contains(r#""outcome":"Succeeded""#),
+        "{text}"
+    );
+    let (ctx, controller) = start_controller_ctx(&env.client, store);
+    env.controller = controller;
+    env.ctx = Some(ctx);
+    env.create_nm("nm-third", "worker-3").await;
+    soaking(&env, "nm-third").await;
+    env.stop().await;
+}
+
+/// `name` waits, soaking after worker-1, and nothing started.
+async fn soaking(env: &Env, name: &str) {
+    let s = env
+        .wait_status(name, "soaking", |s| s.waiting.is_some())
+        .await;
+    let reason = s.waiting.unwrap().reason;
+    assert!(
+        reason.contains("soaking: node worker-1 came back") && reason.contains("1h of soak time"),
+        "{reason}"
+    );
+    assert_eq!(s.phase, None, "nothing started");
+}
