@@ -716,3 +716,107 @@ async fn the_plan_shows_surges_handshakes_and_waits() {
     assert!(table.contains("1 notify, 1 wait"), "{table}");
     env.stop().await;
 }
+
+/// `nmo plan --fleet`: the maintenances in the order the operator takes
+/// them, and a budget spanning two nodes spent across them: each node
+/// alone would have its eviction allowed, but the second one's is refused
+/// once the first has spent the headroom.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_plan_spends_a_shared_budget_across_nodes() {
+    // No operator: the maintenances wait, unstarted.
+    let (cluster, client) = start_cluster(3).await;
+    cluster
+        .apply_yaml(
+            r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: left, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: shared, side: left}}
+  template:
+    metadata: {labels: {app: shared, side: left}}
+    spec: {nodeSelector: {kubernetes.io/hostname: worker-1}, terminationGracePeriodSeconds: 20, containers: [{name: c, image: i}]}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: right, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: shared, side: right}}
+  template:
+    metadata: {labels: {app: shared, side: right}}
+    spec: {nodeSelector: {kubernetes.io/hostname: worker-2}, terminationGracePeriodSeconds: 20, containers: [{name: c, image: i}]}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: shared, namespace: default}
+spec: {maxUnavailable: 1, selector: {matchLabels: {app: shared}}}
+"#,
+        )
+        .unwrap();
+    let nms: Api<nmo::crd::NodeMaintenance> = Api::all(client.clone());
+    for (name, node) in [("nm-1", "worker-1"), ("nm-2", "worker-2")] {
+        nms.create(
+            &Default::default(),
+            &nmo::crd::NodeMaintenance::new(
+                name,
+                nmo::crd::NodeMaintenanceSpec {
+                    node_name: node.into(),
+                    reason: None,
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    }
+    let engine = PolicyEngine::new(Default::default()).unwrap();
+    let started = std::time::Instant::now();
+    let fleet = loop {
+        let f = nmo::plan::plan_fleet(&client, &engine, &Source::Embedded, None)
+            .await
+            .unwrap();
+        let counted = f
+            .budgets
+            .iter()
+            .any(|b| b.name == "shared" && b.disruptions_allowed == 1 && b.evictions == 2);
+        if counted {
+            break f;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the budget never counted both: {}",
+            f.table()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let order: Vec<&str> = fleet
+        .maintenances
+        .iter()
+        .map(|e| e.plan.maintenance.as_ref().unwrap().name.as_str())
+        .collect();
+    // First created, first served (the same second: by name).
+    assert_eq!(order, ["nm-1", "nm-2"]);
+    // Alone, each node's eviction is allowed; across the fleet, the
+    // second is refused.
+    assert!(
+        fleet
+            .maintenances
+            .iter()
+            .all(|e| e.plan.summary.refused_now == 0)
+    );
+    assert_eq!(fleet.maintenances[0].refused_across_fleet, 0);
+    assert_eq!(fleet.maintenances[1].refused_across_fleet, 1);
+    let shared = fleet.budgets.iter().find(|b| b.name == "shared").unwrap();
+    assert_eq!(shared.runs_out_at.as_deref(), Some("nm-2"));
+    // 20 s of grace per node, 5 s more for the refused eviction; both
+    // admitted now, so side by side.
+    assert_eq!(fleet.estimate.parallel, 2);
+    assert_eq!(fleet.estimate.seconds, 25.0);
+    let table = fleet.table();
+    assert!(
+        table.contains("RUNS OUT AT") && table.contains("default/shared"),
+        "{table}"
+    );
+    cluster.stop().await;
+}

@@ -738,8 +738,7 @@ fn fleet_of(nodes: usize) -> nmo::policy::Fleet {
             .map(|i| fixtures::node(&format!("worker-{}", i + 1)))
             .collect::<Vec<_>>()
             .into(),
-        maintenances: Vec::new(),
-        etcd: None,
+        ..Default::default()
     }
 }
 

@@ -39,8 +39,13 @@ pub enum Output {
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
     /// The node whose maintenance to plan.
-    #[arg(required_unless_present = "maintenance")]
+    #[arg(required_unless_present_any = ["maintenance", "fleet"])]
     pub node: Option<String>,
+    /// Plan the whole fleet: every maintenance that holds or waits for a
+    /// node, in the order the operator takes them, the budgets' headroom
+    /// spent across nodes, and an estimate (`kubectl nm plan --all`).
+    #[arg(long, visible_alias = "all", conflicts_with_all = ["node", "maintenance"])]
+    pub fleet: bool,
     /// Plan for this NodeMaintenance as it is now: the policy it records,
     /// the pods still on its node.
     #[arg(long, conflicts_with = "node")]
@@ -332,14 +337,24 @@ async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
+    let policy = if file.is_some() {
+        None
+    } else {
+        args.policy.clone()
+    };
+    if args.fleet {
+        let report = nmo::plan::plan_fleet(&client, &engine, &source, policy).await?;
+        match args.output {
+            Output::Table => out!("{}", report.table()),
+            Output::Json => outln!("{}", serde_json::to_string_pretty(&report)?),
+            Output::Yaml => out!("{}", nmo::yaml::to_string(&report)?),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let request = nmo::plan::Request {
         node: args.node.clone(),
         maintenance: args.maintenance.clone(),
-        policy: if file.is_some() {
-            None
-        } else {
-            args.policy.clone()
-        },
+        policy,
         source,
     };
     let report = nmo::plan::plan(&client, &engine, &request).await?;
