@@ -667,18 +667,44 @@ async fn the_plan_shows_surges_handshakes_and_waits() {
             30,
         ))
         .unwrap();
+    // A ReplicaSet's pod and a Job's pod on worker-1 (real owners: the
+    // garbage collector removes pods whose owner does not exist).
     env.cluster
-        .create(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "report-x", "namespace": "default",
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "report", "uid": "u-report", "controller": true}]},
-            "spec": {"nodeName": "worker-1", "containers": [{"name": "c", "image": "report"}]}}))
+        .apply_yaml(
+            r#"
+apiVersion: apps/v1
+kind: ReplicaSet
+metadata: {name: shop, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: shop}}
+  template:
+    metadata: {labels: {app: shop}}
+    spec: {nodeSelector: {kubernetes.io/hostname: worker-1}, containers: [{name: c, image: shop}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: report, namespace: default}
+spec:
+  template:
+    metadata: {labels: {app: report}}
+    spec: {restartPolicy: Never, nodeSelector: {kubernetes.io/hostname: worker-1}, containers: [{name: c, image: report}]}
+"#,
+        )
         .unwrap();
-    env.cluster
-        .create(serde_json::json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "shop-7d9-x", "namespace": "default",
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "shop-7d9", "uid": "u-shop", "controller": true}]},
-            "spec": {"nodeName": "worker-1", "containers": [{"name": "c", "image": "shop"}]}}))
-        .unwrap();
+    wait_until(
+        "the owners' pods on worker-1",
+        Duration::from_secs(20),
+        || async {
+            let pods = env.pods_on("worker-1").await;
+            let has = |prefix: &str| {
+                pods.iter()
+                    .any(|p| p.metadata.name.as_deref().unwrap_or("").starts_with(prefix))
+            };
+            has("shop-") && has("report-")
+        },
+    )
+    .await;
     let report = plan_with(&env, &policy_file("no_downtime")).await;
     let row = |prefix: &str| {
         report
@@ -692,7 +718,7 @@ async fn the_plan_shows_surges_handshakes_and_waits() {
     assert!(
         shop.detail
             .as_deref()
-            .is_some_and(|d| d.contains("one more replica through ReplicaSet shop-7d9")),
+            .is_some_and(|d| d.contains("one more replica through ReplicaSet shop")),
         "{shop:?}"
     );
     let game = row("game");
@@ -705,7 +731,7 @@ async fn the_plan_shows_surges_handshakes_and_waits() {
                 && d.ends_with("then evict")),
         "{game:?}"
     );
-    let job = row("report-x");
+    let job = row("report-");
     assert_eq!(job.action, "wait");
     assert!(
         job.detail.as_deref() == Some("waits up to 1h for the pod to complete"),

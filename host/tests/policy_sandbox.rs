@@ -152,7 +152,7 @@ fn assert_invalid(policy: &Policy, reason: &str, expected: &str) {
 
 #[test]
 fn malformed_plans_are_invalid_decisions_never_actions() {
-    // An 8 MiB reason, 200,000 decisions: not even copied out of the
+    // An 8 MiB reason, 100,000 decisions: not even copied out of the
     // sandbox.
     let engine_ = engine();
     for reason in ["huge-reason", "huge-list"] {

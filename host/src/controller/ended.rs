@@ -80,7 +80,7 @@ pub fn within(history: &[Ended], window_ms: u64, now_ms: u64) -> Vec<EndedMainte
         .iter()
         .filter(|e| e.ended_ms.saturating_add(window_ms) >= now_ms)
         .collect();
-    recent.sort_by(|a, b| b.ended_ms.cmp(&a.ended_ms));
+    recent.sort_by_key(|e| std::cmp::Reverse(e.ended_ms));
     recent.into_iter().map(Ended::wit).collect()
 }
 

@@ -116,11 +116,11 @@ pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notic
             tracing::info!(logger = "drain", pod = %t.key(), "the application is ready to go");
             return true;
         }
-        if let (Some(extension), Some(beat)) = (n.heartbeat, seen.get(HEARTBEAT)) {
-            if let Some(beat_ms) = parse_ms(beat) {
-                let extended = beat_ms.saturating_add(extension.as_millis() as u64);
-                deadline_ms = deadline_ms.max(extended).min(latest_ms);
-            }
+        if let (Some(extension), Some(beat_ms)) =
+            (n.heartbeat, seen.get(HEARTBEAT).and_then(|b| parse_ms(b)))
+        {
+            let extended = beat_ms.saturating_add(extension.as_millis() as u64);
+            deadline_ms = deadline_ms.max(extended).min(latest_ms);
         }
         if written_deadline.is_some_and(|w| deadline_ms > w.saturating_add(1_000)) {
             let patch = json!({"metadata": {"annotations": {DEADLINE: rfc3339(deadline_ms)}}});

@@ -64,10 +64,12 @@ impl Policy for Hostile {
                 }
             }
             "huge-list" => {
-                // 200,000 small decisions: about 6 MiB to copy out, over
-                // the host's 4 MiB, so never lifted into host memory.
+                // 100,000 small decisions: about 6 MiB to copy out (a
+                // contract 0.3 decision is 64 bytes in the canonical ABI),
+                // over the host's 4 MiB, so never lifted into host memory;
+                // well inside the policy's own 32 MiB.
                 let first = plan.decisions[0].clone();
-                plan.decisions = vec![first; 200_000];
+                plan.decisions = vec![first; 100_000];
             }
             "unknown-pod" => plan.decisions.push(PodDecision {
                 pod: pods.len() as u32 + 7,
