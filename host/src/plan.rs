@@ -623,23 +623,7 @@ impl Report {
             "REASON / NOTE",
         ]
         .map(String::from);
-        let widths: Vec<usize> = (0..7)
-            .map(|i| {
-                rows.iter()
-                    .map(|r| r[i].chars().count())
-                    .chain([header[i].len()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        for row in std::iter::once(&header).chain(rows.iter()) {
-            let line: Vec<String> = row
-                .iter()
-                .zip(&widths)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect();
-            let _ = writeln!(out, "{}", line.join("  ").trim_end());
-        }
+        write_table(&mut out, &header, &rows);
         out
     }
 }

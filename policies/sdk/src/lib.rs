@@ -463,6 +463,23 @@ impl Pod {
         self.source.drain_history()
     }
 
+    /// Whether the pod's namespace is one of `list` (comma-separated, as
+    /// a setting gives it).
+    pub fn in_namespaces(&self, list: &str) -> bool {
+        list.split(',')
+            .map(str::trim)
+            .any(|ns| ns == self.namespace())
+    }
+
+    /// Whether the pod carries the label `selector` names: `key=value`, or
+    /// just `key` (any value).
+    pub fn has_label(&self, selector: &str) -> bool {
+        match selector.split_once('=') {
+            Some((k, v)) => self.label(k.trim()).as_deref() == Some(v.trim()),
+            None => self.label(selector.trim()).is_some(),
+        }
+    }
+
     /// `namespace/name`, for messages.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace(), self.name())

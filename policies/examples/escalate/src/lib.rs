@@ -32,18 +32,10 @@ pub const PARKED_RECHECK_MS: u64 = 30 * 60 * 1000;
 struct Escalate;
 
 fn selected(pod: &Pod, settings: &Settings) -> bool {
-    let by_namespace = settings.get(NAMESPACES).is_some_and(|list| {
-        list.split(',')
-            .map(str::trim)
-            .any(|ns| ns == pod.namespace())
-    });
-    let by_label = settings
-        .get(LABEL)
-        .is_some_and(|sel| match sel.split_once('=') {
-            Some((k, v)) => pod.label(k.trim()).as_deref() == Some(v.trim()),
-            None => pod.label(sel.trim()).is_some(),
-        });
-    by_namespace || by_label
+    settings
+        .get(NAMESPACES)
+        .is_some_and(|list| pod.in_namespaces(list))
+        || settings.get(LABEL).is_some_and(|sel| pod.has_label(sel))
 }
 
 fn setting_ms(settings: &Settings, key: &str, default: u64) -> u64 {

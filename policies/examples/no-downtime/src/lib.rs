@@ -37,18 +37,10 @@ fn surges(pod: &Pod, settings: &Settings) -> bool {
     if pod.controller_kind() != Some("ReplicaSet") {
         return false;
     }
-    let in_namespace = settings.get(NAMESPACES).is_none_or(|list| {
-        list.split(',')
-            .map(str::trim)
-            .any(|ns| ns == pod.namespace())
-    });
-    let selected = settings
-        .get(SELECTOR)
-        .is_none_or(|sel| match sel.split_once('=') {
-            Some((k, v)) => pod.label(k.trim()).as_deref() == Some(v.trim()),
-            None => pod.label(sel.trim()).is_some(),
-        });
-    in_namespace && selected
+    settings
+        .get(NAMESPACES)
+        .is_none_or(|list| pod.in_namespaces(list))
+        && settings.get(SELECTOR).is_none_or(|sel| pod.has_label(sel))
 }
 
 fn action(pod: &Pod, settings: &Settings) -> PodAction {
