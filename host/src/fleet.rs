@@ -45,7 +45,7 @@ pub struct Around {
     pub already_admitted: bool,
     /// The maintenances that ended (the policy sees those within its
     /// history window).
-    pub ended: Vec<crate::controller::ended::Ended>,
+    pub ended: Vec<crate::policy::types::EndedMaintenance>,
 }
 
 impl Around {
@@ -62,11 +62,10 @@ impl Around {
         };
         let policy = policy.clone();
         let mut fleet = self.fleet;
-        fleet.history = crate::controller::ended::for_policy(
-            &self.ended,
-            policy.settings().history_window(),
-            crate::controller::ledger::now_ms(),
-        );
+        let now_ms =
+            u64::try_from(k8s_openapi::jiff::Timestamp::now().as_millisecond()).unwrap_or(0);
+        fleet.history =
+            crate::policy::recent(self.ended, policy.settings().history_window(), now_ms);
         crate::policy::decide(crate::policy::Decision::Admit, move || {
             policy.admit(&record, position, &fleet)
         })
@@ -75,14 +74,14 @@ impl Around {
     }
 }
 
-/// Reads the fleet around the maintenance `nm` from the API server, with
-/// the node leases and history of `lease_namespace`.
+/// Reads the fleet around the maintenance `nm` from the API server (the
+/// node leases and the history are the controller's to add:
+/// `controller::leases::complete`).
 /// `admitted` says whether a maintenance was admitted.
 pub async fn around(
     client: &Client,
     nm: &NodeMaintenance,
     openshift: bool,
-    lease_namespace: &str,
     admitted: impl Fn(&NodeMaintenance) -> bool,
 ) -> Result<Around> {
     let nodes = nodes(client).await?;
@@ -92,19 +91,7 @@ pub async fn around(
         .map_err(Error::kube("listing the NodeMaintenances for admission"))?
         .items;
     let etcd = etcd(client, nm, openshift).await?;
-    let leases = crate::controller::leases::list(client, lease_namespace)
-        .await
-        .map_err(Error::kube("listing the node leases for admission"))?;
-    let ended = crate::controller::ended::read(client, lease_namespace)
-        .await
-        .map_err(Error::kube("reading the maintenance history for admission"))?;
-    let mut around = assemble(nodes.into(), &others, nm, etcd, admitted);
-    around.fleet.lease_holders = Arc::new(crate::controller::leases::holders_of(
-        &around.fleet.nodes,
-        |name| leases.get(name).cloned(),
-    ));
-    around.ended = ended;
-    Ok(around)
+    Ok(assemble(nodes.into(), &others, nm, etcd, admitted))
 }
 
 /// Every node, from the API server.

@@ -234,12 +234,12 @@ async fn admission(client: &Client, selected: &Selected, nm: &NodeMaintenance) -
         return Ok("admitted".into());
     }
     let openshift = crate::fleet::is_openshift(client).await;
-    let around = crate::fleet::around(
+    let mut around =
+        crate::fleet::around(client, nm, openshift, crate::controller::is_admitted).await?;
+    crate::controller::leases::complete(
         client,
-        nm,
-        openshift,
         crate::controller::lease::DEFAULT_NAMESPACE,
-        crate::controller::is_admitted,
+        &mut around,
     )
     .await?;
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());

@@ -224,15 +224,21 @@ impl Validator {
         if selected.is_none() && !(self.openshift && is_control_plane(node)) {
             return Ok(None);
         }
-        let around = crate::fleet::around(
-            &self.client,
-            nm,
-            self.openshift,
-            &self.lease_namespace,
-            crate::controller::is_admitted,
-        )
-        .await
-        .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
+        let read = async {
+            let mut around = crate::fleet::around(
+                &self.client,
+                nm,
+                self.openshift,
+                crate::controller::is_admitted,
+            )
+            .await?;
+            crate::controller::leases::complete(&self.client, &self.lease_namespace, &mut around)
+                .await?;
+            Ok::<_, crate::error::Error>(around)
+        };
+        let around = read
+            .await
+            .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
         let Some(selected) = selected else {
             let allowed = around
                 .fleet

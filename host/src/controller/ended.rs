@@ -73,15 +73,10 @@ pub fn entry(nm: &crate::crd::NodeMaintenance, outcome: &str) -> Option<Ended> {
     })
 }
 
-/// The entries of `history` within `window_ms` of `now_ms`, newest first,
-/// as the contract has them.
-pub fn within(history: &[Ended], window_ms: u64, now_ms: u64) -> Vec<EndedMaintenance> {
-    let mut recent: Vec<&Ended> = history
-        .iter()
-        .filter(|e| e.ended_ms.saturating_add(window_ms) >= now_ms)
-        .collect();
-    recent.sort_by_key(|e| std::cmp::Reverse(e.ended_ms));
-    recent.into_iter().map(Ended::wit).collect()
+/// Every entry, as the contract has them (the policy's window is applied
+/// where it is asked: `fleet::Around::ask`).
+pub fn wit(history: &[Ended]) -> Vec<EndedMaintenance> {
+    history.iter().map(Ended::wit).collect()
 }
 
 /// The log, in memory once read.
@@ -180,13 +175,4 @@ async fn write(client: &Client, namespace: &str, entries: &[Ended]) -> kube::Res
         }
     }
     Ok(())
-}
-
-/// The history a policy with `window` sees at `now_ms`.
-pub fn for_policy(
-    history: &[Ended],
-    window: std::time::Duration,
-    now_ms: u64,
-) -> Vec<EndedMaintenance> {
-    within(history, window.as_millis() as u64, now_ms)
 }

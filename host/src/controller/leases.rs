@@ -86,19 +86,31 @@ pub(crate) fn holders_of(
         .collect()
 }
 
-/// The leases of `namespace` as listed (for the webhook and `nmo plan`,
-/// which run no watch).
-pub(crate) async fn list(
+/// Adds to a fleet read from the API server (`fleet::around`, for the
+/// webhook and `nmo plan`, which run no watch) the leases and the history
+/// of `namespace`, as listed.
+pub async fn complete(
     client: &Client,
     namespace: &str,
-) -> kube::Result<BTreeMap<String, LeaseRecord>> {
+    around: &mut crate::fleet::Around,
+) -> crate::error::Result<()> {
+    use crate::error::Error;
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<Lease>(&()));
-    Ok(api
+    let leases: BTreeMap<String, LeaseRecord> = api
         .list(&Default::default())
-        .await?
+        .await
+        .map_err(Error::kube("listing the node leases for admission"))?
         .items
         .into_iter()
         .map(|o| (o.name_any(), LeaseRecord::from_dynamic(o)))
-        .collect())
+        .collect();
+    around.fleet.lease_holders = std::sync::Arc::new(holders_of(&around.fleet.nodes, |name| {
+        leases.get(name).cloned()
+    }));
+    let ended = super::ended::read(client, namespace)
+        .await
+        .map_err(Error::kube("reading the maintenance history for admission"))?;
+    around.ended = super::ended::wit(&ended);
+    Ok(())
 }

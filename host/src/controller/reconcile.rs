@@ -219,7 +219,7 @@ impl Pass {
                 self.ctx.admitted(o)
             });
         around.fleet.lease_holders = Arc::new(self.ctx.lease_watch.holders(&around.fleet.nodes));
-        around.ended = history;
+        around.ended = super::ended::wit(&history);
         if around.already_admitted {
             return Ok(None);
         }

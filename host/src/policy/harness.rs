@@ -630,22 +630,26 @@ impl ScenarioFleet {
             .iter()
             .position(|n| n.metadata.name.as_deref() == Some(node_name))
             .unwrap_or(0);
-        let history: Vec<crate::controller::ended::Ended> = self
+        let history: Vec<super::types::EndedMaintenance> = self
             .history
             .iter()
-            .map(|e| crate::controller::ended::Ended {
+            .map(|e| super::types::EndedMaintenance {
                 name: e.name.clone().unwrap_or_else(|| format!("nm-{}", e.node)),
-                node: e.node.clone(),
+                node_name: e.node.clone(),
                 started_ms: ago(&Some(e.started.clone())),
                 ended_ms: ago(&Some(e.ended.clone())),
-                outcome: e.outcome.clone(),
+                outcome: match e.outcome.as_str() {
+                    "Succeeded" => super::types::Outcome::Succeeded,
+                    "Failed" => super::types::Outcome::Failed,
+                    _ => super::types::Outcome::Cancelled,
+                },
             })
             .collect();
         let fleet = Fleet {
             nodes: self.nodes.clone().into(),
             maintenances,
             etcd: self.etcd,
-            history: crate::controller::ended::for_policy(&history, window, now_ms),
+            history: super::recent(history, window, now_ms),
             lease_holders: std::sync::Arc::new(self.leases.clone().into_iter().collect()),
         };
         (fleet, position)

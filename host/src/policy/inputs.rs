@@ -93,6 +93,19 @@ impl Settings {
     }
 }
 
+/// The part of `history` a policy with `window` sees at `now_ms`: what
+/// ended within it, newest first.
+pub fn recent(
+    mut history: Vec<types::EndedMaintenance>,
+    window: std::time::Duration,
+    now_ms: u64,
+) -> Vec<types::EndedMaintenance> {
+    let window_ms = u64::try_from(window.as_millis()).unwrap_or(u64::MAX);
+    history.retain(|e| e.ended_ms.saturating_add(window_ms) >= now_ms);
+    history.sort_by_key(|e| std::cmp::Reverse(e.ended_ms));
+    history
+}
+
 /// The setting that sets a policy's history window.
 pub const HISTORY_WINDOW_SETTING: &str = "history-window";
 /// The history window when a policy names none.

@@ -68,7 +68,7 @@ pub use decision::{Decision, decide};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
 pub use error::{Error, Result};
 pub use inputs::{
-    Fleet, HISTORY_WINDOW, HISTORY_WINDOW_SETTING, History, MAX_HISTORY_WINDOW, Settings,
+    Fleet, HISTORY_WINDOW, HISTORY_WINDOW_SETTING, History, MAX_HISTORY_WINDOW, Settings, recent,
 };
 pub use metrics::PolicyMetrics;
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
