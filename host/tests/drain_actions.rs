@@ -86,14 +86,33 @@ async fn escalation_deletes_where_the_policy_allows_on_the_real_control_plane() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undrainable_node_is_parked_on_nmo_sim() {
     let (_dir, env) = sim(2).await;
-    scenario::an_undrainable_node_is_parked(&env).await;
+    let ctx = env.ctx.clone().expect("the controller's context");
+    let registry = env.metrics.registry.clone();
+    let parked = move || {
+        // As at a scrape: the gauges from the controller's cache.
+        ctx.refresh_gauges();
+        let families = registry.gather();
+        let family = families
+            .iter()
+            .find(|f| f.name() == "nmo_node_maintenances")?;
+        family
+            .get_metric()
+            .iter()
+            .find(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == "phase" && l.value() == "Parked")
+            })
+            .map(|m| m.get_gauge().get_value())
+    };
+    scenario::an_undrainable_node_is_parked(&env, parked).await;
     env.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undrainable_node_is_parked_on_the_real_control_plane() {
     let (_dir, env) = real(2).await;
-    scenario::an_undrainable_node_is_parked(&env).await;
+    scenario::an_undrainable_node_is_parked(&env, || None).await;
     env.stop();
 }
 

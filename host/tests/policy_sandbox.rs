@@ -938,3 +938,24 @@ fn a_policy_printing_short_lines_is_bounded_in_records() {
         );
     });
 }
+
+/// A surge of a pod whose owner cannot bring up a replacement (a
+/// StatefulSet's, a bare pod) is an invalid decision naming the pod.
+#[test]
+fn surging_a_pod_no_replicaset_controls_is_refused() {
+    let engine = engine();
+    let policy = hostile(&engine);
+    for kind in [PodKind::StatefulSet, PodKind::Bare] {
+        let pods = vec![fixtures::pod(kind, "shop", "db", 0, "worker-1")];
+        let name = pods[0].metadata.name.clone().unwrap();
+        let err = policy
+            .plan_drain(&maintenance("surge-everything"), &node(), &pods)
+            .expect_err("no surge without a ReplicaSet");
+        assert_eq!(err.category(), "invalid_decision", "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("pod shop/{name} cannot surge")),
+            "{msg}"
+        );
+    }
+}

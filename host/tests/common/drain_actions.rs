@@ -375,9 +375,14 @@ pub async fn escalation_deletes_where_the_policy_allows(env: &impl ClusterOps) {
     );
 }
 
-/// An undrainable node is parked: cordoned, status and event say why, no
-/// failure; deleting the maintenance restores the node.
-pub async fn an_undrainable_node_is_parked(env: &impl ClusterOps) {
+/// An undrainable node is parked: cordoned, status, event and metric say
+/// why, no failure; deleting the maintenance restores the node. `parked`
+/// reads the operator's `nmo_node_maintenances{phase="Parked"}` where the
+/// test can (the operator in its process), `None` elsewhere.
+pub async fn an_undrainable_node_is_parked(
+    env: &impl ClusterOps,
+    parked_gauge: impl Fn() -> Option<f64>,
+) {
     env.apply(&single_replica("held", "default")).await;
     let (_, node) = ready_pod_node(env, "default", "held").await;
     env.create_nm_with_policy("nm-park", &node, Some("escalate-park"))
@@ -391,6 +396,9 @@ pub async fn an_undrainable_node_is_parked(env: &impl ClusterOps) {
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
     let n: Node = env.node(&node).await;
     assert_eq!(n.spec.and_then(|s| s.unschedulable), Some(true));
+    if let Some(count) = parked_gauge() {
+        assert_eq!(count, 1.0, "nmo_node_maintenances{{phase=\"Parked\"}}");
+    }
     wait_until(
         "a ParkedMaintenance event",
         Duration::from_secs(30),

@@ -63,6 +63,11 @@ impl Policy for Hostile {
                     d.action = PodAction::skip("x".repeat(8 << 20));
                 }
             }
+            "surge-everything" => {
+                for d in plan.decisions.iter_mut() {
+                    d.action = PodAction::surge();
+                }
+            }
             "huge-list" => {
                 // 100,000 small decisions: about 6 MiB to copy out (a
                 // contract 0.3 decision is 64 bytes in the canonical ABI),
