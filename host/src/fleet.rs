@@ -149,6 +149,7 @@ pub fn assemble<'a>(
             maintenances,
             history: Vec::new(),
             lease_holders: Default::default(),
+            tool_claims: Default::default(),
             etcd,
         },
         node: position,

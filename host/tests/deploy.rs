@@ -429,6 +429,8 @@ async fn operator_cluster(authorization: bool) -> SimCluster {
         c.add_node(n).unwrap();
     }
     c.apply_yaml(common::WORKLOAD).unwrap();
+    // The other tools' APIs the operator watches for admission.
+    c.apply_yaml(common::TOOL_CRDS).unwrap();
     // Shipped by deploy/leases (applied with the rendered objects when
     // authorization is on): the operator never creates it.
     if !authorization {

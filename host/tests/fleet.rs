@@ -672,3 +672,100 @@ async fn soaking(env: &Env, name: &str) {
     );
     assert_eq!(s.phase, None, "nothing started");
 }
+
+/// Cluster API deleting a node's Machine, and NVIDIA's maintenance
+/// operator holding a NodeMaintenance of it, each hold one-per-zone back,
+/// named in the reason (read from their own objects, whose CRDs appear
+/// after the operator started); once they let go, the maintenance starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_per_zone_waits_while_cluster_api_or_nvidia_holds_a_node_of_the_zone() {
+    let env = fleet_env(policy("one-per-zone", &[])).await;
+    let ctx = env.ctx.clone().expect("the controller's context");
+    env.apply(TOOL_CRDS).await;
+    let tools = [
+        (
+            json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+                "metadata": {"name": "md-0-x7k2p", "namespace": "default", "finalizers": ["machine.cluster.x-k8s.io"]},
+                "spec": {"clusterName": "prod"}, "status": {"nodeRef": {"kind": "Node", "name": "worker-4"}}}),
+            "cluster-api default/md-0-x7k2p",
+            "is taken by Cluster API (Machine default/md-0-x7k2p being deleted)",
+        ),
+        (
+            json!({"apiVersion": "maintenance.nvidia.com/v1alpha1", "kind": "NodeMaintenance",
+                "metadata": {"name": "upgrade-worker-4", "namespace": "default"},
+                "spec": {"nodeName": "worker-4", "requestorID": "gpu-operator"}}),
+            "nvidia default/upgrade-worker-4",
+            "is taken by NVIDIA's maintenance operator (NodeMaintenance default/upgrade-worker-4)",
+        ),
+    ];
+    for (i, (object, claim, says)) in tools.into_iter().enumerate() {
+        let api_version = object["apiVersion"].as_str().unwrap().to_owned();
+        let (group, version) = api_version.split_once('/').unwrap();
+        let kind = object["kind"].as_str().unwrap().to_owned();
+        let name = object["metadata"]["name"].as_str().unwrap().to_owned();
+        let resource = kube::api::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.clone(),
+            kind: kind.clone(),
+            plural: if kind == "Machine" {
+                "machines"
+            } else {
+                "nodemaintenances"
+            }
+            .into(),
+        };
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(env.client().clone(), "default", &resource);
+        // The CRD may take a moment to serve.
+        let object: kube::api::DynamicObject = serde_json::from_value(object).unwrap();
+        wait_until(
+            "the tool's object created",
+            Duration::from_secs(30),
+            || async { api.create(&Default::default(), &object).await.is_ok() },
+        )
+        .await;
+        // A Machine claims its node once Cluster API deletes it (its
+        // finalizer holds it meanwhile).
+        if kind == "Machine" {
+            api.delete(&name, &DeleteParams::default()).await.unwrap();
+        }
+        wait_until("the claim watched", Duration::from_secs(30), || async {
+            ctx.watched_tool_claims("worker-4")
+                .contains(&claim.to_owned())
+        })
+        .await;
+        let nm = format!("nm-tool-{i}");
+        env.create_nm(&nm, "worker-1").await;
+        let s = env
+            .wait_status(&nm, "waiting for the tool", |s| s.waiting.is_some())
+            .await;
+        let reason = s.waiting.unwrap().reason;
+        assert!(
+            reason.contains(&format!("worker-4 of zone zone-a {says}")),
+            "{reason}"
+        );
+        // The tool lets go.
+        if kind == "Machine" {
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+        } else {
+            api.delete(&name, &DeleteParams::default()).await.unwrap();
+        }
+        wait_succeeded(&env.nms(), &nm, Duration::from_secs(60)).await;
+        env.nms()
+            .delete(&nm, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_until("the maintenance gone", Duration::from_secs(30), || async {
+            env.nms().get_opt(&nm).await.unwrap().is_none()
+        })
+        .await;
+    }
+    env.stop().await;
+}

@@ -64,6 +64,9 @@ pub struct Settings {
     /// How often nodes marked by this operator with no NodeMaintenance
     /// left are looked for and restored (see `orphans.rs`).
     pub orphan_sweep: Duration,
+    /// How often another tool's API that is not served (Cluster API's
+    /// Machines, NVIDIA's NodeMaintenances) is looked for again.
+    pub tool_api_recheck: Duration,
 }
 
 impl Default for Settings {
@@ -84,6 +87,7 @@ impl Default for Settings {
             admission_recheck_min: Duration::from_secs(2),
             waiting_update_interval: Duration::from_secs(30),
             orphan_sweep: Duration::from_secs(60),
+            tool_api_recheck: super::claims::LOOK_AGAIN,
         }
     }
 }
@@ -127,6 +131,8 @@ pub struct Context {
     pub(super) nodes: Arc<super::nodes::Nodes>,
     /// The medik8s node leases, watched: who else holds a node.
     pub(super) lease_watch: Arc<super::leases::Leases>,
+    /// Other tools' objects claiming nodes, watched.
+    pub(super) tool_claims: Arc<super::claims::ToolClaims>,
     /// The maintenances that ended (the fleet's history).
     pub(super) ended: super::ended::EndedLog,
 }
@@ -156,6 +162,7 @@ impl Context {
             budgets: Arc::default(),
             nodes: Arc::default(),
             lease_watch: Arc::default(),
+            tool_claims: Arc::default(),
             ended: Default::default(),
         })
     }
@@ -197,6 +204,12 @@ impl Context {
             .holders(std::slice::from_ref(&node))
             .into_values()
             .next()
+    }
+
+    /// Other tools' claims of `node`, as the controller's watches have
+    /// them.
+    pub fn watched_tool_claims(&self, node: &str) -> Vec<String> {
+        self.tool_claims.by_node().remove(node).unwrap_or_default()
     }
 
     /// Every NodeMaintenance in the controller's cache.

@@ -88,7 +88,7 @@ pub(crate) fn holders_of(
 
 /// Adds to a fleet read from the API server (`fleet::around`, for the
 /// webhook and `nmo plan`, which run no watch) the leases and the history
-/// of `namespace`, as listed.
+/// of `namespace`, and other tools' claims, as listed.
 pub async fn complete(
     client: &Client,
     namespace: &str,
@@ -112,5 +112,10 @@ pub async fn complete(
         .await
         .map_err(Error::kube("reading the maintenance history for admission"))?;
     around.ended = super::ended::wit(&ended);
+    around.fleet.tool_claims = std::sync::Arc::new(
+        super::claims::list(client)
+            .await
+            .map_err(Error::kube("listing other tools' claims for admission"))?,
+    );
     Ok(())
 }

@@ -8,6 +8,7 @@
 //! `status.rs`.
 
 pub mod budgets;
+pub mod claims;
 mod context;
 pub mod drain;
 pub mod ended;

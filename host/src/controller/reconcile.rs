@@ -219,6 +219,7 @@ impl Pass {
                 self.ctx.admitted(o)
             });
         around.fleet.lease_holders = Arc::new(self.ctx.lease_watch.holders(&around.fleet.nodes));
+        around.fleet.tool_claims = Arc::new(self.ctx.tool_claims.by_node());
         around.ended = super::ended::wit(&history);
         if around.already_admitted {
             return Ok(None);

@@ -87,6 +87,13 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
             leases.watch(client, namespace).await
         }))
     };
+    let _claims = {
+        let (claims, client) = (ctx.tool_claims.clone(), ctx.client.clone());
+        let again = ctx.settings.tool_api_recheck;
+        AbortOnDrop(tokio::spawn(
+            async move { claims.watch(client, again).await },
+        ))
+    };
     let _nodes = {
         let (nodes, client) = (ctx.nodes.clone(), ctx.client.clone());
         AbortOnDrop(tokio::spawn(async move { nodes.watch(client).await }))

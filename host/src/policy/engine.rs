@@ -616,6 +616,7 @@ impl Policy {
     ) -> Result<Admission> {
         let mut inputs = Inputs::new(Arc::from([]), fleet.nodes.clone(), self.settings.clone());
         inputs.lease_holders = fleet.lease_holders.clone();
+        inputs.tool_claims = fleet.tool_claims.clone();
         self.decide(
             Decision::Admit,
             inputs,

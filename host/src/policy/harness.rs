@@ -40,6 +40,7 @@
 //!   history:              # maintenances that ended (seen within the policy's history-window)
 //!     - {node: node-4, started: 50m, ended: 40m, outcome: Succeeded}   # name: optional
 //!   leases: {node-5: node-healthcheck}   # who else holds a node's medik8s lease
+//!   claims: {node-6: ["cluster-api default/md-0-abc"]}   # other tools' objects
 //! settings: {timeout: 30m}  # optional: the policy's settings (policies.yaml's)
 //! expect:
 //!   decisions:            # by namespace/name (or name, for namespace default)
@@ -102,6 +103,7 @@ struct ScenarioFleet {
     etcd: Option<EtcdGuard>,
     history: Vec<RawEnded>,
     leases: BTreeMap<String, String>,
+    claims: BTreeMap<String, Vec<String>>,
 }
 
 /// A maintenance that ended, its times relative to the decision's.
@@ -132,6 +134,10 @@ struct RawFleet {
     /// Who else holds a node's medik8s lease, by node name.
     #[serde(default)]
     leases: BTreeMap<String, String>,
+    /// Other tools' claims of a node (`cluster-api ns/machine`, `nvidia
+    /// ns/name`), by node name.
+    #[serde(default)]
+    claims: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -586,6 +592,7 @@ fn scenario_fleet(f: RawFleet, node: &core::Node) -> std::result::Result<Scenari
         nodes,
         history: f.history,
         leases: f.leases,
+        claims: f.claims,
         maintenances: f.maintenances,
         etcd: f.openshift_etcd.map(|e| EtcdGuard {
             budgets: e.budgets,
@@ -651,6 +658,7 @@ impl ScenarioFleet {
             etcd: self.etcd,
             history: super::recent(history, window, now_ms),
             lease_holders: std::sync::Arc::new(self.leases.clone().into_iter().collect()),
+            tool_claims: std::sync::Arc::new(self.claims.clone().into_iter().collect()),
         };
         (fleet, position)
     }

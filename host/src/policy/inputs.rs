@@ -31,6 +31,8 @@ pub(crate) struct Inputs {
     pub history: History,
     /// Who else holds each node's medik8s lease, by node name.
     pub lease_holders: Arc<std::collections::HashMap<String, String>>,
+    /// Other tools' claims of each node, by node name.
+    pub tool_claims: Arc<std::collections::HashMap<String, Vec<String>>>,
     empty_pod: k8s::Pod,
     empty_node: k8s::Node,
 }
@@ -164,6 +166,9 @@ pub struct Fleet {
     pub history: Vec<types::EndedMaintenance>,
     /// Who else holds each node's medik8s lease, by node name.
     pub lease_holders: Arc<std::collections::HashMap<String, String>>,
+    /// Other tools' claims of each node (Cluster API, NVIDIA), by node
+    /// name.
+    pub tool_claims: Arc<std::collections::HashMap<String, Vec<String>>>,
 }
 
 fn key_value(k: &str, v: &str) -> KeyValue {
@@ -344,6 +349,17 @@ impl types::HostNode for HostState {
     fn lease_holder(&mut self, node: Resource<types::Node>) -> Option<String> {
         let name = self.node(&node).metadata.name.as_deref()?;
         self.inputs.lease_holders.get(name).cloned()
+    }
+
+    fn tool_claims(&mut self, node: Resource<types::Node>) -> Vec<String> {
+        let Some(name) = self.node(&node).metadata.name.as_deref() else {
+            return Vec::new();
+        };
+        self.inputs
+            .tool_claims
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
     }
 
     fn drop(&mut self, _node: Resource<types::Node>) -> wasmtime::Result<()> {

@@ -132,6 +132,7 @@ pub fn test_settings() -> Settings {
         error_retry: Duration::from_millis(500),
         admission_recheck_min: Duration::from_millis(200),
         waiting_update_interval: Duration::from_secs(1),
+        tool_api_recheck: Duration::from_millis(300),
         ..Settings::default()
     }
 }
@@ -359,6 +360,29 @@ spec:
   nodeName: worker-1
   containers: [{name: c, image: busybox}]
   volumes: [{name: tmp, emptyDir: {}}]
+"#;
+
+/// The CRDs of the other tools whose objects claim nodes: Cluster API's
+/// Machines and NVIDIA's maintenance-operator NodeMaintenances (their
+/// schemas left open: only the fields the operator reads matter here).
+pub const TOOL_CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: machines.cluster.x-k8s.io}
+spec:
+  group: cluster.x-k8s.io
+  names: {kind: Machine, plural: machines, singular: machine, listKind: MachineList}
+  scope: Namespaced
+  versions: [{name: v1beta1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}]
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: nodemaintenances.maintenance.nvidia.com}
+spec:
+  group: maintenance.nvidia.com
+  names: {kind: NodeMaintenance, plural: nodemaintenances, singular: nodemaintenance, listKind: NodeMaintenanceList}
+  scope: Namespaced
+  versions: [{name: v1alpha1, served: true, storage: true, schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}}]
 "#;
 
 /// What a test does through the API, on either cluster (the simulated one

@@ -562,6 +562,12 @@ impl Node {
         self.source.lease_holder()
     }
 
+    /// Other tools' records that they are taking the node down
+    /// (`cluster-api <ns>/<machine>`, `nvidia <ns>/<name>`).
+    pub fn tool_claims(&self) -> Vec<String> {
+        self.source.tool_claims()
+    }
+
     /// A control-plane node (the `node-role.kubernetes.io/master` or
     /// `node-role.kubernetes.io/control-plane` label, any value).
     pub fn is_control_plane(&self) -> bool {
@@ -595,6 +601,11 @@ pub enum Claim {
     /// (`medik8s-leases/node-<name>`): a Node Health Check remediator, or
     /// another medik8s operator (its holder identity).
     Lease(String),
+    /// Cluster API is deleting the node's Machine (`namespace/name`).
+    ClusterApi(String),
+    /// NVIDIA's maintenance operator has a NodeMaintenance of the node
+    /// (`namespace/name`).
+    Nvidia(String),
     /// Another tool's `NoSchedule` or `NoExecute` taint: its key.
     Taint(String),
     /// Cordoned (`spec.unschedulable`), by someone unknown: a person, or a
@@ -618,6 +629,13 @@ impl std::fmt::Display for Claim {
             Claim::Lease(holder) => {
                 write!(f, "taken by {holder} (its medik8s lease in medik8s-leases)")
             }
+            Claim::ClusterApi(machine) => {
+                write!(f, "taken by Cluster API (Machine {machine} being deleted)")
+            }
+            Claim::Nvidia(name) => write!(
+                f,
+                "taken by NVIDIA's maintenance operator (NodeMaintenance {name})"
+            ),
             Claim::Taint(key) => write!(f, "unschedulable, reason unknown (taint {key})"),
             Claim::Cordoned => f.write_str("unschedulable, reason unknown (cordoned)"),
         }
@@ -670,6 +688,13 @@ impl Node {
         }
         if let Some(holder) = self.lease_holder() {
             return Some(Claim::Lease(holder));
+        }
+        for claim in self.tool_claims() {
+            match claim.split_once(' ') {
+                Some(("cluster-api", machine)) => return Some(Claim::ClusterApi(machine.into())),
+                Some(("nvidia", name)) => return Some(Claim::Nvidia(name.into())),
+                _ => {}
+            }
         }
         if let Some(t) = taints.iter().find(|t| {
             matches!(t.effect, TaintEffect::NoSchedule | TaintEffect::NoExecute)
@@ -1083,6 +1108,7 @@ pub mod testing {
         pub unschedulable: bool,
         pub ready: bool,
         pub lease_holder: Option<String>,
+        pub tool_claims: Vec<String>,
     }
 
     impl NodeRecord {
@@ -1112,6 +1138,9 @@ pub mod testing {
         }
         pub fn lease_holder(&self) -> Option<String> {
             self.lease_holder.clone()
+        }
+        pub fn tool_claims(&self) -> Vec<String> {
+            self.tool_claims.clone()
         }
     }
 
@@ -1347,6 +1376,11 @@ pub mod testing {
         pub fn leased_by(self, holder: &str) -> Self {
             self.edit(|n| n.lease_holder = Some(holder.into()))
         }
+
+        /// Claimed by another tool's object (`cluster-api ns/machine`).
+        pub fn claimed_by(self, claim: &str) -> Self {
+            self.edit(|n| n.tool_claims.push(claim.into()))
+        }
     }
 
     impl Maintenance {
@@ -1432,6 +1466,14 @@ mod claim_tests {
             (
                 n().leased_by("node-healthcheck"),
                 Some(Claim::Lease("node-healthcheck".into())),
+            ),
+            (
+                n().claimed_by("cluster-api default/md-0-x7k2p"),
+                Some(Claim::ClusterApi("default/md-0-x7k2p".into())),
+            ),
+            (
+                n().claimed_by("nvidia default/upgrade-node-3"),
+                Some(Claim::Nvidia("default/upgrade-node-3".into())),
             ),
             (
                 n().with_taint("example.com/upgrade", TaintEffect::NoExecute),
