@@ -8,10 +8,11 @@
 //!
 //! Contract 0.3's actions have their own modules: `surge.rs`
 //! (make-before-break through the owning ReplicaSet or Deployment) and
-//! `handshake.rs` (ask the application first); `wait` is the watch
+//! `handshake.rs` (ask the application first), sharing `attempt.rs` (the
+//! attempt's state and targets) with this executor; `wait` is the watch
 //! counting a finished pod as gone.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,65 +25,15 @@ use kube::{Client, ResourceExt};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
-use super::budgets::{Budgets, Permit, Timings};
+use super::attempt::{Attempt, Removal, Target};
+pub use super::attempt::{ERROR_RETRY, Note, Notes, PDB_MIN_RETRY, PDB_RETRY, Retries};
+use super::budgets::{Budgets, Permit};
 use super::ledger::Ledger;
 use super::metrics::{ControllerMetrics, PodOutcome};
 use crate::crd::PodReference;
 use crate::error::{Error, Result};
 use crate::policy::{Action, Plan, Removal as HowRemoved};
 
-/// Something the drain did that the maintenance's events tell.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Note {
-    /// A pod removed by force (deleted, or with grace period 0), by the
-    /// policy's rule.
-    Forced {
-        pod: PodReference,
-        how: String,
-        rule: String,
-    },
-    /// A surge's replacement is Ready; the owner now removes the pod.
-    Surged { pod: PodReference, owner: String },
-    /// A surge could not be made; the pod is evicted instead.
-    SurgeFellBack { pod: PodReference, why: String },
-    /// The application was asked to leave, by this deadline (RFC 3339).
-    Notified { pod: PodReference, deadline: String },
-}
-
-/// Where the drain's notes go.
-pub type Notes = tokio::sync::mpsc::UnboundedSender<Note>;
-
-/// The longest wait after a PodDisruptionBudget refusal before evicting
-/// again (kubectl drain's fixed wait; here the fallback when the budget's
-/// watch shows no change).
-pub const PDB_RETRY: Duration = Duration::from_secs(5);
-/// The shortest wait after a refusal before evicting again, however soon
-/// the budget changes.
-pub const PDB_MIN_RETRY: Duration = Duration::from_millis(250);
-
-/// How long the drain waits before trying a pod again.
-#[derive(Debug, Clone)]
-pub struct Retries {
-    /// After an eviction a PodDisruptionBudget refused (a 429): at the
-    /// latest (the budget's watch may allow it sooner).
-    pub pdb: Duration,
-    /// After a refusal: at the soonest.
-    pub pdb_min: Duration,
-    /// After another API error, and before watching again.
-    pub api_error: Duration,
-}
-
-impl Default for Retries {
-    fn default() -> Self {
-        Retries {
-            pdb: PDB_RETRY,
-            pdb_min: PDB_MIN_RETRY,
-            api_error: ERROR_RETRY,
-        }
-    }
-}
-/// Wait after any other failed eviction.
-pub const ERROR_RETRY: Duration = Duration::from_secs(1);
 /// How often at most the drain reports that fewer pods are left (the
 /// status is written at most every 250 ms anyway).
 const REPORT_EVERY: Duration = Duration::from_millis(100);
@@ -130,70 +81,6 @@ pub struct Progress {
     /// What the drain waits for: the last eviction refused (a
     /// PodDisruptionBudget's 429, an API error), if any.
     pub waiting: Option<String>,
-}
-
-impl Retries {
-    pub(super) fn budget_timings(&self) -> Timings {
-        Timings {
-            fallback: self.pdb,
-            min_interval: self.pdb_min.min(self.pdb),
-        }
-    }
-}
-
-/// A pod the plan acts on.
-#[derive(Clone)]
-pub(super) struct Target {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    /// Its controlling owner: (kind, name).
-    pub controller: Option<(String, String)>,
-    pub action: Action,
-}
-
-impl Target {
-    pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace, self.name)
-    }
-
-    pub fn reference(&self) -> PodReference {
-        PodReference {
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
-    }
-}
-
-/// Shared state of one attempt.
-pub(super) struct Attempt {
-    /// uids still on the node (for a `wait`: still running).
-    pub present: Mutex<HashSet<String>>,
-    /// uids the plan waits to complete: a finished phase counts as gone.
-    waits: HashSet<String>,
-    /// The annotations of the pods in a handshake, as last watched.
-    pub annotations: std::sync::Mutex<HashMap<String, BTreeMap<String, String>>>,
-    /// uids whose last eviction was refused by a PDB.
-    pdb_blocked: Mutex<HashSet<String>>,
-    last_error: Mutex<String>,
-    evicted: std::sync::atomic::AtomicUsize,
-    deleted: std::sync::atomic::AtomicUsize,
-    pub changed: tokio::sync::Notify,
-}
-
-impl Attempt {
-    /// Whether the pod `uid` is still there.
-    pub async fn has(&self, uid: &str) -> bool {
-        self.present.lock().await.contains(uid)
-    }
-
-    /// What the drain waits for now (shown in the status).
-    pub async fn waiting_for(&self, what: String) {
-        *self.last_error.lock().await = what;
-        self.changed.notify_waiters();
-    }
 }
 
 type PodEvents = BoxStream<'static, watcher::Result<watcher::Event<Pod>>>;
@@ -595,20 +482,6 @@ pub async fn execute(
         evicted: state.evicted.load(std::sync::atomic::Ordering::Relaxed),
         deleted: state.deleted.load(std::sync::atomic::Ordering::Relaxed),
     }
-}
-
-/// What removing one pod needs.
-#[derive(Clone, Copy)]
-pub(super) struct Removal<'a> {
-    pub client: &'a Client,
-    pub deadline: Instant,
-    pub retries: &'a Retries,
-    pub metrics: &'a ControllerMetrics,
-    pub budgets: &'a Budgets,
-    pub ledger: &'a Ledger,
-    pub notes: &'a Notes,
-    pub maintenance: &'a str,
-    pub node: &'a str,
 }
 
 /// Takes one pod off the node as its action says: a surge or a handshake

@@ -25,7 +25,7 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::drain::{Attempt, Note, Removal, Target};
+use super::attempt::{Attempt, Note, Removal, Target};
 use super::ledger::now_ms;
 use crate::policy::Notice;
 

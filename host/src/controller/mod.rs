@@ -7,6 +7,7 @@
 //! loop; a pass is `reconcile.rs`, how it ends `finish.rs`, and its writes
 //! `status.rs`.
 
+mod attempt;
 pub mod budgets;
 pub mod claims;
 mod context;

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use super::drain::{Attempt, Note, Removal, Target};
+use super::attempt::{Attempt, Note, Removal, Target};
 
 /// On an owner while one of its pods is surged: what to undo.
 pub const SURGE_ANNOTATION: &str = "nmo.medik8s.io/surge";
