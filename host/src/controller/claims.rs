@@ -18,9 +18,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use futures::StreamExt;
+use super::follow::Change;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
@@ -111,48 +110,35 @@ impl ToolClaims {
         while !served(&api).await {
             tokio::time::sleep(look_again).await;
         }
-        let mut events = watcher(
-            api,
-            watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
-        )
-        .default_backoff()
-        .boxed();
-        let mut listing = BTreeMap::new();
-        while let Some(event) = events.next().await {
-            let key = |o: &DynamicObject| {
-                (
-                    tool,
-                    format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()),
-                )
-            };
-            match event {
-                Ok(watcher::Event::Init) => listing.clear(),
-                Ok(watcher::Event::InitApply(o)) => {
+        let key = |o: &DynamicObject| {
+            (
+                tool,
+                format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any()),
+            )
+        };
+        super::follow::follow(api, tool.name(), |change| match change {
+            Change::Listed(all) => {
+                let mut map = self.map();
+                map.retain(|(t, _), _| *t != tool);
+                for o in all {
                     if let Some(node) = tool.node_of(&o) {
-                        listing.insert(key(&o), (node, tool.shown(&o)));
+                        map.insert(key(&o), (node, tool.shown(&o)));
                     }
-                }
-                Ok(watcher::Event::InitDone) => {
-                    let mut map = self.map();
-                    map.retain(|(t, _), _| *t != tool);
-                    map.append(&mut listing);
-                }
-                Ok(watcher::Event::Apply(o)) => match tool.node_of(&o) {
-                    Some(node) => {
-                        self.map().insert(key(&o), (node, tool.shown(&o)));
-                    }
-                    None => {
-                        self.map().remove(&key(&o));
-                    }
-                },
-                Ok(watcher::Event::Delete(o)) => {
-                    self.map().remove(&key(&o));
-                }
-                Err(e) => {
-                    tracing::debug!(logger = "controller", tool = tool.name(), error = %e, "a tool's watch failed; retrying");
                 }
             }
-        }
+            Change::Applied(o) => match tool.node_of(&o) {
+                Some(node) => {
+                    self.map().insert(key(&o), (node, tool.shown(&o)));
+                }
+                None => {
+                    self.map().remove(&key(&o));
+                }
+            },
+            Change::Deleted(o) => {
+                self.map().remove(&key(&o));
+            }
+        })
+        .await;
     }
 
     /// Every claimed node's claims.

@@ -7,12 +7,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use futures::StreamExt;
+use super::follow::Change;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
 use super::lease::{HOLDER, LeaseRecord, lease_name};
@@ -33,32 +32,22 @@ impl Leases {
     pub async fn watch(&self, client: Client, namespace: String) {
         let api: Api<DynamicObject> =
             Api::namespaced_with(client, &namespace, &ApiResource::erase::<Lease>(&()));
-        let mut events = watcher(
-            api,
-            watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
-        )
-        .default_backoff()
-        .boxed();
-        let mut listing = BTreeMap::new();
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(watcher::Event::Init) => listing.clear(),
-                Ok(watcher::Event::InitApply(o)) => {
-                    listing.insert(o.name_any(), LeaseRecord::from_dynamic(o));
-                }
-                Ok(watcher::Event::InitDone) => *self.map() = std::mem::take(&mut listing),
-                Ok(watcher::Event::Apply(o)) => {
-                    self.map()
-                        .insert(o.name_any(), LeaseRecord::from_dynamic(o));
-                }
-                Ok(watcher::Event::Delete(o)) => {
-                    self.map().remove(&o.name_any());
-                }
-                Err(e) => {
-                    tracing::debug!(logger = "controller", error = %e, "the leases' watch failed; retrying");
-                }
+        super::follow::follow(api, "leases", |change| match change {
+            Change::Listed(all) => {
+                *self.map() = all
+                    .into_iter()
+                    .map(|o| (o.name_any(), LeaseRecord::from_dynamic(o)))
+                    .collect();
             }
-        }
+            Change::Applied(o) => {
+                self.map()
+                    .insert(o.name_any(), LeaseRecord::from_dynamic(o));
+            }
+            Change::Deleted(o) => {
+                self.map().remove(&o.name_any());
+            }
+        })
+        .await;
     }
 
     /// Who else holds the lease of each of `nodes`, now.

@@ -15,6 +15,7 @@ pub mod drain;
 pub mod ended;
 pub mod events;
 mod finish;
+mod follow;
 mod handshake;
 pub mod leader;
 pub mod lease;

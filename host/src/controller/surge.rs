@@ -112,10 +112,10 @@ impl Owner {
             Value::Number(n) => n.as_i64().unwrap_or(1),
             Value::String(p) => {
                 let pct: i64 = p.trim_end_matches('%').parse().unwrap_or(25);
-                (replicas * pct + 99) / 100
+                replicas.saturating_mul(pct).saturating_add(99) / 100
             }
             // The API default: 25 %, rounded up.
-            _ => (replicas * 25 + 99) / 100,
+            _ => replicas.saturating_mul(25).saturating_add(99) / 100,
         };
         (surge < 1).then(|| format!("{} has maxSurge 0: it allows no extra pod", self.shown()))
     }
@@ -289,13 +289,15 @@ async fn look(how: Removal<'_>, t: &Target, rs: &str) -> kube::Result<Step> {
                 ready_elsewhere: ready_elsewhere(client, &t.namespace, &selector, how.node).await?,
                 maintenance: how.maintenance.to_owned(),
             };
-            owner.write(record.replicas + 1, Some(&record)).await?;
-            tracing::info!(logger = "drain", pod = %t.key(), owner = %owner.shown(), replicas = record.replicas + 1, "surge: one more replica");
+            owner
+                .write(record.replicas.saturating_add(1), Some(&record))
+                .await?;
+            tracing::info!(logger = "drain", pod = %t.key(), owner = %owner.shown(), replicas = record.replicas.saturating_add(1), "surge: one more replica");
             return Ok(Step::Waiting(format!(
                 "surging pod {}: {} raised to {} replicas",
                 t.key(),
                 owner.shown(),
-                record.replicas + 1
+                record.replicas.saturating_add(1)
             )));
         }
     };
@@ -307,7 +309,7 @@ async fn look(how: Removal<'_>, t: &Target, rs: &str) -> kube::Result<Step> {
             owner.shown()
         )));
     }
-    if owner.replicas() != record.replicas + 1 {
+    if owner.replicas() != record.replicas.saturating_add(1) {
         // Someone else set the replicas meanwhile: theirs stand.
         let why = format!(
             "the replicas of {} changed to {} during the surge (an autoscaler or GitOps tool?); \
@@ -373,7 +375,7 @@ async fn surge_alive(client: &Client, namespace: &str, r: &Record) -> kube::Resu
 /// Undoes the surge `r` on `owner`: its replicas back where they were if
 /// nobody changed them since, the annotation and label removed.
 async fn undo(owner: &Owner, r: &Record) -> kube::Result<()> {
-    let replicas = if owner.replicas() == r.replicas + 1 {
+    let replicas = if owner.replicas() == r.replicas.saturating_add(1) {
         r.replicas
     } else {
         owner.replicas()
