@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{create_nms, floor, wait_succeeded};
+use common::{cpu_ticks, create_nms, floor, proc_status_kib, start_binary, wait_succeeded};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -567,74 +567,6 @@ struct BinaryFigures {
     cpu_idle_percent: f64,
 }
 
-/// CPU time a process has used (user + system), in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces).
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    // utime and stime are fields 14 and 15 of the whole line.
-    field(11) + field(12)
-}
-
-/// `VmRSS` or `VmHWM` of a process, in KiB.
-fn proc_status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// Starts the real binary and waits for `/readyz`; returns it and the time.
-async fn start_binary(
-    kubeconfig: &std::path::Path,
-    cache: &std::path::Path,
-) -> (tokio::process::Child, Duration) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let t = Instant::now();
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-        .args([
-            "--metrics-bind-address=0",
-            "--webhook-bind-address=0",
-            "--zap-level=error",
-        ])
-        .arg(format!("--health-probe-bind-address=127.0.0.1:{port}"))
-        .arg("--policy-dir=/nonexistent")
-        .arg(format!("--policy-cache-dir={}", cache.display()))
-        .env("KUBECONFIG", kubeconfig)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    loop {
-        if let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let _ = s
-                .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                .await;
-            let mut buf = Vec::new();
-            let _ = s.read_to_end(&mut buf).await;
-            if buf.starts_with(b"HTTP/1.1 200") {
-                break;
-            }
-        }
-        assert!(t.elapsed() < Duration::from_secs(60), "nmo never ready");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    (child, t.elapsed())
-}
-
 async fn binary_figures(c: &SimCluster, nms: &Api<NodeMaintenance>) -> BinaryFigures {
     c.add_node("rss-node").unwrap();
     seed_pods(c, "rss-node", PODS);
@@ -642,9 +574,9 @@ async fn binary_figures(c: &SimCluster, nms: &Api<NodeMaintenance>) -> BinaryFig
     let kc = dir.path().join("kc");
     c.write_kubeconfig(&kc).unwrap();
     let cache = dir.path().join("cache");
-    let (mut cold, ready_cold) = start_binary(&kc, &cache).await;
+    let (mut cold, ready_cold) = start_binary(&kc, &cache, &[]).await;
     cold.kill().await.unwrap();
-    let (mut warm, ready_warm) = start_binary(&kc, &cache).await;
+    let (mut warm, ready_warm) = start_binary(&kc, &cache, &[]).await;
     let pid = warm.id().unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_idle_kib = proc_status_kib(pid, "VmRSS:");

@@ -4,8 +4,6 @@
 //! quorum guard. Read from the API server (not a cache), so two admissions
 //! made one after the other always see each other.
 
-use std::sync::Arc;
-
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
@@ -49,6 +47,44 @@ pub struct Around {
 }
 
 impl Around {
+    /// What `admit` would be asked, less the time of asking: the policy
+    /// and its settings, the maintenance as the API server has it, each
+    /// node as the policy sees it (not its heartbeats), the other
+    /// maintenances, the leases, the other tools' claims, the etcd guard
+    /// and the history the policy's window shows. Equal fingerprints ask
+    /// the same question, which a policy that gave no `recheck-after`
+    /// answers the same way (the contract: without it, ask again "only
+    /// when the fleet changes").
+    pub fn fingerprint(
+        &self,
+        policy: &crate::policy::Policy,
+        nm: &NodeMaintenance,
+        now_ms: u64,
+    ) -> u64 {
+        use std::hash::Hasher;
+        let mut h = std::hash::DefaultHasher::new();
+        let mut debug = |v: &dyn std::fmt::Debug| {
+            use std::fmt::Write;
+            let _ = write!(HashWriter(&mut h), "{v:?}");
+        };
+        debug(&policy.digest());
+        debug(policy.settings());
+        debug(&(nm.uid(), nm.resource_version(), self.node));
+        debug(&self.fleet.maintenances);
+        debug(&self.fleet.etcd);
+        debug(&sorted(&self.fleet.lease_holders));
+        debug(&sorted(&self.fleet.tool_claims));
+        debug(&crate::policy::recent(
+            self.ended.clone(),
+            policy.settings().history_window(),
+            now_ms,
+        ));
+        for n in self.fleet.nodes.iter() {
+            crate::policy::hash_as_seen(n, &mut h);
+        }
+        h.finish()
+    }
+
     /// Asks `policy`'s `admit` whether the maintenance `record` may start
     /// in this fleet (off the async threads, as every decision). `None`:
     /// its node does not exist, there is nothing to ask.
@@ -74,6 +110,25 @@ impl Around {
     }
 }
 
+/// Feeds what is written into a hasher (a fingerprint of a `Debug` form
+/// without building the string).
+struct HashWriter<'a>(&'a mut std::hash::DefaultHasher);
+
+impl std::fmt::Write for HashWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        std::hash::Hasher::write(self.0, s.as_bytes());
+        Ok(())
+    }
+}
+
+/// A map's entries in key order (a `HashMap`'s own order differs from
+/// one map to the next).
+fn sorted<V>(map: &std::collections::HashMap<String, V>) -> Vec<(&String, &V)> {
+    let mut entries: Vec<_> = map.iter().collect();
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    entries
+}
+
 /// Reads the fleet around the maintenance `nm` from the API server (the
 /// node leases and the history are the controller's to add:
 /// `controller::leases::complete`).
@@ -91,7 +146,13 @@ pub async fn around(
         .map_err(Error::kube("listing the NodeMaintenances for admission"))?
         .items;
     let etcd = etcd(client, nm, openshift).await?;
-    Ok(assemble(nodes.into(), &others, nm, etcd, admitted))
+    Ok(assemble(
+        crate::policy::fleet_nodes(nodes),
+        &others,
+        nm,
+        etcd,
+        admitted,
+    ))
 }
 
 /// Every node, from the API server.
@@ -118,7 +179,7 @@ pub async fn etcd(
 
 /// The fleet around `nm`, from the nodes and NodeMaintenances read.
 pub fn assemble<'a>(
-    nodes: Arc<[Node]>,
+    nodes: crate::policy::FleetNodes,
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
     nm: &NodeMaintenance,
     etcd: Option<EtcdGuard>,

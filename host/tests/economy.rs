@@ -220,3 +220,95 @@ async fn a_reason_that_changes_on_every_call_is_written_at_most_once_an_interval
 fn nmo_policy_calls(env: &Env) -> u64 {
     policy_calls(&env.metrics.policy, Decision::Admit)
 }
+
+/// Passes of the controller so far, whatever their result.
+fn passes(metrics: &nmo::controller::ControllerMetrics) -> u64 {
+    use nmo::controller::ReconcileResult::*;
+    [Success, Error, Requeue, RequeueAfter]
+        .into_iter()
+        .map(|r| metrics.reconciles(r))
+        .sum()
+}
+
+/// A waiting maintenance whose policy gave no `recheck-after` is asked
+/// again only when something the policy sees changes (the contract: "none:
+/// only when the fleet changes"). Before, each of its passes (every
+/// `admission_recheck`, 10 s by default) was a decision over every node
+/// and every maintenance: a thousand waiting maintenances kept more than
+/// half a core busy deciding the same answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_maintenance_is_asked_again_only_when_its_fleet_changes() {
+    let (cluster, client) = start_cluster(3).await;
+    let metrics = metrics();
+    let engine = nmo::policy::PolicyEngine::with_metrics(
+        nmo::policy::EngineConfig::default(),
+        metrics.policy.clone(),
+    )
+    .unwrap();
+    let settings = BTreeMap::from([("max".to_owned(), "1".to_owned())]);
+    let policy = engine
+        .load("max-unavailable", &built_policy("max_unavailable"))
+        .unwrap()
+        .with_settings(nmo::policy::Settings::from_map(&settings))
+        .unwrap();
+    let (_, controller) = start_controller_counted(
+        &client,
+        nmo::policy::PolicyStore::single(policy),
+        metrics.controller.clone(),
+        |s| {
+            s.admission_recheck = Duration::from_millis(200);
+            s.admission_recheck_min = Duration::from_millis(100);
+        },
+    );
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    create_nm_retrying(&nms, "first", "worker-1").await;
+    wait_succeeded(&nms, "first", Duration::from_secs(60)).await;
+    create_nm_retrying(&nms, "second", "worker-2").await;
+    wait_until("second waits", Duration::from_secs(30), || async {
+        nms.get("second")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.waiting.is_some())
+    })
+    .await;
+
+    // Ten passes of the waiting maintenance in a fleet that does not
+    // change: at most one more decision (the pass after its own waiting
+    // write, which changed the maintenance itself).
+    let admits = policy_calls(&metrics.policy, nmo::policy::Decision::Admit);
+    let before = passes(&metrics.controller);
+    wait_until("ten more passes", Duration::from_secs(30), || async {
+        passes(&metrics.controller) >= before + 10
+    })
+    .await;
+    let asked = policy_calls(&metrics.policy, nmo::policy::Decision::Admit) - admits;
+    assert!(
+        asked <= 1,
+        "{asked} decisions in 10 passes of an unchanged fleet"
+    );
+
+    // A change the policy sees (a node's label) asks it again.
+    let settled = policy_calls(&metrics.policy, nmo::policy::Decision::Admit);
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    nodes
+        .patch(
+            "worker-3",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"metadata": {"labels": {"rack": "r7"}}})),
+        )
+        .await
+        .unwrap();
+    wait_until(
+        "asked again after the change",
+        Duration::from_secs(30),
+        || async { policy_calls(&metrics.policy, nmo::policy::Decision::Admit) > settled },
+    )
+    .await;
+
+    // The first one's end frees the place: the second goes.
+    nms.delete("first", &Default::default()).await.unwrap();
+    wait_succeeded(&nms, "second", Duration::from_secs(60)).await;
+    cluster.stop().await;
+    controller.abort();
+}

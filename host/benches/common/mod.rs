@@ -85,3 +85,145 @@ pub async fn create_nms(api: &Api<NodeMaintenance>, nodes: &[String]) -> Vec<Str
     .await;
     names
 }
+
+/// CPU time a process has used (user + system), in clock ticks (1/100 s
+/// on Linux).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of the whole line.
+    field(11) + field(12)
+}
+
+/// `VmRSS` or `VmHWM` of a process, in KiB.
+pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A free port on the loopback address.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on the loopback `port`: the status line's code and the body.
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    let code = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Some((code, body.to_owned()))
+}
+
+/// Starts the real `nmo` binary on `kubeconfig` (metrics, webhook off
+/// unless `args` say otherwise) and waits for `/readyz`; returns it and
+/// the time it took.
+pub async fn start_binary(
+    kubeconfig: &std::path::Path,
+    cache: &std::path::Path,
+    args: &[String],
+) -> (tokio::process::Child, Duration) {
+    let port = free_port();
+    let t = Instant::now();
+    // NMO_BENCH_WRAP: a profiler to run the binary under (`heaptrack`);
+    // the figures are then the profiler's process's.
+    let mut command = match std::env::var("NMO_BENCH_WRAP") {
+        Ok(wrap) if !wrap.is_empty() => {
+            let mut c = tokio::process::Command::new(wrap);
+            c.arg(env!("CARGO_BIN_EXE_nmo"));
+            c
+        }
+        _ => tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo")),
+    };
+    command.arg("--webhook-bind-address=0");
+    if !args.iter().any(|a| a.starts_with("--zap-level")) {
+        command.arg("--zap-level=error");
+    }
+    if !args.iter().any(|a| a.starts_with("--metrics-bind-address")) {
+        command.arg("--metrics-bind-address=0");
+    }
+    if !args.iter().any(|a| a.starts_with("--policy-dir")) {
+        command.arg("--policy-dir=/nonexistent");
+    }
+    let mut child = command
+        .args(args)
+        .arg(format!("--health-probe-bind-address=127.0.0.1:{port}"))
+        .arg(format!("--policy-cache-dir={}", cache.display()))
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(std::process::Stdio::null())
+        // NMO_BENCH_LOG: a file for its log (JSON lines on stderr).
+        .stderr(match std::env::var_os("NMO_BENCH_LOG") {
+            Some(path) => std::fs::File::options()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_or_else(|_| std::process::Stdio::null(), Into::into),
+            None => std::process::Stdio::null(),
+        })
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    loop {
+        if http_get(port, "/readyz")
+            .await
+            .is_some_and(|(code, _)| code == 200)
+        {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("nmo exited before it was ready: {status}");
+        }
+        assert!(t.elapsed() < Duration::from_secs(120), "nmo never ready");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (child, t.elapsed())
+}
+
+/// A sample's value from a Prometheus text page (`name{labels}` exactly as
+/// written), 0 when absent.
+pub fn metric(page: &str, series: &str) -> f64 {
+    page.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Stops a started binary as Kubernetes stops a pod: SIGTERM, then SIGKILL
+/// after 10 s (a profiler wrapping it writes its data on the way out).
+pub async fn stop_binary(mut child: tokio::process::Child) {
+    if let Some(pid) = child.id() {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+        if tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .is_ok()
+        {
+            return;
+        }
+    }
+    let _ = child.kill().await;
+}

@@ -121,7 +121,7 @@ pub struct Context {
     /// for; held while a list is made, so admissions asking at once share
     /// one (see [`Context::fresh_nodes`]).
     pub(super) nodes_listed:
-        tokio::sync::Mutex<Option<(std::time::Instant, Arc<[k8s_openapi::api::core::v1::Node]>)>>,
+        tokio::sync::Mutex<Option<(std::time::Instant, crate::policy::FleetNodes)>>,
     /// What is remembered about each maintenance between passes.
     pub(super) memory: Memories,
     /// The PodDisruptionBudgets, watched while the controller runs: every
@@ -173,7 +173,7 @@ impl Context {
     /// is in flight wait for the next one, and those waiting share it, so
     /// 50 maintenances created at once cost a few lists, not 50, and none
     /// reads nodes older than its own question.
-    pub async fn fresh_nodes(&self) -> Result<Arc<[k8s_openapi::api::core::v1::Node]>> {
+    pub async fn fresh_nodes(&self) -> Result<crate::policy::FleetNodes> {
         if let Some(nodes) = self.nodes.snapshot() {
             return Ok(nodes);
         }
@@ -185,7 +185,7 @@ impl Context {
             return Ok(nodes.clone());
         }
         let at = std::time::Instant::now();
-        let nodes: Arc<[_]> = crate::fleet::nodes(&self.client).await?.into();
+        let nodes = crate::policy::fleet_nodes(crate::fleet::nodes(&self.client).await?);
         *listed = Some((at, nodes.clone()));
         Ok(nodes)
     }
@@ -199,7 +199,7 @@ impl Context {
     /// Who else holds `node`'s medik8s lease, as the controller's lease
     /// watch has it (what an admission decides on).
     pub fn watched_lease_holder(&self, node: &str) -> Option<String> {
-        let node = self.nodes.get(node)?;
+        let node = Arc::new(self.nodes.get(node)?);
         self.lease_watch
             .holders(std::slice::from_ref(&node))
             .into_values()

@@ -51,7 +51,7 @@ impl Leases {
     }
 
     /// Who else holds the lease of each of `nodes`, now.
-    pub fn holders(&self, nodes: &[Node]) -> HashMap<String, String> {
+    pub fn holders(&self, nodes: &[std::sync::Arc<Node>]) -> HashMap<String, String> {
         let map = self.map();
         holders_of(nodes, |name| map.get(name).cloned())
     }
@@ -60,7 +60,7 @@ impl Leases {
 /// Who else validly holds the lease of each of `nodes` (`lookup` finds a
 /// lease by name).
 pub(crate) fn holders_of(
-    nodes: &[Node],
+    nodes: &[std::sync::Arc<Node>],
     lookup: impl Fn(&str) -> Option<LeaseRecord>,
 ) -> HashMap<String, String> {
     let now = Timestamp::now();

@@ -52,6 +52,10 @@ pub(super) struct Memory {
     /// generation and metadata), and when to look again (`None`: only once
     /// it changes).
     parked: Option<(String, Option<Instant>)>,
+    /// The fleet's fingerprint when its policy last said to wait with no
+    /// `recheck-after`: while the fleet keeps that fingerprint, the answer
+    /// stands and the policy is not asked again.
+    waiting_on: Option<u64>,
 }
 
 /// What a person changes on a parked maintenance to have it tried again:
@@ -188,6 +192,20 @@ impl Context {
                 Some(until.map(|u| u - now))
             })
             .flatten()
+    }
+
+    /// Whether the policy said to wait, with no `recheck-after`, in a
+    /// fleet with this `fingerprint` (see `fleet::Around::fingerprint`).
+    pub(super) fn waits_on(&self, uid: &str, fingerprint: u64) -> bool {
+        self.memory
+            .existing(uid, |m| m.waiting_on == Some(fingerprint))
+            .unwrap_or(false)
+    }
+
+    /// The policy said to wait: until the fleet changes from `fingerprint`
+    /// (`None`: it gave a time to ask again, or the maintenance goes on).
+    pub(super) fn wait_on(&self, uid: &str, fingerprint: Option<u64>) {
+        self.memory.with(uid, |m| m.waiting_on = fingerprint);
     }
 
     /// The next pass of `uid` looks, whatever woke it.

@@ -38,7 +38,7 @@ use std::time::Duration;
 use crate::crd::NodeMaintenance;
 
 pub use context::{Context, Settings};
-pub use metrics::ControllerMetrics;
+pub use metrics::{ControllerMetrics, ReconcileResult};
 pub use pass::Next;
 pub use reconcile::reconcile;
 pub use run::run;

@@ -22,13 +22,13 @@ use kube::{Api, Client};
 #[derive(Debug, Default)]
 pub struct Nodes {
     /// By name.
-    by_name: Mutex<BTreeMap<String, Node>>,
+    by_name: Mutex<BTreeMap<String, Arc<Node>>>,
     /// Bumped at every change.
     generation: AtomicU64,
     /// The watch has listed the nodes and is not failing.
     synced: AtomicBool,
     /// The last snapshot handed out, and the generation it was made at.
-    snapshot: Mutex<Option<(u64, Arc<[Node]>)>>,
+    snapshot: Mutex<Option<(u64, crate::policy::FleetNodes)>>,
 }
 
 impl Nodes {
@@ -42,12 +42,12 @@ impl Nodes {
         )
         .default_backoff()
         .boxed();
-        let mut listing: BTreeMap<String, Node> = BTreeMap::new();
+        let mut listing: BTreeMap<String, Arc<Node>> = BTreeMap::new();
         while let Some(event) = events.next().await {
             match event {
                 Ok(watcher::Event::Init) => listing.clear(),
                 Ok(watcher::Event::InitApply(node)) => {
-                    listing.insert(name(&node), node);
+                    listing.insert(name(&node), Arc::new(node));
                 }
                 Ok(watcher::Event::InitDone) => {
                     *self.map() = std::mem::take(&mut listing);
@@ -57,7 +57,7 @@ impl Nodes {
                     }
                 }
                 Ok(watcher::Event::Apply(node)) => {
-                    self.map().insert(name(&node), node);
+                    self.map().insert(name(&node), Arc::new(node));
                     self.changed();
                     self.synced.store(true, Ordering::Relaxed);
                 }
@@ -75,7 +75,7 @@ impl Nodes {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Node>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Node>>> {
         self.by_name.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -89,12 +89,12 @@ impl Nodes {
         if !self.synced.load(Ordering::Relaxed) {
             return None;
         }
-        self.map().get(name).cloned()
+        self.map().get(name).map(|n| Node::clone(n))
     }
 
     /// The nodes as the watch has them, sorted by name; `None` until it has
     /// listed them, and while it fails.
-    pub fn snapshot(&self) -> Option<Arc<[Node]>> {
+    pub fn snapshot(&self) -> Option<crate::policy::FleetNodes> {
         if !self.synced.load(Ordering::Relaxed) {
             return None;
         }
@@ -105,7 +105,7 @@ impl Nodes {
         {
             return Some(nodes.clone());
         }
-        let nodes: Arc<[Node]> = self.map().values().cloned().collect();
+        let nodes: crate::policy::FleetNodes = self.map().values().cloned().collect();
         *snapshot = Some((generation, nodes.clone()));
         Some(nodes)
     }

@@ -224,6 +224,14 @@ impl Pass {
         if around.already_admitted {
             return Ok(None);
         }
+        // Nothing the policy sees changed since it said to wait, with no
+        // time to ask again: its answer stands (a thousand waiting
+        // maintenances would otherwise each be decided every recheck).
+        let now_ms = u64::try_from(now().0.as_millisecond()).unwrap_or(0);
+        let fingerprint = around.fingerprint(&selected.policy, &nm, now_ms);
+        if self.ctx.waits_on(&self.uid, fingerprint) {
+            return Ok(Some(Next::After(self.ctx.settings.admission_recheck)));
+        }
         let record = self.record().await;
         let answer = match around.ask(&selected.policy, record).await {
             Ok(None) => {
@@ -265,6 +273,8 @@ impl Pass {
                 reason,
                 recheck_after,
             }) => {
+                self.ctx
+                    .wait_on(&self.uid, recheck_after.is_none().then_some(fingerprint));
                 self.waiting(was_waiting, reason).await?;
                 let settings = &self.ctx.settings;
                 let (least, most) = (settings.admission_recheck_min, settings.admission_recheck);

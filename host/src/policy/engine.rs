@@ -665,7 +665,11 @@ impl Policy {
         history: History,
     ) -> Result<Plan> {
         let count = pods.len();
-        let mut inputs = Inputs::new(pods.clone(), Arc::from([node]), self.settings.clone());
+        let mut inputs = Inputs::new(
+            pods.clone(),
+            Arc::from([Arc::new(node)]),
+            self.settings.clone(),
+        );
         inputs.history = history;
         self.decide(
             Decision::PlanDrain,

@@ -653,7 +653,7 @@ impl ScenarioFleet {
             })
             .collect();
         let fleet = Fleet {
-            nodes: self.nodes.clone().into(),
+            nodes: super::fleet_nodes(self.nodes.iter().cloned()),
             maintenances,
             etcd: self.etcd,
             history: super::recent(history, window, now_ms),

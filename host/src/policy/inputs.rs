@@ -22,11 +22,20 @@ use super::convert;
 use super::output::{MAX_LOG_LINE_BYTES, Records};
 use super::types::{self, EtcdGuard, FleetMaintenance, KeyValue, Level, Owner, PodPhase, Taint};
 
+/// Every node of a decision: shared, each node too, so a snapshot of the
+/// fleet costs a pointer per node, not a copy of each.
+pub type FleetNodes = Arc<[Arc<k8s::Node>]>;
+
+/// Nodes as a decision holds them.
+pub fn fleet_nodes(nodes: impl IntoIterator<Item = k8s::Node>) -> FleetNodes {
+    nodes.into_iter().map(Arc::new).collect()
+}
+
 /// The objects one decision's handles point into.
 #[derive(Clone, Default)]
 pub(crate) struct Inputs {
     pub pods: Arc<[k8s::Pod]>,
-    pub nodes: Arc<[k8s::Node]>,
+    pub nodes: FleetNodes,
     pub settings: Settings,
     pub history: History,
     /// Who else holds each node's medik8s lease, by node name.
@@ -38,7 +47,7 @@ pub(crate) struct Inputs {
 }
 
 impl Inputs {
-    pub fn new(pods: Arc<[k8s::Pod]>, nodes: Arc<[k8s::Node]>, settings: Settings) -> Self {
+    pub fn new(pods: Arc<[k8s::Pod]>, nodes: FleetNodes, settings: Settings) -> Self {
         Inputs {
             pods,
             nodes,
@@ -156,7 +165,7 @@ impl History {
 #[derive(Clone, Debug, Default)]
 pub struct Fleet {
     /// Every node of the cluster.
-    pub nodes: Arc<[k8s::Node]>,
+    pub nodes: FleetNodes,
     /// The other NodeMaintenances that are not finished.
     pub maintenances: Vec<FleetMaintenance>,
     /// The etcd quorum guard (OpenShift only).
@@ -208,7 +217,9 @@ impl HostState {
 
     fn node(&self, handle: &Resource<types::Node>) -> &k8s::Node {
         let i = &self.inputs;
-        i.nodes.get(handle.rep() as usize).unwrap_or(&i.empty_node)
+        i.nodes
+            .get(handle.rep() as usize)
+            .map_or(&i.empty_node, |n| n)
     }
 }
 
@@ -310,6 +321,27 @@ impl types::HostPod for HostState {
     fn drop(&mut self, _pod: Resource<types::Pod>) -> wasmtime::Result<()> {
         Ok(())
     }
+}
+
+/// Feeds into `h` a node as a policy can see it through [`types::HostNode`]
+/// (its name, labels, annotations, taints, whether it is unschedulable and
+/// Ready; its lease holder and tool claims come from the fleet), and
+/// nothing else: two nodes hashed alike answer every accessor alike,
+/// whatever their heartbeats and other status did meanwhile.
+pub fn hash_as_seen(node: &k8s::Node, h: &mut impl std::hash::Hasher) {
+    use std::hash::Hash;
+    node.metadata.name.hash(h);
+    node.metadata.labels.hash(h);
+    node.metadata.annotations.hash(h);
+    for t in convert::taints(node) {
+        (t.key, t.value, t.effect as u8).hash(h);
+    }
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+        .hash(h);
+    node_ready(node).hash(h);
 }
 
 impl types::HostNode for HostState {

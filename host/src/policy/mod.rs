@@ -68,7 +68,8 @@ pub use decision::{Decision, decide};
 pub use engine::{EngineConfig, Policy, PolicyEngine};
 pub use error::{Error, Result};
 pub use inputs::{
-    Fleet, HISTORY_WINDOW, HISTORY_WINDOW_SETTING, History, MAX_HISTORY_WINDOW, Settings, recent,
+    Fleet, FleetNodes, HISTORY_WINDOW, HISTORY_WINDOW_SETTING, History, MAX_HISTORY_WINDOW,
+    Settings, fleet_nodes, hash_as_seen, recent,
 };
 pub use metrics::PolicyMetrics;
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};

@@ -83,7 +83,7 @@ pub fn run(policy: &Policy) -> Result<()> {
         sample_pod("scratch", None, false, true),
     ];
     let fleet = Fleet {
-        nodes: vec![node.clone(), sample_node("self-check-peer", true)].into(),
+        nodes: super::fleet_nodes([node.clone(), sample_node("self-check-peer", true)]),
         ..Fleet::default()
     };
     policy.admit(&m, 0, &fleet)?;

@@ -1,0 +1,537 @@
+//! Cost curves: how each cost grows with the size that drives it, printed
+//! with what the curve should be and whether it is, and drawn into a PNG
+//! (`docs/curves.png`, or `NMO_BENCH_PNG`):
+//! - drain time against the pods on the node (10 to 1,000), nmo-sim, the
+//!   controller with the default policy, median of 3;
+//! - admission against the nodes (10 to 5,000), nmo-sim, the shipped
+//!   `max-unavailable` policy, 10 maintenances at once: the decision's
+//!   mean time and the operator's API requests per maintenance;
+//! - the `nmo` binary's resident memory against NodeMaintenances present
+//!   (10 to 1,000), nmo-sim, `max-unavailable` at 10 %;
+//! - the default policy's `plan-drain` decision time against the pods
+//!   (110 to 5,000), p50 and p95.
+//!
+//! Run with `cargo bench -p nmo --bench curves`. `NMO_BENCH_CURVES` picks
+//! some of `drain,admission,memory,decision` (default all); the PNG is
+//! drawn only when all four ran.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::{create_nms, proc_status_kib, start_binary, stop_binary, wait_succeeded};
+use kube::api::{Api, ListParams};
+use nmo::controller::{self, Context, Settings};
+use nmo::crd::NodeMaintenance;
+use nmo::fixtures;
+use nmo::policy::{Decision, EngineConfig, PolicyEngine, PolicyStore, selfcheck};
+use nmo_sim::{SimCluster, SimOptions};
+use serde_json::json;
+
+/// One measured line of a curve.
+struct Series {
+    name: &'static str,
+    points: Vec<(f64, f64)>,
+}
+
+/// A curve: its series, what it should be, and the verdict.
+struct Curve {
+    title: &'static str,
+    x: &'static str,
+    y: &'static str,
+    series: Vec<Series>,
+    expected: &'static str,
+    verdict: String,
+}
+
+/// How `points` grow from the first to the last: the ratio of the last
+/// y to the first against the ratio of the x's. 1 is linear, 0 flat.
+fn growth(points: &[(f64, f64)]) -> f64 {
+    let (Some(a), Some(b)) = (points.first(), points.last()) else {
+        return 0.0;
+    };
+    if a.1 <= 0.0 || b.0 <= a.0 {
+        return 0.0;
+    }
+    (b.1 / a.1).ln() / (b.0 / a.0).ln()
+}
+
+/// The marginal cost between the last two points against the one
+/// between the first two (1: a straight line, above: bending up).
+fn bend(points: &[(f64, f64)]) -> f64 {
+    let slope = |a: &(f64, f64), b: &(f64, f64)| (b.1 - a.1) / (b.0 - a.0);
+    match points {
+        [a, b, .., y, z] if slope(a, b) > 0.0 => slope(y, z) / slope(a, b),
+        _ => 1.0,
+    }
+}
+
+fn env_list() -> Vec<String> {
+    std::env::var("NMO_BENCH_CURVES")
+        .unwrap_or_else(|_| "drain,admission,memory,decision".into())
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .collect()
+}
+
+fn sim_options() -> SimOptions {
+    SimOptions {
+        time_scale: 1.0,
+        ..SimOptions::default()
+    }
+}
+
+fn seed_pods(c: &SimCluster, node: &str, count: usize) {
+    for i in 0..count {
+        c.create(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{node}-p{i:04}"), "namespace": "default"},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        }))
+        .unwrap();
+    }
+}
+
+/// A policy directory holding the shipped `max-unavailable` with `max`.
+fn max_unavailable_dir(max: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        Path::new(env!("NMO_POLICY_WASM_DIR")).join("nmo_policy_max_unavailable.wasm"),
+        dir.path().join("max-unavailable.wasm"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("policies.yaml"),
+        format!("default: max-unavailable\nsettings:\n  max-unavailable:\n    max: \"{max}\"\n"),
+    )
+    .unwrap();
+    dir
+}
+
+/// The controller in this process on `c`, with `policies`; waits for its
+/// caches.
+async fn run_controller(
+    c: &SimCluster,
+    policies: std::sync::Arc<PolicyStore>,
+) -> tokio::task::JoinHandle<nmo::Result<()>> {
+    let metrics = nmo::registry::OperatorMetrics::register().unwrap();
+    let operator = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+        .await
+        .unwrap();
+    let ctx = Context::new(
+        operator,
+        policies,
+        Settings {
+            max_concurrent: 64,
+            ..Settings::default()
+        },
+        metrics.controller.clone(),
+    );
+    let running = tokio::spawn(controller::run(ctx.clone()));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ctx.synced() {
+        assert!(Instant::now() < deadline, "the controller never synced");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running
+}
+
+fn operator_requests(c: &SimCluster) -> usize {
+    c.audit()
+        .iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT)
+        .count()
+}
+
+/// Drain time against the pods on the node: NodeMaintenance created to
+/// Succeeded, median of 3, each on a fresh node of one cluster.
+async fn drain_curve() -> Curve {
+    const SIZES: [usize; 5] = [10, 30, 100, 300, 1000];
+    let c = SimCluster::start(sim_options()).await.unwrap();
+    c.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
+    for size in SIZES {
+        for run in 0..3 {
+            let node = format!("d{size}-{run}");
+            c.add_node(&node).unwrap();
+            seed_pods(&c, &node, size);
+        }
+    }
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let running = run_controller(&c, PolicyStore::single(engine.default_policy().unwrap())).await;
+    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+        .await
+        .unwrap();
+    let nms: Api<NodeMaintenance> = Api::all(client);
+    let mut points = Vec::new();
+    for size in SIZES {
+        let mut times = Vec::new();
+        for run in 0..3 {
+            let t = Instant::now();
+            let names = create_nms(&nms, &[format!("d{size}-{run}")]).await;
+            wait_succeeded(&nms, &names).await;
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        eprintln!("drain: {size} pods, {:.3} s", times[1]);
+        points.push((size as f64, times[1]));
+    }
+    running.abort();
+    let bend = bend(&points);
+    let per_pod_ms = (points[4].1 - points[2].1) / (points[4].0 - points[2].0) * 1e3;
+    Curve {
+        title: "drain time against pods on the node (nmo-sim)",
+        x: "pods on the node",
+        y: "seconds",
+        verdict: format!(
+            "{} (a fixed start, then {per_pod_ms:.2} ms a pod from 100 to 1,000; the last step's cost per pod {bend:.2}x the first's)",
+            if bend <= 1.5 {
+                "linear: yes"
+            } else {
+                "linear: NO, bends up"
+            }
+        ),
+        series: vec![Series {
+            name: "NodeMaintenance to Succeeded",
+            points,
+        }],
+        expected: "linear in the pods, after a fixed start",
+    }
+}
+
+/// Admission against the nodes: for each size a fresh cluster, the
+/// controller with `max-unavailable` (at most 10 at once), 10
+/// maintenances created at once.
+async fn admission_curve() -> Curve {
+    const SIZES: [usize; 5] = [10, 100, 1000, 3000, 5000];
+    const AT_ONCE: usize = 10;
+    let mut decision = Vec::new();
+    let mut requests = Vec::new();
+    for size in SIZES {
+        let c = SimCluster::start(sim_options()).await.unwrap();
+        c.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
+        for i in 1..=size {
+            c.add_node(&format!("worker-{i}")).unwrap();
+        }
+        let dir = max_unavailable_dir(&AT_ONCE.to_string());
+        let metrics = nmo::registry::OperatorMetrics::register().unwrap();
+        let engine =
+            PolicyEngine::with_metrics(EngineConfig::default(), metrics.policy.clone()).unwrap();
+        let running =
+            run_controller(&c, PolicyStore::from_dir(engine, dir.path(), None).unwrap()).await;
+        c.record_audit(true);
+        let before = operator_requests(&c);
+        let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+            .await
+            .unwrap();
+        let nms: Api<NodeMaintenance> = Api::all(client);
+        let nodes: Vec<String> = (1..=AT_ONCE).map(|i| format!("worker-{i}")).collect();
+        let names = create_nms(&nms, &nodes).await;
+        wait_succeeded(&nms, &names).await;
+        let per_maintenance = (operator_requests(&c) - before) as f64 / AT_ONCE as f64;
+        let (admits, seconds) = metrics.policy.timed(Decision::Admit);
+        let mean_ms = seconds / admits.max(1) as f64 * 1e3;
+        eprintln!(
+            "admission: {size} nodes, {admits} decisions at {mean_ms:.3} ms, {per_maintenance:.1} requests a maintenance"
+        );
+        running.abort();
+        decision.push((size as f64, mean_ms));
+        requests.push((size as f64, per_maintenance));
+    }
+    let requests_growth = requests.last().map_or(0.0, |l| l.1) / requests[0].1;
+    let decision_growth = growth(&decision[1..]);
+    Curve {
+        title: "admission against nodes (nmo-sim)",
+        x: "nodes in the cluster",
+        y: "ms a decision / requests a maintenance",
+        verdict: format!(
+            "requests a maintenance {}: {:.1} at 10 nodes, {:.1} at 5,000 ({requests_growth:.2}x); decision time {}: growth exponent {decision_growth:.2} from 100 to 5,000 nodes, {:.2} ms at 5,000",
+            if (requests_growth - 1.0).abs() <= 0.10 {
+                "flat: yes"
+            } else {
+                "flat: NO"
+            },
+            requests[0].1,
+            requests.last().map_or(0.0, |l| l.1),
+            if decision_growth <= 1.15 {
+                "linear: yes"
+            } else {
+                "linear: NO"
+            },
+            decision.last().map_or(0.0, |l| l.1),
+        ),
+        series: vec![
+            Series {
+                name: "admit decision, mean ms",
+                points: decision,
+            },
+            Series {
+                name: "API requests a maintenance",
+                points: requests,
+            },
+        ],
+        expected: "requests a maintenance flat; decision time linear in the nodes (each is handed to the policy)",
+    }
+}
+
+/// The binary's resident memory with `n` NodeMaintenances present, each
+/// on its own node, a tenth admitted.
+async fn memory_curve() -> Curve {
+    const SIZES: [usize; 4] = [10, 100, 300, 1000];
+    let mut rss = Vec::new();
+    let mut peak = Vec::new();
+    for size in SIZES {
+        let c = SimCluster::start(sim_options()).await.unwrap();
+        c.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
+        let nodes: Vec<String> = (1..=size).map(|i| format!("worker-{i}")).collect();
+        for n in &nodes {
+            c.add_node(n).unwrap();
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let policies = max_unavailable_dir("10%");
+        let kc = dir.path().join("kc");
+        c.write_kubeconfig(&kc).unwrap();
+        let (child, _) = start_binary(
+            &kc,
+            &dir.path().join("cache"),
+            &[format!("--policy-dir={}", policies.path().display())],
+        )
+        .await;
+        let pid = child.id().unwrap();
+        let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+            .await
+            .unwrap();
+        let nms: Api<NodeMaintenance> = Api::all(client);
+        for chunk in nodes.chunks(100) {
+            create_nms(&nms, chunk).await;
+        }
+        // Every maintenance seen: admitted, or waiting with the reason.
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            let seen = nms
+                .list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .filter(|nm| {
+                            nm.status
+                                .as_ref()
+                                .is_some_and(|s| s.waiting.is_some() || s.phase.is_some())
+                        })
+                        .count()
+                })
+                .unwrap_or(0);
+            if seen == size {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{seen}/{size} seen");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let settle = Instant::now() + Duration::from_secs(3);
+        tokio::time::sleep_until(settle.into()).await;
+        let now_mib = proc_status_kib(pid, "VmRSS:") as f64 / 1024.0;
+        let peak_mib = proc_status_kib(pid, "VmHWM:") as f64 / 1024.0;
+        eprintln!("memory: {size} maintenances, {now_mib:.1} MiB now, {peak_mib:.1} MiB peak");
+        stop_binary(child).await;
+        rss.push((size as f64, now_mib));
+        peak.push((size as f64, peak_mib));
+    }
+    let per_nm_kib = (rss[3].1 - rss[0].1) / (rss[3].0 - rss[0].0) * 1024.0;
+    let last = peak.last().map_or(0.0, |p| p.1);
+    Curve {
+        title: "nmo binary memory against NodeMaintenances (nmo-sim)",
+        x: "NodeMaintenances present",
+        y: "MiB resident",
+        verdict: format!(
+            "{per_nm_kib:.0} KiB a maintenance on a fixed base; {last:.1} MiB peak at 1,000 (≤ 150 MiB: {})",
+            if last <= 150.0 { "met" } else { "MISSED" }
+        ),
+        series: vec![
+            Series {
+                name: "VmRSS, settled",
+                points: rss,
+            },
+            Series {
+                name: "VmHWM, peak",
+                points: peak,
+            },
+        ],
+        expected: "a fixed base plus a small linear part",
+    }
+}
+
+/// Runs `f` for at least `budget` (at least 30 times): the median and p95.
+fn measure(budget: Duration, mut f: impl FnMut()) -> (Duration, Duration) {
+    for _ in 0..3 {
+        f();
+    }
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    while samples.len() < 30 || (started.elapsed() < budget && samples.len() < 5_000) {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    let p95 = samples[(samples.len() * 95 / 100).min(samples.len() - 1)];
+    (samples[samples.len() / 2], p95)
+}
+
+/// The default policy's `plan-drain` against the pods it is handed.
+fn decision_curve() -> Curve {
+    const SIZES: [usize; 6] = [110, 250, 500, 1000, 2000, 5000];
+    let engine = PolicyEngine::new(EngineConfig::default()).unwrap();
+    let policy = engine.default_policy().unwrap();
+    let node = fixtures::node("worker-1");
+    let m = selfcheck::sample_maintenance();
+    let mut p50 = Vec::new();
+    let mut p95 = Vec::new();
+    for size in SIZES {
+        let pods: std::sync::Arc<[_]> = fixtures::node_pods("worker-1", size).into();
+        let (med, high) = measure(Duration::from_secs(2), || {
+            let plan = policy
+                .plan_drain_shared(&m, node.clone(), pods.clone(), Default::default())
+                .expect("plan");
+            std::hint::black_box(plan);
+        });
+        eprintln!(
+            "decision: {size} pods, p50 {:.3} ms, p95 {:.3} ms",
+            med.as_secs_f64() * 1e3,
+            high.as_secs_f64() * 1e3
+        );
+        p50.push((size as f64, med.as_secs_f64() * 1e3));
+        p95.push((size as f64, high.as_secs_f64() * 1e3));
+    }
+    let growth = growth(&p50);
+    let last = p95.last().map_or(0.0, |p| p.1);
+    Curve {
+        title: "plan-drain decision time against pods",
+        x: "pods handed to the policy",
+        y: "ms",
+        verdict: format!(
+            "{}: growth exponent {growth:.2}; p95 at 5,000 pods {last:.2} ms (≤ 5 ms: {})",
+            if growth <= 1.15 {
+                "linear: yes"
+            } else {
+                "linear: NO"
+            },
+            if last <= 5.0 { "met" } else { "MISSED" }
+        ),
+        series: vec![
+            Series {
+                name: "p50",
+                points: p50,
+            },
+            Series {
+                name: "p95",
+                points: p95,
+            },
+        ],
+        expected: "linear in the pods",
+    }
+}
+
+fn print(curve: &Curve) {
+    println!();
+    println!("{} — should be: {}", curve.title, curve.expected);
+    print!("| {} |", curve.x);
+    for s in &curve.series {
+        print!(" {} |", s.name);
+    }
+    println!();
+    println!("|---:|{}", "---:|".repeat(curve.series.len()));
+    for (i, (x, _)) in curve.series[0].points.iter().enumerate() {
+        print!("| {x} |");
+        for s in &curve.series {
+            print!(" {:.3} |", s.points.get(i).map_or(f64::NAN, |p| p.1));
+        }
+        println!();
+    }
+    println!("is: {}", curve.verdict);
+}
+
+/// The four curves on log-log axes, two by two.
+fn draw(curves: &[Curve], path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use plotters::prelude::*;
+    let font = ["DejaVuSans.ttf", "dejavu/DejaVuSans.ttf"]
+        .iter()
+        .map(|f| Path::new("/usr/share/fonts/truetype").join(f))
+        .find_map(|p| std::fs::read(p).ok())
+        .ok_or("no DejaVu Sans font under /usr/share/fonts/truetype")?;
+    plotters::style::register_font("sans-serif", FontStyle::Normal, Box::leak(font.into()))
+        .map_err(|_| "the font does not parse")?;
+    let root = BitMapBackend::new(path, (1400, 1000)).into_drawing_area();
+    root.fill(&WHITE)?;
+    for (area, curve) in root.split_evenly((2, 2)).iter().zip(curves) {
+        let all = curve.series.iter().flat_map(|s| s.points.iter());
+        let (x0, x1) = all
+            .clone()
+            .fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.0), b.max(p.0)));
+        let (y0, y1) = all.fold((f64::MAX, f64::MIN), |(a, b), p| (a.min(p.1), b.max(p.1)));
+        let mut chart = ChartBuilder::on(area)
+            .caption(curve.title, ("sans-serif", 20))
+            .margin(15)
+            .x_label_area_size(45)
+            .y_label_area_size(60)
+            .build_cartesian_2d(
+                (x0 * 0.8..x1 * 1.25).log_scale(),
+                (y0 * 0.5..y1 * 2.0).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc(curve.x)
+            .y_desc(curve.y)
+            .label_style(("sans-serif", 14))
+            .draw()?;
+        for (i, s) in curve.series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            chart
+                .draw_series(LineSeries::new(s.points.clone(), color.stroke_width(2)))?
+                .label(s.name)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 4, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font(("sans-serif", 14))
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()?;
+    }
+    root.present()?;
+    Ok(())
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let which = env_list();
+    let wanted = |name: &str| which.iter().any(|w| w == name);
+    let mut curves = Vec::new();
+    if wanted("drain") {
+        curves.push(drain_curve().await);
+    }
+    if wanted("admission") {
+        curves.push(admission_curve().await);
+    }
+    if wanted("memory") {
+        curves.push(memory_curve().await);
+    }
+    if wanted("decision") {
+        curves.push(tokio::task::spawn_blocking(decision_curve).await.unwrap());
+    }
+    for curve in &curves {
+        print(curve);
+    }
+    if curves.len() == 4 {
+        let path = std::env::var_os("NMO_BENCH_PNG").map_or_else(
+            || PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/curves.png")),
+            PathBuf::from,
+        );
+        match draw(&curves, &path) {
+            Ok(()) => println!("\ndrawn: {}", path.display()),
+            Err(e) => println!("\nnot drawn: {e}"),
+        }
+    }
+}
