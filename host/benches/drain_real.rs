@@ -12,60 +12,13 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{floor, wait_succeeded};
-use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::Pod;
+use common::{floor, seed_kwok_pods as seed, wait_running, wait_succeeded};
 use kube::Client;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::{NodeMaintenance, NodeMaintenanceSpec};
 use nmo::policy::{EngineConfig, PolicyEngine};
 use nmo_control_plane::{ControlPlane, NodeSpec, Options};
-use serde_json::json;
-
-/// Creates `count` bare pods on `node` (64 requests at a time); `stop` is
-/// kwok's stop time after deletion.
-async fn seed(client: &Client, node: &str, count: usize, stop: &str) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    stream::iter(0..count)
-        .for_each_concurrent(64, |i| {
-            let pods = pods.clone();
-            async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": format!("{node}-p{i:04}"), "namespace": "default",
-                                 "annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": stop}},
-                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
-                }))
-                .unwrap();
-                pods.create(&PostParams::default(), &pod).await.unwrap();
-            }
-        })
-        .await;
-}
-
-/// Waits until every pod of `node` runs (kwok took them over).
-async fn wait_running(client: &Client, node: &str, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let running = Api::<Pod>::all(client.clone())
-            .list(
-                &ListParams::default()
-                    .fields(&format!("spec.nodeName={node},status.phase=Running")),
-            )
-            .await
-            .map(|l| l.items.len())
-            .unwrap_or(0);
-        if running == count {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{node}: {running}/{count} running"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 async fn nmo(cp: &ControlPlane, client: &Client, node: &str) -> (Duration, usize) {
     let nms: Api<NodeMaintenance> = Api::all(client.clone());

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, EvictParams, ListParams, PostParams};
 use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use serde_json::json;
 
 /// Pods left on `node` (`usize::MAX` when the list fails).
 pub async fn pods_left(client: &Client, node: &str) -> usize {
@@ -226,4 +227,74 @@ pub async fn stop_binary(mut child: tokio::process::Child) {
         }
     }
     let _ = child.kill().await;
+}
+
+/// Creates `count` bare pods on `node` (64 requests at a time); `stop` is
+/// kwok's stop time after deletion.
+pub async fn seed_kwok_pods(client: &Client, node: &str, count: usize, stop: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    stream::iter(0..count)
+        .for_each_concurrent(64, |i| {
+            let pods = pods.clone();
+            async move {
+                let pod: Pod = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": format!("{node}-p{i:04}"), "namespace": "default",
+                                 "annotations": {"pod-delete.stage.kwok.x-k8s.io/delay": stop}},
+                    "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+                }))
+                .unwrap();
+                pods.create(&PostParams::default(), &pod).await.unwrap();
+            }
+        })
+        .await;
+}
+
+/// Waits until every pod of `node` runs (kwok took them over).
+pub async fn wait_running(client: &Client, node: &str, count: usize) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let running = Api::<Pod>::all(client.clone())
+            .list(
+                &ListParams::default()
+                    .fields(&format!("spec.nodeName={node},status.phase=Running")),
+            )
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0);
+        if running == count {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{node}: {running}/{count} running"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `verb resource[/subresource]` of an audited request (`get nodes`,
+/// `create pods/eviction`), without names or namespaces.
+pub fn verb_resource(verb: &str, uri: &str) -> String {
+    let path = uri.split('?').next().unwrap_or_default();
+    let parts = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>();
+    // /api/v1/nodes, /apis/g/v/namespaces/ns/res/name/sub...
+    let kind = parts
+        .iter()
+        .skip(if path.starts_with("/api/") { 2 } else { 3 })
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 0)
+        .map(|(_, s)| *s)
+        .filter(|s| *s != "namespaces")
+        .collect::<Vec<_>>()
+        .join("/");
+    let kind = if kind.is_empty() {
+        "namespaces".to_owned()
+    } else {
+        kind
+    };
+    format!("{verb} {kind}")
 }
