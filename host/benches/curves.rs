@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    create_nms, proc_status_kib, seed_kwok_pods, start_binary, stop_binary, wait_running,
-    wait_succeeded,
+    create_nms, measure, proc_status_kib, seed_kwok_pods, seen, start_binary, stop_binary,
+    wait_nms, wait_running, wait_succeeded,
 };
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use nmo::controller::{self, Context, Settings};
 use nmo::crd::NodeMaintenance;
 use nmo::fixtures;
@@ -428,28 +428,7 @@ async fn memory_curve() -> Curve {
             create_nms(&nms, chunk).await;
         }
         // Every maintenance seen: admitted, or waiting with the reason.
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            let seen = nms
-                .list(&ListParams::default())
-                .await
-                .map(|l| {
-                    l.items
-                        .iter()
-                        .filter(|nm| {
-                            nm.status
-                                .as_ref()
-                                .is_some_and(|s| s.waiting.is_some() || s.phase.is_some())
-                        })
-                        .count()
-                })
-                .unwrap_or(0);
-            if seen == size {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{seen}/{size} seen");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_nms(&nms, size, Duration::from_secs(300), "seen", seen).await;
         let settle = Instant::now() + Duration::from_secs(3);
         tokio::time::sleep_until(settle.into()).await;
         let now_mib = proc_status_kib(pid, "VmRSS:") as f64 / 1024.0;
@@ -487,23 +466,6 @@ async fn memory_curve() -> Curve {
     }
 }
 
-/// Runs `f` for at least `budget` (at least 30 times): the median and p95.
-fn measure(budget: Duration, mut f: impl FnMut()) -> (Duration, Duration) {
-    for _ in 0..3 {
-        f();
-    }
-    let mut samples = Vec::new();
-    let started = Instant::now();
-    while samples.len() < 30 || (started.elapsed() < budget && samples.len() < 5_000) {
-        let t = Instant::now();
-        f();
-        samples.push(t.elapsed());
-    }
-    samples.sort();
-    let p95 = samples[(samples.len() * 95 / 100).min(samples.len() - 1)];
-    (samples[samples.len() / 2], p95)
-}
-
 /// The default policy's `plan-drain` against the pods it is handed.
 fn decision_curve() -> Curve {
     const SIZES: [usize; 6] = [110, 250, 500, 1000, 2000, 5000];
@@ -515,7 +477,7 @@ fn decision_curve() -> Curve {
     let mut p95 = Vec::new();
     for size in SIZES {
         let pods: std::sync::Arc<[_]> = fixtures::node_pods("worker-1", size).into();
-        let (med, high) = measure(Duration::from_secs(2), || {
+        let (med, high) = measure(Duration::from_secs(2), 30, || {
             let plan = policy
                 .plan_drain_shared(&m, node.clone(), pods.clone(), Default::default())
                 .expect("plan");
@@ -664,32 +626,27 @@ fn draw(curves: &[Curve], path: &Path) -> Result<(), Box<dyn std::error::Error>>
                 format!("{v:.2}")
             }
         };
+        // The mesh is the same on either y scale; the scale's type differs.
+        macro_rules! chart_on {
+            ($y:expr) => {{
+                let mut chart = builder.build_cartesian_2d(x, $y)?;
+                chart
+                    .configure_mesh()
+                    .x_desc(curve.x)
+                    .y_desc(curve.y)
+                    .x_labels(6)
+                    .y_labels(6)
+                    .x_label_formatter(&number)
+                    .y_label_formatter(&number)
+                    .label_style(("sans-serif", 13))
+                    .draw()?;
+                draw_series(&mut chart, curve)?;
+            }};
+        }
         if curve.log_y {
-            let mut chart = builder.build_cartesian_2d(x, (y0 * 0.5..y1 * 2.0).log_scale())?;
-            chart
-                .configure_mesh()
-                .x_desc(curve.x)
-                .y_desc(curve.y)
-                .x_labels(6)
-                .y_labels(6)
-                .x_label_formatter(&number)
-                .y_label_formatter(&number)
-                .label_style(("sans-serif", 13))
-                .draw()?;
-            draw_series(&mut chart, curve)?;
+            chart_on!((y0 * 0.5..y1 * 2.0).log_scale());
         } else {
-            let mut chart = builder.build_cartesian_2d(x, 0.0..y1 * 1.2)?;
-            chart
-                .configure_mesh()
-                .x_desc(curve.x)
-                .y_desc(curve.y)
-                .x_labels(6)
-                .y_labels(6)
-                .x_label_formatter(&number)
-                .y_label_formatter(&number)
-                .label_style(("sans-serif", 13))
-                .draw()?;
-            draw_series(&mut chart, curve)?;
+            chart_on!(0.0..y1 * 1.2);
         }
     }
     root.present()?;

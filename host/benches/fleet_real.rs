@@ -24,7 +24,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{cpu_ticks, free_port, http_get, metric, proc_status_kib, start_binary, stop_binary};
+use common::{
+    cpu_ticks, free_port, http_get, metric, proc_status_kib, seen, start_binary, stop_binary,
+    wait_nms,
+};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
@@ -312,27 +315,10 @@ async fn seed_pods(client: &Client, nodes: usize, per_node: usize) {
 
 /// Waits until `count` maintenances have Succeeded (10 minutes at most).
 async fn wait_all_succeeded(nms: &Api<NodeMaintenance>, count: usize) {
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let done = nms
-            .list(&ListParams::default())
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|nm| {
-                        nm.status.as_ref().and_then(|s| s.phase)
-                            == Some(MaintenancePhase::Succeeded)
-                    })
-                    .count()
-            })
-            .unwrap_or(0);
-        if done >= count {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{done}/{count} succeeded");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_nms(nms, count, Duration::from_secs(600), "succeeded", |nm| {
+        nm.status.as_ref().and_then(|s| s.phase) == Some(MaintenancePhase::Succeeded)
+    })
+    .await;
 }
 
 /// The `nmo` binary as its Deployment runs it (the policy directory, the
@@ -404,26 +390,14 @@ async fn restart(
     create_maintenances(nms, present + 2..=nodes).await;
     create_maintenances(nms, 1..=1).await;
     // The first operator sees them all (each waiting says so) before it goes.
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let listed = nms.list(&ListParams::default()).await.unwrap().items;
-        let seen = listed
-            .iter()
-            .filter(|nm| {
-                nm.status
-                    .as_ref()
-                    .is_some_and(|s| s.waiting.is_some() || s.phase.is_some())
-            })
-            .count();
-        if seen == nodes {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{seen}/{nodes} seen by the operator"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_nms(
+        nms,
+        nodes,
+        Duration::from_secs(300),
+        "seen by the operator",
+        seen,
+    )
+    .await;
     // The node lifecycle controller takes the `not-ready` taint off new
     // nodes a few a second: a thousand nodes change for minutes after the
     // start, and each change is one the policy sees. The restart is

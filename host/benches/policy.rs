@@ -7,27 +7,13 @@
 
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::measure;
+
 use nmo::fixtures;
 use nmo::policy::types::{Failure, Maintenance};
 use nmo::policy::{EngineConfig, PolicyEngine, native, selfcheck};
-
-/// Runs `f` for at least `budget` (and at least 15 times), returns the
-/// median and the 95th percentile.
-fn measure(budget: Duration, mut f: impl FnMut()) -> (Duration, Duration) {
-    for _ in 0..3 {
-        f();
-    }
-    let mut samples = Vec::new();
-    let started = Instant::now();
-    while samples.len() < 15 || (started.elapsed() < budget && samples.len() < 5_000) {
-        let t = Instant::now();
-        f();
-        samples.push(t.elapsed());
-    }
-    samples.sort();
-    let p95 = samples[(samples.len() * 95 / 100).min(samples.len() - 1)];
-    (samples[samples.len() / 2], p95)
-}
 
 fn ms(d: Duration) -> String {
     format!("{:.3}", d.as_secs_f64() * 1e3)
@@ -42,7 +28,7 @@ fn main() {
 
     let node = fixtures::node("worker-1");
     let m: Maintenance = selfcheck::sample_maintenance();
-    let (tiny_call, _) = measure(budget, || {
+    let (tiny_call, _) = measure(budget, 15, || {
         policy
             .on_failure(&m, &Failure::NodeNotFound)
             .expect("verdict");
@@ -63,16 +49,16 @@ fn main() {
     for (count, target_ms) in [(110usize, 0.2f64), (1_000, f64::NAN), (5_000, 5.0)] {
         let pods = fixtures::node_pods("worker-1", count);
         let shared: std::sync::Arc<[k8s_openapi::api::core::v1::Pod]> = pods.clone().into();
-        let (wasm_med, wasm_p95) = measure(budget, || {
+        let (wasm_med, wasm_p95) = measure(budget, 15, || {
             let plan = policy
                 .plan_drain_shared(&m, node.clone(), shared.clone(), Default::default())
                 .expect("plan");
             std::hint::black_box(plan);
         });
-        let (copy_med, _) = measure(budget, || {
+        let (copy_med, _) = measure(budget, 15, || {
             std::hint::black_box(policy.plan_drain(&m, &node, &pods).expect("plan"));
         });
-        let (native_med, native_p95) = measure(budget, || {
+        let (native_med, native_p95) = measure(budget, 15, || {
             std::hint::black_box(native::default_plan(&pods));
         });
         // The same answer, or the comparison means nothing.

@@ -734,10 +734,9 @@ fn a_policy_built_for_contract_0_2_is_refused_with_how_to_rebuild() {
 
 fn fleet_of(nodes: usize) -> nmo::policy::Fleet {
     nmo::policy::Fleet {
-        nodes: (0..nodes)
-            .map(|i| fixtures::node(&format!("worker-{}", i + 1)))
-            .collect::<Vec<_>>()
-            .into(),
+        nodes: nmo::policy::fleet_nodes(
+            (0..nodes).map(|i| fixtures::node(&format!("worker-{}", i + 1))),
+        ),
         ..Default::default()
     }
 }

@@ -298,3 +298,52 @@ pub fn verb_resource(verb: &str, uri: &str) -> String {
     };
     format!("{verb} {kind}")
 }
+
+/// Waits until at least `count` NodeMaintenances satisfy `which` (`limit`
+/// at most), reading through API errors.
+pub async fn wait_nms(
+    nms: &Api<NodeMaintenance>,
+    count: usize,
+    limit: Duration,
+    what: &str,
+    which: impl Fn(&NodeMaintenance) -> bool,
+) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let n = nms
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.iter().filter(|nm| which(nm)).count())
+            .unwrap_or(0);
+        if n >= count {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{n}/{count} {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Seen by the operator: admitted, or waiting with the policy's reason.
+pub fn seen(nm: &NodeMaintenance) -> bool {
+    nm.status
+        .as_ref()
+        .is_some_and(|s| s.waiting.is_some() || s.phase.is_some())
+}
+
+/// Runs `f` for at least `budget` (and at least `least` times, at most
+/// 5,000): the median and the 95th percentile.
+pub fn measure(budget: Duration, least: usize, mut f: impl FnMut()) -> (Duration, Duration) {
+    for _ in 0..3 {
+        f();
+    }
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    while samples.len() < least || (started.elapsed() < budget && samples.len() < 5_000) {
+        let t = Instant::now();
+        f();
+        samples.push(t.elapsed());
+    }
+    samples.sort();
+    let p95 = samples[(samples.len() * 95 / 100).min(samples.len() - 1)];
+    (samples[samples.len() / 2], p95)
+}
