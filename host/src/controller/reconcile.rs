@@ -250,6 +250,17 @@ impl Pass {
         if matches!(answer, Ok(Admission::Admit)) {
             self.ctx.admitted_now(&self.uid);
         }
+        // Only a wait with no time to ask again stands while the fleet
+        // keeps this fingerprint; any other answer (an error too) is asked
+        // again at the next pass.
+        let stands = matches!(
+            answer,
+            Ok(Admission::Wait {
+                recheck_after: None,
+                ..
+            })
+        );
+        self.ctx.wait_on(&self.uid, stands.then_some(fingerprint));
         drop(one_at_a_time);
         let was_waiting = nm.status.as_ref().and_then(|s| s.waiting.clone());
         match answer {
@@ -273,8 +284,6 @@ impl Pass {
                 reason,
                 recheck_after,
             }) => {
-                self.ctx
-                    .wait_on(&self.uid, recheck_after.is_none().then_some(fingerprint));
                 self.waiting(was_waiting, reason).await?;
                 let settings = &self.ctx.settings;
                 let (least, most) = (settings.admission_recheck_min, settings.admission_recheck);
