@@ -114,13 +114,10 @@ pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// A free port on the loopback address.
+/// A free port on the loopback address (below the ephemeral range, never
+/// handed out twice: see `nmo_control_plane`).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    nmo_control_plane::free_port().expect("a free loopback port")
 }
 
 /// `GET path` on the loopback `port`: the status line's code and the body.

@@ -743,13 +743,10 @@ pub async fn kubectl_in(
         .expect("kubectl runs")
 }
 
-/// A free port on 127.0.0.1 (for a server the test starts).
+/// A free port on 127.0.0.1 for a server the test starts (below the
+/// ephemeral range, never handed out twice: see `nmo_control_plane`).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    nmo_control_plane::free_port().expect("a free loopback port")
 }
 
 /// Waits until no NodeMaintenance is left.

@@ -18,6 +18,7 @@
 
 mod binaries;
 mod pki;
+mod ports;
 mod process;
 mod proxy;
 mod registry;
@@ -33,6 +34,7 @@ use serde_json::json;
 
 pub use binaries::{Binaries, versions};
 pub use pki::TokenUser;
+pub use ports::free_port;
 use process::Process;
 pub use registry::OciRegistry;
 
@@ -186,7 +188,6 @@ impl ControlPlane {
             ],
         )?;
         let admin = pki.tokens[0].clone();
-        let port = free_port()?;
         let proxy_addr = dir.path().join("cluster-network.sock");
         let listener = tokio::net::UnixListener::bind(&proxy_addr)
             .map_err(|e| ControlPlaneError::io(&proxy_addr, e))?;
@@ -196,7 +197,7 @@ impl ControlPlane {
             processes: Vec::new(),
             dir,
             bin,
-            port,
+            port: 0,
             ca_pem: pki.ca_pem.clone(),
             admin,
             audit_log: None,
@@ -204,14 +205,14 @@ impl ControlPlane {
             routes,
             proxy,
         };
+        cp.start_etcd().await?;
+        cp.start_apiserver(opts.audit, proxy_addr).await?;
+        // The API server's port is known now.
         for user in &pki.tokens[1..] {
             cp.write_kubeconfig(&format!("{}.kubeconfig", short(&user.user)), &user.token)?;
         }
         let admin_token = cp.admin.token.clone();
         cp.write_kubeconfig("admin.kubeconfig", &admin_token)?;
-
-        cp.start_etcd()?;
-        cp.start_apiserver(opts.audit, proxy_addr)?;
         let client = cp.client().await?;
         cp.wait_apiserver(&client).await?;
         cp.start_controllers()?;
@@ -534,32 +535,76 @@ impl ControlPlane {
         }
     }
 
-    fn start_etcd(&mut self) -> Result<(), ControlPlaneError> {
-        let client = free_port()?;
-        let peer = free_port()?;
+    async fn start_etcd(&mut self) -> Result<(), ControlPlaneError> {
         let data = self.dir.path().join("etcd");
-        let args = vec![
-            "--name=default".to_owned(),
-            format!("--data-dir={}", data.display()),
-            format!("--listen-client-urls=http://127.0.0.1:{client}"),
-            format!("--advertise-client-urls=http://127.0.0.1:{client}"),
-            format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
-            format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
-            format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
-            "--unsafe-no-fsync".to_owned(),
-            "--log-level=warn".to_owned(),
-        ];
-        let p = Process::spawn("etcd", &self.bin.path("etcd"), &args, self.dir.path())?;
-        self.processes.push(p);
+        let ports = self
+            .spawn_listening("etcd", 2, |p| {
+                let (client, peer) = (p[0], p[1]);
+                vec![
+                    "--name=default".to_owned(),
+                    format!("--data-dir={}", data.display()),
+                    format!("--listen-client-urls=http://127.0.0.1:{client}"),
+                    format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+                    format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+                    format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+                    format!("--initial-cluster=default=http://127.0.0.1:{peer}"),
+                    "--unsafe-no-fsync".to_owned(),
+                    "--log-level=warn".to_owned(),
+                ]
+            })
+            .await?;
         std::fs::write(
             self.dir.path().join("etcd.url"),
-            format!("http://127.0.0.1:{client}"),
+            format!("http://127.0.0.1:{}", ports[0]),
         )
         .map_err(|e| ControlPlaneError::io(self.dir.path(), e))?;
         Ok(())
     }
 
-    fn start_apiserver(&mut self, audit: bool, proxy: PathBuf) -> Result<(), ControlPlaneError> {
+    /// Starts `component` on `count` fresh loopback ports (`args` makes
+    /// its arguments from them) and waits until it listens on the first.
+    /// Should it exit because one was taken after all (another program
+    /// bound it in between), it is started again on new ones, up to
+    /// three times. Returns the ports.
+    async fn spawn_listening(
+        &mut self,
+        component: &str,
+        count: usize,
+        args: impl Fn(&[u16]) -> Vec<String>,
+    ) -> Result<Vec<u16>, ControlPlaneError> {
+        const TRIES: usize = 3;
+        let program = self.bin.path(component);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let ports = (0..count)
+                .map(|_| free_port())
+                .collect::<Result<Vec<u16>, _>>()?;
+            let mut p = Process::spawn(component, &program, &args(&ports), self.dir.path())?;
+            match p.wait_listening(ports[0], Duration::from_secs(60)).await {
+                Ok(()) => {
+                    self.processes.push(p);
+                    return Ok(ports);
+                }
+                Err(ControlPlaneError::Exited { .. })
+                    if attempt < TRIES && p.found_port_taken() =>
+                {
+                    let kept = self
+                        .dir
+                        .path()
+                        .join(format!("{component}-port-taken-{attempt}.log"));
+                    let _ = std::fs::rename(&p.log, kept);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn start_apiserver(
+        &mut self,
+        audit: bool,
+        proxy: PathBuf,
+    ) -> Result<(), ControlPlaneError> {
         let d = self.dir.path();
         let etcd = std::fs::read_to_string(d.join("etcd.url"))
             .map_err(|e| ControlPlaneError::io(&d.join("etcd.url"), e))?;
@@ -568,7 +613,6 @@ impl ControlPlane {
             format!("--etcd-servers={etcd}"),
             "--bind-address=127.0.0.1".to_owned(),
             "--advertise-address=127.0.0.1".to_owned(),
-            format!("--secure-port={}", self.port),
             format!("--tls-cert-file={}", f("serving.crt")),
             format!("--tls-private-key-file={}", f("serving.key")),
             format!("--client-ca-file={}", f("ca.crt")),
@@ -613,8 +657,14 @@ impl ControlPlane {
             args.push("--audit-log-mode=blocking".to_owned());
             self.audit_log = Some(log);
         }
-        let p = Process::spawn("kube-apiserver", &self.bin.path("kube-apiserver"), &args, d)?;
-        self.processes.push(p);
+        let ports = self
+            .spawn_listening("kube-apiserver", 1, |p| {
+                let mut all = args.clone();
+                all.push(format!("--secure-port={}", p[0]));
+                all
+            })
+            .await?;
+        self.port = ports[0];
         Ok(())
     }
 
@@ -747,15 +797,6 @@ impl std::fmt::Debug for ControlPlane {
 /// `system:kube-controller-manager` → `kube-controller-manager`.
 fn short(user: &str) -> &str {
     user.strip_prefix("system:").unwrap_or(user)
-}
-
-/// A free port on 127.0.0.1.
-pub fn free_port() -> Result<u16, ControlPlaneError> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")
-        .map_err(|e| ControlPlaneError::io(Path::new("127.0.0.1:0"), e))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| ControlPlaneError::io(Path::new("127.0.0.1:0"), e))
 }
 
 /// Runs kubectl with the kubeconfig `kc` (its cache beside it); whether it

@@ -74,6 +74,36 @@ impl Process {
         }
     }
 
+    /// Waits until this process listens on loopback `port` (its own
+    /// socket, not another program's that holds the port), for `limit`
+    /// at most; fails if the process exits first.
+    pub(crate) async fn wait_listening(
+        &mut self,
+        port: u16,
+        limit: Duration,
+    ) -> Result<(), ControlPlaneError> {
+        let begun = Instant::now();
+        loop {
+            self.check_running()?;
+            if listens_on(self.pid(), port) {
+                return Ok(());
+            }
+            if begun.elapsed() > limit {
+                return Err(ControlPlaneError::NotReady {
+                    what: format!("{} listening on port {port}", self.name),
+                    after: limit,
+                    log: tail(&self.log, 20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether its log says a port it was to listen on was taken.
+    pub(crate) fn found_port_taken(&self) -> bool {
+        std::fs::read_to_string(&self.log).is_ok_and(|t| t.contains("address already in use"))
+    }
+
     /// SIGTERM to the group, then SIGKILL after `grace`; reaps the child.
     pub(crate) fn stop(&mut self, grace: Duration) {
         if matches!(self.child.try_wait(), Ok(Some(_))) {
@@ -99,6 +129,37 @@ impl Drop for Process {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
     }
+}
+
+/// Whether process `pid` holds a socket listening on TCP `port`: the
+/// listening sockets' inodes from `/proc/net/tcp` and `tcp6`, against the
+/// sockets among its open files.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let wanted = format!(":{port:04X}");
+    let listening: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| {
+            t.lines()
+                .skip(1)
+                .filter_map(|l| {
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    // local_address, state 0A (LISTEN), inode.
+                    (f.len() > 9 && f[1].ends_with(&wanted) && f[3] == "0A")
+                        .then(|| format!("socket:[{}]", f[9]))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if listening.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.filter_map(Result::ok)
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .any(|link| listening.iter().any(|s| link.as_os_str() == s.as_str()))
 }
 
 /// The last `lines` lines of a log file (for an error message).
