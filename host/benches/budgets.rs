@@ -22,7 +22,10 @@
 //! Run with `cargo bench -p nmo --bench budgets`; goal: nmo ≤ 1.2x the
 //! floor, ≤ 30 requests a minute when blocked for good.
 //! `NMO_BENCH_CLUSTER=sim` or `=real` runs on one of the two only;
-//! `NMO_BENCH_ONLY=blocked` only the budget that never allows.
+//! `NMO_BENCH_ONLY=blocked` only the budget that never allows;
+//! `NMO_BENCH_CASE=N` only the N-th case (from 0) and not the blocked
+//! budget; `NMO_BENCH_KEEP=<dir>` keeps each real run's audit log there
+//! (`<case>-<floor|5s|nmo>.audit.log`) to take a run's time apart.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +54,19 @@ struct Case {
     ready_after: u32,
     /// Nodes drained at once (the apps' pods spread over them).
     nodes: usize,
+}
+
+impl Case {
+    /// Its name as a file name: `8-pods-1-budget-allowing-1-ready-after-0-s`.
+    fn slug(&self) -> String {
+        let words: Vec<String> = self
+            .name
+            .split(|c: char| !c.is_ascii_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_ascii_lowercase)
+            .collect();
+        words.join("-")
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -132,7 +148,7 @@ impl Cluster {
                 })
                 .await
                 .expect("the real control plane starts");
-                cp.apply(&nmo::crd::crd_yaml()).await.unwrap();
+                common::install_crd(&cp).await;
                 // The operator's client (its User-Agent names it in the
                 // audit log), with the admin's rights.
                 let client = nmo::client::client_from_kubeconfig(&cp.kubeconfig())
@@ -223,6 +239,18 @@ impl Cluster {
             }
         }
         calls
+    }
+
+    /// Keeps the real API server's audit log as `<dir>/<name>.audit.log`
+    /// when `NMO_BENCH_KEEP` names a folder.
+    fn keep_audit(&self, name: &str) {
+        let (Cluster::Real(cp), Ok(dir)) = (self, std::env::var("NMO_BENCH_KEEP")) else {
+            return;
+        };
+        let to = std::path::Path::new(&dir).join(format!("{name}.audit.log"));
+        if let Err(e) = std::fs::copy(cp.dir().join("audit.log"), &to) {
+            eprintln!("keeping the audit log as {}: {e}", to.display());
+        }
     }
 
     async fn stop(self) {
@@ -394,6 +422,7 @@ async fn nmo(kind: Kind, case: &Case) -> (Duration, usize) {
     let took = t.elapsed();
     let (_, evictions) = c.operator_requests();
     run.abort();
+    c.keep_audit(&format!("{}-nmo", case.slug()));
     c.stop().await;
     (took, evictions)
 }
@@ -403,6 +432,7 @@ async fn bare(kind: Kind, case: &Case, retry: Duration) -> (Duration, usize) {
     let t = Instant::now();
     let sent = evict_loop(&client, &drained(case), retry).await;
     let took = t.elapsed();
+    c.keep_audit(&format!("{}-retry-{}ms", case.slug(), retry.as_millis()));
     c.stop().await;
     (took, sent)
 }
@@ -464,7 +494,14 @@ async fn table(kind: Kind, label: &str) {
         "nmo/5s"
     );
     let blocked_only = std::env::var("NMO_BENCH_ONLY").as_deref() == Ok("blocked");
-    for case in cases().into_iter().filter(|_| !blocked_only) {
+    let one: Option<usize> = std::env::var("NMO_BENCH_CASE")
+        .ok()
+        .and_then(|n| n.parse().ok());
+    let chosen = cases()
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !blocked_only && one.is_none_or(|n| n == *i));
+    for (_, case) in chosen {
         let (floor, floor_sent) = bare(kind, &case, Duration::from_millis(10)).await;
         let (kubectl, kubectl_sent) = bare(kind, &case, Duration::from_secs(5)).await;
         let (ours, ours_sent) = nmo(kind, &case).await;
@@ -477,6 +514,9 @@ async fn table(kind: Kind, label: &str) {
             ours.as_secs_f64() / floor.as_secs_f64(),
             ours.as_secs_f64() / kubectl.as_secs_f64(),
         );
+    }
+    if one.is_some() {
+        return;
     }
     let window = Duration::from_secs(60);
     let (per_minute, calls) = blocked_for_good(kind, window).await;

@@ -167,7 +167,7 @@ async fn drain_curve(real: bool) -> Curve {
         .await
         .expect("the real control plane starts");
         let admin = cp.client().await.unwrap();
-        cp.apply(&nmo::crd::crd_yaml()).await.unwrap();
+        common::install_crd(&cp).await;
         for size in SIZES {
             let node = format!("d{size}-0");
             seed_kwok_pods(&admin, &node, size, "0s").await;
@@ -298,7 +298,7 @@ async fn admission_curve(real: bool) -> Curve {
             })
             .await
             .expect("the real control plane starts");
-            cp.apply(&nmo::crd::crd_yaml()).await.unwrap();
+            common::install_crd(&cp).await;
             let audit = || {
                 cp.audit()
                     .into_iter()

@@ -69,7 +69,7 @@ async fn main() {
     .await
     .expect("the real control plane starts");
     let admin = cp.client().await.unwrap();
-    cp.apply(&nmo::crd::crd_yaml()).await.unwrap();
+    common::install_crd(&cp).await;
     let t = Instant::now();
     seed(&admin, "nmo-node", pods, "0s").await;
     seed(&admin, "floor-node", pods, "0s").await;

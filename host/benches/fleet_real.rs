@@ -91,7 +91,7 @@ async fn main() {
         t.elapsed().as_secs_f64()
     );
     let admin = cp.client().await.unwrap();
-    cp.apply(&nmo::crd::crd_yaml()).await.unwrap();
+    common::install_crd(&cp).await;
     let t = Instant::now();
     seed_pods(&admin, nodes, per_node).await;
     eprintln!(

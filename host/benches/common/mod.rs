@@ -87,6 +87,31 @@ pub async fn create_nms(api: &Api<NodeMaintenance>, nodes: &[String]) -> Vec<Str
     names
 }
 
+/// Installs the NodeMaintenance CRD on the real control plane and waits
+/// out the API server's welcome: it holds every create of a custom
+/// resource for 2 s while its CRD has been Established for less than 2 s
+/// (apiextensions-apiserver's `customresource_handler.go`, for HA API
+/// servers that have not seen the CRD yet). A cluster installs the CRD
+/// once, long before its first maintenance, so a benchmark's clock must
+/// not start inside that window: one throwaway NodeMaintenance, created
+/// (as the admin, so the operator's requests are not counted) and
+/// deleted, takes it.
+pub async fn install_crd(cp: &nmo_control_plane::ControlPlane) {
+    cp.apply(&nmo::crd::crd_yaml()).await.unwrap();
+    let api: Api<NodeMaintenance> = Api::all(cp.client().await.unwrap());
+    let nm = NodeMaintenance::new(
+        "bench-warm-up",
+        NodeMaintenanceSpec {
+            node_name: "bench-warm-up".to_owned(),
+            reason: None,
+        },
+    );
+    api.create(&PostParams::default(), &nm).await.unwrap();
+    api.delete("bench-warm-up", &Default::default())
+        .await
+        .unwrap();
+}
+
 /// CPU time a process has used (user + system), in clock ticks (1/100 s
 /// on Linux).
 pub fn cpu_ticks(pid: u32) -> u64 {
