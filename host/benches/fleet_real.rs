@@ -19,6 +19,9 @@
 //! - an operator that starts with a maintenance on every node: start to
 //!   ready, its first minute's requests, its memory
 //!   (`NMO_BENCH_RESTART=0` skips it).
+//!
+//! `NMO_BENCH_KEEP=<dir>` keeps the API server's audit log of the run up
+//! to the restart there (`fleet_real.audit.log`).
 
 use std::time::{Duration, Instant};
 
@@ -232,6 +235,14 @@ async fn main() {
             "|   {what} | {n} | {} |",
             alone_kinds.get(what).copied().unwrap_or(0)
         );
+    }
+    // NMO_BENCH_KEEP: the API server's audit log up to here, to take the
+    // run's time apart.
+    if let Ok(keep) = std::env::var("NMO_BENCH_KEEP") {
+        let to = std::path::Path::new(&keep).join("fleet_real.audit.log");
+        if let Err(e) = std::fs::copy(cp.dir().join("audit.log"), &to) {
+            eprintln!("keeping the audit log as {}: {e}", to.display());
+        }
     }
     if std::env::var("NMO_BENCH_RESTART").as_deref() != Ok("0") {
         restart(&cp, &nms, operator, dir.path(), nodes).await;

@@ -312,3 +312,78 @@ async fn a_waiting_maintenance_is_asked_again_only_when_its_fleet_changes() {
     cluster.stop().await;
     controller.abort();
 }
+
+/// The most of `records` in flight at one moment (arrived, not yet
+/// answered).
+fn most_in_flight(records: &[nmo_sim::AuditRecord]) -> usize {
+    let mut edges: Vec<(Instant, i32)> = Vec::new();
+    for r in records {
+        let answered = r.answered.expect("every eviction was answered");
+        edges.push((r.at, 1));
+        edges.push((answered, -1));
+    }
+    // An answer and an arrival at the same instant: the answer first.
+    edges.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_drains_at_once_share_the_removals_in_flight() {
+    // Three nodes of eight pods drained at once, every request taking
+    // 100 ms: alone, each drain would send its eight evictions together.
+    const NODES: usize = 3;
+    const CAP: u16 = 4;
+    let (cluster, client) = start_cluster(NODES).await;
+    let m = metrics();
+    let policies = policy_store_counted(None, m.policy.clone());
+    let (_ctx, controller) =
+        start_controller_counted(&client, policies, m.controller.clone(), |s| {
+            s.removals_in_flight = CAP;
+        });
+    for n in 1..=NODES {
+        for i in 0..8 {
+            cluster
+                .create(bare(
+                    &format!("w{n}-{i}"),
+                    &format!("worker-{n}"),
+                    serde_json::json!({}),
+                    0,
+                ))
+                .unwrap();
+        }
+    }
+    cluster.set_faults(|f| f.latency = Duration::from_millis(100));
+    cluster.record_audit(true);
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    for n in 1..=NODES {
+        let nm = NodeMaintenance::new(
+            &format!("nm-{n}"),
+            nmo::crd::NodeMaintenanceSpec {
+                node_name: format!("worker-{n}"),
+                reason: None,
+            },
+        );
+        nms.create(&PostParams::default(), &nm).await.unwrap();
+    }
+    for n in 1..=NODES {
+        wait_succeeded(&nms, &format!("nm-{n}"), Duration::from_secs(60)).await;
+    }
+    let evictions: Vec<_> = cluster
+        .audit()
+        .into_iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT && r.subresource == "eviction")
+        .collect();
+    assert_eq!(evictions.len(), NODES * 8, "one eviction a pod");
+    let most = most_in_flight(&evictions);
+    println!("at most {most} evictions in flight (cap {CAP})");
+    assert!(most <= usize::from(CAP), "{most} evictions in flight");
+    // The drains did overlap: the cap was reached, not a drain at a time.
+    assert!(most > 1, "the drains ran one eviction at a time");
+    controller.abort();
+    cluster.stop().await;
+}

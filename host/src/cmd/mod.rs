@@ -47,6 +47,12 @@ pub struct Cli {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_maintenances: u16,
 
+    /// Pod evictions and deletions in flight at once, every drain's
+    /// together: many drains at once share the API server rather than
+    /// flood it.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_removals_in_flight: u16,
+
     /// Elect a leader (a coordination Lease) so only one replica reconciles.
     #[arg(long, default_value_t = false)]
     pub leader_elect: bool,
@@ -455,6 +461,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
         )?;
         let settings = nmo::controller::Settings {
             max_concurrent,
+            removals_in_flight: cli.max_removals_in_flight,
             lease_namespace: if cli.lease_namespace.is_empty() {
                 nmo::controller::lease::DEFAULT_NAMESPACE.to_owned()
             } else {

@@ -140,6 +140,8 @@ pub(super) struct Removal<'a> {
     pub retries: &'a Retries,
     pub metrics: &'a ControllerMetrics,
     pub budgets: &'a Budgets,
+    /// The removal requests every drain of the process shares.
+    pub in_flight: &'a tokio::sync::Semaphore,
     pub ledger: &'a Ledger,
     pub notes: &'a Notes,
     pub maintenance: &'a str,

@@ -25,6 +25,10 @@ pub const POLICY_ERROR_RETRY: Duration = Duration::from_secs(30);
 pub struct Settings {
     /// Maintenances reconciled at once (`--max-concurrent-maintenances`).
     pub max_concurrent: u16,
+    /// Evictions and deletions of pods the whole operator has in flight at
+    /// once (`--max-removals-in-flight`), every drain's together: many
+    /// drains at once share the API server rather than flood it.
+    pub removals_in_flight: u16,
     /// Namespace of node leases (the binary reads `LEASE_NAMESPACE`).
     pub lease_namespace: String,
     /// Name of this instance, for events (the binary reads `HOSTNAME`).
@@ -73,6 +77,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_concurrent: 10,
+            removals_in_flight: drain::HOST_MAX_CONCURRENT as u16,
             lease_namespace: lease::DEFAULT_NAMESPACE.to_owned(),
             instance: "nmo".to_owned(),
             rewind_check: Duration::from_secs(10),
@@ -127,6 +132,8 @@ pub struct Context {
     /// The PodDisruptionBudgets, watched while the controller runs: every
     /// drain's evictions are paced by them.
     pub(super) budgets: Arc<super::budgets::Budgets>,
+    /// The removal requests every drain shares (`removals_in_flight`).
+    pub(super) in_flight: Arc<tokio::sync::Semaphore>,
     /// The nodes, watched while the controller runs: admission's fleet.
     pub(super) nodes: Arc<super::nodes::Nodes>,
     /// The medik8s node leases, watched: who else holds a node.
@@ -144,6 +151,9 @@ impl Context {
         settings: Settings,
         metrics: ControllerMetrics,
     ) -> Arc<Self> {
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(usize::from(
+            settings.removals_in_flight.max(1),
+        )));
         Arc::new(Context {
             recorder: events::Recorder::new(client.clone(), settings.instance.clone()),
             leases: lease::LeaseManager::new(client.clone(), settings.lease_namespace.clone()),
@@ -160,6 +170,7 @@ impl Context {
             nodes_listed: tokio::sync::Mutex::new(None),
             memory: Memories::default(),
             budgets: Arc::default(),
+            in_flight,
             nodes: Arc::default(),
             lease_watch: Arc::default(),
             tool_claims: Arc::default(),

@@ -144,6 +144,9 @@ pub struct Drainer<'a> {
     pub metrics: &'a ControllerMetrics,
     /// The budgets' watch every drain of the process shares.
     pub budgets: &'a Arc<Budgets>,
+    /// The removal requests every drain of the process shares: a request
+    /// is sent only with one of its permits.
+    pub in_flight: &'a Arc<Semaphore>,
     /// The maintenance's pod ledger (refusals, handshakes).
     pub ledger: &'a Arc<Ledger>,
     /// Where notes for the maintenance's events go.
@@ -170,6 +173,7 @@ pub async fn execute(
         retries,
         metrics,
         budgets,
+        in_flight,
         ledger,
         notes,
         maintenance,
@@ -291,6 +295,7 @@ pub async fn execute(
             let retries = retries.clone();
             let metrics = metrics.clone();
             let budgets = budgets.clone();
+            let in_flight = in_flight.clone();
             let ledger = ledger.clone();
             let notes = notes.clone();
             let maintenance = maintenance.to_owned();
@@ -303,6 +308,7 @@ pub async fn execute(
                     retries: &retries,
                     metrics: &metrics,
                     budgets: &budgets,
+                    in_flight: &in_flight,
                     ledger: &ledger,
                     notes: &notes,
                     maintenance: &maintenance,
@@ -527,6 +533,7 @@ pub(super) async fn evict_or_delete(
         retries,
         metrics,
         budgets,
+        in_flight,
         ledger,
         notes,
         ..
@@ -543,6 +550,9 @@ pub(super) async fn evict_or_delete(
             return;
         }
         let (result, permit): (kube::Result<()>, Option<Permit<'_>>) = if delete {
+            let Some(_sending) = sending(in_flight, deadline).await else {
+                return;
+            };
             (api.delete(&t.name, &dp).await.map(|_| ()), None)
         } else {
             let timings = retries.budget_timings();
@@ -560,6 +570,10 @@ pub(super) async fn evict_or_delete(
             let params = EvictParams {
                 delete_options: Some(dp.clone()),
                 ..Default::default()
+            };
+            let Some(_sending) = sending(in_flight, deadline).await else {
+                permit.failed();
+                return;
             };
             let result = api.evict(&t.name, &params).await.map(|_| ());
             (result, Some(permit))
@@ -619,6 +633,19 @@ pub(super) async fn evict_or_delete(
             return;
         }
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// One of the removal requests the whole process may have in flight,
+/// waited for until `deadline` at most (`None`: the attempt's time ran
+/// out first).
+async fn sending(
+    in_flight: &Semaphore,
+    deadline: Instant,
+) -> Option<tokio::sync::SemaphorePermit<'_>> {
+    tokio::select! {
+        permit = in_flight.acquire() => permit.ok(),
+        () = tokio::time::sleep_until(deadline) => None,
     }
 }
 

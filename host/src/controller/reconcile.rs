@@ -588,6 +588,7 @@ impl Pass {
                 retries: &ctx.settings.drain_retries,
                 metrics: &ctx.metrics,
                 budgets: &ctx.budgets,
+                in_flight: &ctx.in_flight,
                 ledger: &ledger,
                 notes: &notes,
                 maintenance: &self.name,

@@ -420,6 +420,7 @@ async fn handle(
                     denied: denied.is_some(),
                     code: 0,
                     at: std::time::Instant::now(),
+                    answered: None,
                 });
             }
             let response = async {
@@ -466,6 +467,7 @@ async fn handle(
                 let mut audit = sim.audit.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(r) = audit.get_mut(i) {
                     r.code = response.status().as_u16();
+                    r.answered = Some(std::time::Instant::now());
                 }
             }
             response

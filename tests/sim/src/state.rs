@@ -221,6 +221,8 @@ pub struct AuditRecord {
     pub code: u16,
     /// When the request arrived.
     pub at: std::time::Instant,
+    /// When it was answered (`None` until then; a watch, when it ends).
+    pub answered: Option<std::time::Instant>,
 }
 
 impl Sim {
