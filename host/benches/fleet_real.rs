@@ -350,7 +350,8 @@ impl Operator {
             &[
                 format!("--metrics-bind-address=127.0.0.1:{metrics_port}"),
                 format!("--policy-dir={}", dir.join("policies").display()),
-                std::env::var("NMO_BENCH_ZAP").unwrap_or_else(|_| "--zap-level=info".to_owned()),
+                std::env::var("NMO_BENCH_ZAP")
+                    .unwrap_or_else(|_| "--zap-log-level=info".to_owned()),
             ],
         )
         .await;

@@ -30,8 +30,10 @@ pub enum Error {
         source: kube::runtime::watcher::Error,
     },
 
-    /// The node lease is held, and valid, by someone else.
-    #[error("lease is already held by {holder}")]
+    /// The node lease is held, and valid, by someone else (the text of
+    /// medik8s/common's `AlreadyHeldError`, which the Go operator's
+    /// lastError carries).
+    #[error("can't update or invalidate the lease because it is held by different owner: {holder}")]
     LeaseHeld { holder: String },
 
     /// An event could not be queued for writing (events came faster than

@@ -10,10 +10,10 @@ fn main() -> std::process::ExitCode {
         nmo::telemetry::init_command(nmo::telemetry::ZapLevel::Error);
         cmd::run_plugin(cmd::Plugin::parse())
     } else {
-        let cli = cmd::Cli::parse();
+        let cli = cmd::Cli::parse_from(cmd::go_style_args(std::env::args_os()));
         if cli.command.is_none() || cli.is_demo() {
             // The operator, and the demo (which runs it): their logs.
-            nmo::telemetry::init(cli.log_level());
+            nmo::telemetry::init(cli.log_level(), cli.log_format());
         } else {
             nmo::telemetry::init_command(cli.log_level());
         }

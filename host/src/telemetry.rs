@@ -1,8 +1,11 @@
 //! JSON logs through `tracing`, in the Go operator's zap shape:
-//! `{"level":"info","ts":"2024-01-15T10:00:00.000Z","logger":"controller","msg":"Begin a node maintenance","nodeName":"node02"}`.
+//! `{"level":"info","ts":"2024-01-15T10:00:00.123456789Z","logger":"controller","msg":"Begin a node maintenance","nodeName":"node02"}`.
 //!
 //! `logger` is the event's `logger` field when it has one, else its target;
-//! every other field follows under its own name.
+//! every other field follows under its own name. The encoder, the time
+//! encoding and the level are controller-runtime's zap flags
+//! (`--zap-encoder`, `--zap-time-encoding`, `--zap-log-level`, `--zap-devel`),
+//! as the Go operator v0.21.0 takes them.
 
 use std::fmt;
 use std::str::FromStr;
@@ -15,13 +18,17 @@ use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
 use tracing_subscriber::registry::LookupSpan;
 
-/// `--zap-level`: the Go operator's log levels.
+/// `--zap-log-level`: the Go operator's log levels. controller-runtime
+/// also takes a verbosity (an integer above 0: debug and more; nmo has
+/// no level below debug) and `panic` (nmo never panics on purpose, so it
+/// logs nothing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ZapLevel {
     Debug,
     #[default]
     Info,
     Error,
+    Panic,
 }
 
 impl FromStr for ZapLevel {
@@ -31,9 +38,13 @@ impl FromStr for ZapLevel {
             "debug" => Ok(ZapLevel::Debug),
             "info" => Ok(ZapLevel::Info),
             "error" => Ok(ZapLevel::Error),
-            other => Err(format!(
-                "unknown log level {other:?}: use debug, info or error"
-            )),
+            "panic" => Ok(ZapLevel::Panic),
+            n => match n.parse::<u32>() {
+                Ok(v) if v > 0 => Ok(ZapLevel::Debug),
+                _ => Err(format!(
+                    "unknown log level {n:?}: use debug, info, error, panic or an integer above 0"
+                )),
+            },
         }
     }
 }
@@ -61,11 +72,104 @@ impl ZapLevel {
             ZapLevel::Debug => "debug",
             ZapLevel::Info => "info",
             ZapLevel::Error => "error",
+            ZapLevel::Panic => "off",
+        };
+        let kube_client = if self == ZapLevel::Panic {
+            "off"
+        } else {
+            kube_client
         };
         EnvFilter::new(format!(
             "{ours},wasmtime=warn,wasmtime_wasi=warn,cranelift_codegen=warn,cranelift=warn,kube_runtime=warn,kube_client={kube_client},hyper=warn,rustls=warn"
         ))
     }
+}
+
+/// `--zap-encoder`: one JSON object a line, or zap's console line (time,
+/// level, logger, message, then the other fields as JSON, tab-separated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Encoder {
+    #[default]
+    Json,
+    Console,
+}
+
+impl FromStr for Encoder {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "json" => Ok(Encoder::Json),
+            "console" => Ok(Encoder::Console),
+            other => Err(format!("unknown encoder {other:?}: use json or console")),
+        }
+    }
+}
+
+/// `--zap-time-encoding`: how `ts` is written, as zap's encoders write it.
+/// The Go operator v0.21.0's default is `rfc3339nano`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeEncoding {
+    /// Seconds since the epoch, as a float.
+    Epoch,
+    /// Milliseconds since the epoch, as a float.
+    Millis,
+    /// Nanoseconds since the epoch, as an integer.
+    Nano,
+    /// `2024-01-15T10:00:00.080Z`: always three digits of milliseconds.
+    Iso8601,
+    /// `2024-01-15T10:00:00Z`.
+    Rfc3339,
+    /// `2024-01-15T10:00:00.08Z`: nanoseconds, trailing zeros trimmed.
+    #[default]
+    Rfc3339Nano,
+}
+
+impl FromStr for TimeEncoding {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "epoch" => Ok(TimeEncoding::Epoch),
+            "millis" => Ok(TimeEncoding::Millis),
+            "nano" => Ok(TimeEncoding::Nano),
+            "iso8601" => Ok(TimeEncoding::Iso8601),
+            "rfc3339" => Ok(TimeEncoding::Rfc3339),
+            "rfc3339nano" => Ok(TimeEncoding::Rfc3339Nano),
+            other => Err(format!(
+                "unknown time encoding {other:?}: use epoch, millis, nano, iso8601, rfc3339 or rfc3339nano"
+            )),
+        }
+    }
+}
+
+impl TimeEncoding {
+    /// `ts` as a JSON value.
+    pub fn encode(self, ts: jiff::Timestamp) -> Value {
+        let nanos = ts.as_nanosecond();
+        match self {
+            TimeEncoding::Epoch => Value::from(nanos as f64 / 1e9),
+            TimeEncoding::Millis => Value::from(nanos as f64 / 1e6),
+            TimeEncoding::Nano => Value::from(i64::try_from(nanos).unwrap_or(i64::MAX)),
+            TimeEncoding::Iso8601 => Value::String(zap_time(ts)),
+            TimeEncoding::Rfc3339 => Value::String(ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+            TimeEncoding::Rfc3339Nano => {
+                let frac = ts.subsec_nanosecond();
+                let base = ts.strftime("%Y-%m-%dT%H:%M:%S").to_string();
+                Value::String(if frac == 0 {
+                    format!("{base}Z")
+                } else {
+                    let digits = format!("{frac:09}");
+                    format!("{base}.{}Z", digits.trim_end_matches('0'))
+                })
+            }
+        }
+    }
+}
+
+/// How lines are written: the encoder and the time encoding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LogFormat {
+    pub encoder: Encoder,
+    pub time: TimeEncoding,
 }
 
 /// Collects an event's fields into a JSON object.
@@ -94,8 +198,8 @@ impl Visit for Fields {
     }
 }
 
-/// The zap-shaped line.
-pub struct ZapJson;
+/// The zap-shaped line, in the chosen [`LogFormat`].
+pub struct ZapJson(pub LogFormat);
 
 /// A time as zap's ISO 8601 encoder writes it: UTC, always three digits of
 /// milliseconds (`2024-01-15T10:00:00.080Z`, never `…00.08Z`), so the
@@ -109,9 +213,14 @@ pub fn zap_time(ts: jiff::Timestamp) -> String {
     )
 }
 
-/// Formats one event as a zap-shaped JSON line: `level`, `ts`, `logger`,
-/// `msg` first, in that order, then the other fields.
-pub fn zap_line(level: &tracing::Level, target: &str, fields: Map<String, Value>) -> String {
+/// Formats one event as a zap-shaped line: `level`, `ts`, `logger`, `msg`
+/// first, in that order, then the other fields.
+pub fn zap_line(
+    format: LogFormat,
+    level: &tracing::Level,
+    target: &str,
+    fields: Map<String, Value>,
+) -> String {
     let mut fields = fields;
     let msg = fields
         .remove("message")
@@ -119,19 +228,42 @@ pub fn zap_line(level: &tracing::Level, target: &str, fields: Map<String, Value>
     let logger = fields
         .remove("logger")
         .unwrap_or_else(|| Value::String(target.to_owned()));
-    let ts = zap_time(jiff::Timestamp::now());
-    let mut line = format!(
-        "{{\"level\":{},\"ts\":{},\"logger\":{},\"msg\":{}",
-        Value::String(level.as_str().to_lowercase()),
-        Value::String(ts),
-        logger,
-        msg
-    );
-    for (k, v) in fields {
-        line.push_str(&format!(",{}:{}", Value::String(k), v));
+    let ts = format.time.encode(jiff::Timestamp::now());
+    let level = level.as_str().to_lowercase();
+    match format.encoder {
+        Encoder::Json => {
+            let mut line = format!(
+                "{{\"level\":{},\"ts\":{},\"logger\":{},\"msg\":{}",
+                Value::String(level),
+                ts,
+                logger,
+                msg
+            );
+            for (k, v) in fields {
+                line.push_str(&format!(",{}:{}", Value::String(k), v));
+            }
+            line.push('}');
+            line
+        }
+        Encoder::Console => {
+            let text = |v: &Value| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let mut line = format!(
+                "{}\t{}\t{}\t{}",
+                text(&ts),
+                level.to_uppercase(),
+                text(&logger),
+                text(&msg)
+            );
+            if !fields.is_empty() {
+                line.push('\t');
+                line.push_str(&Value::Object(fields).to_string());
+            }
+            line
+        }
     }
-    line.push('}');
-    line
 }
 
 impl<S, N> FormatEvent<S, N> for ZapJson
@@ -148,25 +280,25 @@ where
         let mut fields = Fields(Map::new());
         event.record(&mut fields);
         let meta = event.metadata();
-        let line = zap_line(meta.level(), meta.target(), fields.0);
+        let line = zap_line(self.0, meta.level(), meta.target(), fields.0);
         writeln!(writer, "{line}")
     }
 }
 
-/// Installs the JSON log subscriber on standard error. Calling it twice is
+/// Installs the log subscriber on standard error. Calling it twice is
 /// harmless (the second call does nothing).
-pub fn init(level: ZapLevel) {
-    init_with(level.filter());
+pub fn init(level: ZapLevel, format: LogFormat) {
+    init_with(level.filter(), format);
 }
 
 /// [`init`] for a command a person reads (see [`ZapLevel::command_filter`]).
 pub fn init_command(level: ZapLevel) {
-    init_with(level.command_filter());
+    init_with(level.command_filter(), LogFormat::default());
 }
 
-fn init_with(filter: EnvFilter) {
+fn init_with(filter: EnvFilter, format: LogFormat) {
     let _ = tracing_subscriber::fmt()
-        .event_format(ZapJson)
+        .event_format(ZapJson(format))
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
@@ -197,7 +329,12 @@ mod tests {
         f.insert("message".into(), Value::from("Begin a node maintenance"));
         f.insert("logger".into(), Value::from("controller"));
         f.insert("nodeName".into(), Value::from("node02"));
-        let text = zap_line(&tracing::Level::INFO, "nmo::controller", f);
+        let text = zap_line(
+            LogFormat::default(),
+            &tracing::Level::INFO,
+            "nmo::controller",
+            f,
+        );
         assert!(text.starts_with("{\"level\":\"info\",\"ts\":\""), "{text}");
         assert!(
             text.ends_with("\"logger\":\"controller\",\"msg\":\"Begin a node maintenance\",\"nodeName\":\"node02\"}"),
@@ -208,10 +345,82 @@ mod tests {
         assert_eq!(line["logger"], "controller");
         assert_eq!(line["msg"], "Begin a node maintenance");
         assert!(line["ts"].as_str().unwrap().ends_with('Z'));
-        let no_logger: Value =
-            serde_json::from_str(&zap_line(&tracing::Level::ERROR, "nmo::policy", Map::new()))
-                .unwrap();
+        let no_logger: Value = serde_json::from_str(&zap_line(
+            LogFormat::default(),
+            &tracing::Level::ERROR,
+            "nmo::policy",
+            Map::new(),
+        ))
+        .unwrap();
         assert_eq!(no_logger["logger"], "nmo::policy");
         assert_eq!(no_logger["level"], "error");
+    }
+
+    #[test]
+    fn time_encodings_are_zaps() {
+        let ts: jiff::Timestamp = "2026-12-03T19:23:44.08Z".parse().unwrap();
+        assert_eq!(
+            TimeEncoding::Rfc3339Nano.encode(ts),
+            Value::from("2026-12-03T19:23:44.08Z")
+        );
+        assert_eq!(
+            TimeEncoding::Rfc3339.encode(ts),
+            Value::from("2026-12-03T19:23:44Z")
+        );
+        assert_eq!(
+            TimeEncoding::Iso8601.encode(ts),
+            Value::from("2026-12-03T19:23:44.080Z")
+        );
+        assert_eq!(
+            TimeEncoding::Nano.encode(ts),
+            Value::from(1_796_325_824_080_000_000i64)
+        );
+        assert_eq!(
+            TimeEncoding::Epoch.encode(ts).as_f64(),
+            Some(1_796_325_824.08)
+        );
+        let whole: jiff::Timestamp = "2026-12-03T19:23:44Z".parse().unwrap();
+        assert_eq!(
+            TimeEncoding::Rfc3339Nano.encode(whole),
+            Value::from("2026-12-03T19:23:44Z")
+        );
+    }
+
+    #[test]
+    fn console_lines_are_tab_separated_with_fields_as_json() {
+        let mut f = Map::new();
+        f.insert("message".into(), Value::from("Begin a node maintenance"));
+        f.insert("logger".into(), Value::from("controller"));
+        f.insert("nodeName".into(), Value::from("node02"));
+        let format = LogFormat {
+            encoder: Encoder::Console,
+            time: TimeEncoding::Iso8601,
+        };
+        let line = zap_line(format, &tracing::Level::INFO, "t", f);
+        let parts: Vec<&str> = line.split('\t').collect();
+        assert_eq!(parts.len(), 5, "{line}");
+        assert_eq!(
+            &parts[1..],
+            &[
+                "INFO",
+                "controller",
+                "Begin a node maintenance",
+                "{\"nodeName\":\"node02\"}"
+            ]
+        );
+    }
+
+    #[test]
+    fn levels_are_controller_runtimes() {
+        assert_eq!("debug".parse(), Ok(ZapLevel::Debug));
+        assert_eq!("3".parse(), Ok(ZapLevel::Debug));
+        assert_eq!("panic".parse(), Ok(ZapLevel::Panic));
+        assert!("0".parse::<ZapLevel>().is_err());
+        assert!(
+            "loud"
+                .parse::<ZapLevel>()
+                .unwrap_err()
+                .contains("use debug")
+        );
     }
 }

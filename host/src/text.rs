@@ -63,6 +63,45 @@ pub fn clean(text: &str, max_bytes: usize) -> String {
     out
 }
 
+/// A duration as Go's `time.Duration.String` writes it (`30s`, `1m0s`,
+/// `1h0m0s`, `1.5s`, `500ms`): the Go operator's texts carry it.
+pub fn go_duration(d: std::time::Duration) -> String {
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    let fraction = |value: u128, unit: u128| -> String {
+        let whole = value / unit;
+        let rest = value % unit;
+        if rest == 0 {
+            whole.to_string()
+        } else {
+            let digits = unit.ilog10() as usize;
+            let text = format!("{rest:0digits$}");
+            format!("{whole}.{}", text.trim_end_matches('0'))
+        }
+    };
+    if nanos < 1_000 {
+        return format!("{nanos}ns");
+    }
+    if nanos < 1_000_000 {
+        return format!("{}\u{b5}s", fraction(nanos, 1_000));
+    }
+    if nanos < 1_000_000_000 {
+        return format!("{}ms", fraction(nanos, 1_000_000));
+    }
+    let secs = nanos / 1_000_000_000;
+    let (h, m) = (secs / 3600, secs / 60 % 60);
+    let s = fraction(nanos % 60_000_000_000, 1_000_000_000);
+    if h > 0 {
+        format!("{h}h{m}m{s}s")
+    } else if m > 0 {
+        format!("{m}m{s}s")
+    } else {
+        format!("{s}s")
+    }
+}
+
 /// A duration as a person writes it: `500ms`, `5s`, `1m30s`.
 pub fn duration(d: std::time::Duration) -> String {
     let ms = d.as_millis();
@@ -92,6 +131,21 @@ pub fn is_clean(text: &str, max_bytes: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn durations_read_as_gos() {
+        use std::time::Duration;
+        assert_eq!(super::go_duration(Duration::from_secs(30)), "30s");
+        assert_eq!(super::go_duration(Duration::from_secs(60)), "1m0s");
+        assert_eq!(super::go_duration(Duration::from_secs(3600)), "1h0m0s");
+        assert_eq!(super::go_duration(Duration::from_millis(1500)), "1.5s");
+        assert_eq!(super::go_duration(Duration::from_millis(500)), "500ms");
+        assert_eq!(
+            super::go_duration(Duration::from_millis(90_250)),
+            "1m30.25s"
+        );
+        assert_eq!(super::go_duration(Duration::ZERO), "0s");
+    }
+
     use super::*;
 
     #[test]

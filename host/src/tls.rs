@@ -23,8 +23,23 @@ pub struct ReloadingCert {
     current: Mutex<(SystemTime, Arc<CertifiedKey>)>,
 }
 
+/// The certificate's and key's file names in `dir`: `tls.crt` and
+/// `tls.key` (cert-manager's and controller-runtime's), or `apiserver.crt`
+/// and `apiserver.key`, as OLM mounts a webhook's certificate for the Go
+/// operator's bundle (`/apiserver.local.config/certificates`).
+pub fn cert_files(dir: &Path) -> [&'static str; 2] {
+    if !dir.join("tls.crt").exists() && dir.join("apiserver.crt").exists() {
+        ["apiserver.crt", "apiserver.key"]
+    } else {
+        ["tls.crt", "tls.key"]
+    }
+}
+
+/// Where OLM puts a webhook's certificate for an operator it installs.
+pub const OLM_CERT_DIR: &str = "/apiserver.local.config/certificates";
+
 fn modified(dir: &Path) -> SystemTime {
-    ["tls.crt", "tls.key"]
+    cert_files(dir)
         .iter()
         .filter_map(|f| {
             std::fs::metadata(dir.join(f))
@@ -39,14 +54,18 @@ fn load_key(dir: &Path) -> Result<Arc<CertifiedKey>> {
     let bad = |what: &str, e: &dyn std::fmt::Display| {
         Error::Config(format!("TLS {what} in {}: {e}", dir.display()))
     };
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join("tls.crt"))
+    let [cert_file, key_file] = cert_files(dir);
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(dir.join(cert_file))
         .map_err(|e| bad("certificate", &e))?
         .collect::<std::result::Result<_, _>>()
         .map_err(|e| bad("certificate", &e))?;
     if certs.is_empty() {
-        return Err(bad("certificate", &"no certificate in tls.crt"));
+        return Err(bad(
+            "certificate",
+            &format!("no certificate in {cert_file}"),
+        ));
     }
-    let key = PrivateKeyDer::from_pem_file(dir.join("tls.key")).map_err(|e| bad("key", &e))?;
+    let key = PrivateKeyDer::from_pem_file(dir.join(key_file)).map_err(|e| bad("key", &e))?;
     let signing = ring::sign::any_supported_type(&key).map_err(|e| bad("key", &e))?;
     Ok(Arc::new(CertifiedKey::new(certs, signing)))
 }

@@ -53,12 +53,14 @@ pub mod messages {
 pub struct WebhookMetrics {
     requests: prometheus::IntCounterVec,
     latency: prometheus::HistogramVec,
+    in_flight: prometheus::IntGaugeVec,
+    panics: prometheus::IntCounterVec,
 }
 
 impl WebhookMetrics {
     /// Registers the webhook's families on `registry`.
     pub fn register(registry: &prometheus::Registry) -> crate::metrics::Result<Self> {
-        Ok(WebhookMetrics {
+        let m = WebhookMetrics {
             requests: crate::metrics::counter_vec(
                 registry,
                 "controller_runtime_webhook_requests_total",
@@ -72,7 +74,24 @@ impl WebhookMetrics {
                 &["webhook"],
                 crate::metrics::exponential(0.001, 2.0, 14),
             )?,
-        })
+            in_flight: crate::metrics::gauge_vec(
+                registry,
+                "controller_runtime_webhook_requests_in_flight",
+                "Current number of admission requests being served.",
+                &["webhook"],
+            )?,
+            panics: crate::metrics::counter_vec(
+                registry,
+                "controller_runtime_webhook_panics_total",
+                "Total number of webhook panics",
+                &[],
+            )?,
+        };
+        // As controller-runtime: the series exist at 0 from the start.
+        m.requests.with_label_values(&[PATH, "200"]);
+        m.in_flight.with_label_values(&[PATH]).set(0);
+        m.panics.with_label_values::<&str>(&[]);
+        Ok(m)
     }
 
     /// One admission request answered with `code` after `seconds`.
@@ -412,6 +431,13 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
     let started = Instant::now();
+    let in_flight = validator
+        .metrics
+        .as_ref()
+        .map(|m| m.in_flight.with_label_values(&[PATH]));
+    if let Some(g) = &in_flight {
+        g.inc();
+    }
     let (code, body) = if req.uri().path() != PATH {
         (
             StatusCode::NOT_FOUND,
@@ -428,6 +454,9 @@ async fn handle(
             Err(e) => (e.status(), error_body(&e.to_string())),
         }
     };
+    if let Some(g) = &in_flight {
+        g.dec();
+    }
     if let Some(m) = &validator.metrics {
         m.answered(code.as_str(), started.elapsed().as_secs_f64());
     }

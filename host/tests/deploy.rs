@@ -928,7 +928,7 @@ async fn metrics_are_secure_by_default_and_open_only_in_their_overlay() {
     let open = render("metrics-open");
     let open_args = args_of(&open);
     assert!(
-        !open_args.contains(&"--metrics-secure".to_owned()),
+        open_args.contains(&"--metrics-secure=false".to_owned()),
         "{open_args:?}"
     );
     assert!(

@@ -129,3 +129,17 @@ async fn succeeded_waits_for_volumes_to_detach_on_the_real_control_plane() {
     scenario::succeeded_waits_for_volumes_to_detach(&env).await;
     env.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_wait_ends_when_the_maintenance_is_deleted_on_nmo_sim() {
+    let (_dir, env) = sim(1).await;
+    scenario::a_volume_wait_ends_when_the_maintenance_is_deleted(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_wait_ends_when_the_maintenance_is_deleted_on_the_real_control_plane() {
+    let (_dir, env) = real(1).await;
+    scenario::a_volume_wait_ends_when_the_maintenance_is_deleted(&env).await;
+    env.stop();
+}

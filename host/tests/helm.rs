@@ -111,7 +111,7 @@ fn template_deployment(
                         .into(),
                 );
             } else if arg == "--metrics-secure" {
-                *arg = block(when(".Values.metrics.secure", &["- --metrics-secure"]));
+                *arg = directive("--metrics-secure={{ .Values.metrics.secure }}".into());
             }
         }
         if let Some(args) = c["args"].as_array_mut() {

@@ -49,7 +49,7 @@ async fn a_lease_renewed_in_year_9999_is_held_not_a_crash() {
             s.last_error
                 .as_deref()
                 .unwrap_or("")
-                .contains("held by someone-else")
+                .contains("held by different owner: someone-else")
         })
         .await;
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
@@ -77,7 +77,10 @@ async fn an_unreadable_lease_time_never_blocks_deletion() {
     env.cluster.create(namespace("medik8s-leases")).unwrap();
     for (holder, says) in [
         ("node-maintenance", None),
-        ("someone-else", Some("held by someone-else")),
+        (
+            "someone-else",
+            Some("held by different owner: someone-else"),
+        ),
     ] {
         env.cluster
             .create(lease(holder, "9999-12-31T23:59:59.999999Z", 3600))

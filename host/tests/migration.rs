@@ -1,15 +1,15 @@
 //! From the Go operator to nmo and back, as docs/migration.md says, on the
 //! real control plane with the real Go Node Maintenance Operator
-//! (medik8s/node-maintenance-operator, built from its Go module with the
-//! control plane, run with its own CRD as a local process).
+//! (medik8s/node-maintenance-operator v0.21.0, built from its Go module with
+//! the control plane, run with its own CRD as a local process).
 //!
 //! The Go operator leaves maintenances as it leaves them: one Succeeded
 //! (its node cordoned, tainted, leased), one Running behind a
 //! PodDisruptionBudget that allows nothing, one on a node that does not
-//! exist (v0.17.0 keeps it Running and retrying, with `lastError` saying
-//! so). A Failed one is written as v0.17.0 writes it after its lease
-//! failures (its only way to Failed: the node uncordoned, `errorOnLeaseCount`
-//! 4), while it is stopped. nmo's CRD and RBAC are applied and nmo starts.
+//! exist (Failed, `lastError` saying so). A Failed one is written as the Go
+//! operator writes it after its lease failures (`maintenance failed: lease
+//! could not be extended after 4 attempts`, the node uncordoned), while it
+//! is stopped. nmo's CRD and RBAC are applied and nmo starts.
 //! Checked from the API server's own records (a watch of the nodes from
 //! the switch on, the audit log of evictions): no node is uncordoned while
 //! its maintenance lasts, no pod is evicted twice, the Succeeded and Failed
@@ -118,8 +118,9 @@ async fn from_the_go_operator_to_nmo_and_back() {
     // (a budget that allows nothing holds a pod), Failed (no such node).
     let held = succeeded_and_held(&env, "nm-done", "nm-held").await;
     env.create_nm("nm-ghost", "ghost").await;
-    env.wait_status("nm-ghost", "retrying a node that does not exist", |s| {
-        s.last_error.as_deref() == Some("nodes \"ghost\" not found")
+    env.wait_status("nm-ghost", "failed: its node does not exist", |s| {
+        s.phase == Some(MaintenancePhase::Failed)
+            && s.last_error.as_deref() == Some("nodes \"ghost\" not found")
     })
     .await;
     let evicted_by_go = evictions(&env);
@@ -142,7 +143,7 @@ async fn from_the_go_operator_to_nmo_and_back() {
     let failed_status = json!({"status": {
         "phase": "Failed",
         "errorOnLeaseCount": 4,
-        "lastError": "failed to extend lease owned by us : lease held by someone else errorOnLeaseCount 4",
+        "lastError": "maintenance failed: lease could not be extended after 4 attempts",
         "drainProgress": 0,
     }});
     env.nms()
@@ -202,8 +203,7 @@ async fn from_the_go_operator_to_nmo_and_back() {
     let failed = env.nms().get("nm-failed").await.unwrap().status.unwrap();
     assert_eq!(failed.phase, Some(MaintenancePhase::Failed));
     assert_eq!(failed.error_on_lease_count, 4);
-    // The missing node's: nmo fails it, as the Go operator's later
-    // releases do (v0.17.0 retried it forever).
+    // The missing node's stays Failed, as the Go operator left it.
     let ghost = env.wait_phase("nm-ghost", MaintenancePhase::Failed).await;
     assert_eq!(
         ghost.status.unwrap().last_error.as_deref(),

@@ -36,7 +36,7 @@ fn spawn_operator(kubeconfig: &Path, work: &Path) -> Child {
             "--metrics-bind-address=0",
             "--health-probe-bind-address=0",
             "--webhook-bind-address=0",
-            "--zap-level=error",
+            "--zap-log-level=error",
         ])
         .arg(format!(
             "--policy-dir={}",

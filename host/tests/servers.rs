@@ -274,7 +274,7 @@ fn spawn_operator(
             "--metrics-bind-address=0".to_owned(),
             format!("--health-probe-bind-address=127.0.0.1:{probe}"),
             "--policy-cache-dir=".to_owned(),
-            "--zap-level=error".to_owned(),
+            "--zap-log-level=error".to_owned(),
         ])
         .args(args)
         .env("KUBECONFIG", kubeconfig)

@@ -18,7 +18,7 @@ root="${NMO_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nmo-control-pla
 key="$(cd "$here" && cat versions.env build.sh $(find . -name '*.go' -o -name '*.yaml' | sort) | sha256sum | cut -c1-16)"
 dir="$root/$key"
 bin="$dir/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-crd.yaml prometheus-operator-crds.yaml helm operator-verify registry crane)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane)
 
 complete() {
   for b in "${want[@]}"; do [[ -s "$bin/$b" ]] || return 1; done
@@ -149,13 +149,28 @@ wrapped_main() {
 wrapped_main kube-state-metrics kube-state-metrics "k8s.io/kube-state-metrics/v2@$KUBE_STATE_METRICS_VERSION" \
   k8s.io/kube-state-metrics/v2 "-X github.com/prometheus/common/version.Version=${KUBE_STATE_METRICS_VERSION#v}"
 
-# The Go Node Maintenance Operator (its go.mod has no replace directives),
-# and its CRD as its release ships it.
-wrapped_main "the Go Node Maintenance Operator" node-maintenance-operator \
-  "github.com/medik8s/node-maintenance-operator@$NODE_MAINTENANCE_OPERATOR_VERSION" \
-  github.com/medik8s/node-maintenance-operator ""
-cp "$(go env GOMODCACHE)/github.com/medik8s/node-maintenance-operator@$NODE_MAINTENANCE_OPERATOR_VERSION/config/crd/bases/nodemaintenance.medik8s.io_nodemaintenances.yaml" \
-  "$out/node-maintenance-operator-crd.yaml"
+# The Go Node Maintenance Operator, from a wrapper module that replaces the
+# k8s.io staging modules its go.mod pins (v0.34.7: kubectl and cli-runtime
+# are not served) with a served patch release; its CRD and its OLM bundle's
+# ClusterServiceVersion (whose Deployment the drop-in test runs) as its
+# release ships them.
+w="$dir.tmp/src/node-maintenance-operator"
+mkdir -p "$w"
+{
+  printf 'module nmo.invalid/control-plane/node-maintenance-operator\n\ngo 1.26.0\n\nreplace (\n'
+  for m in api apimachinery client-go kubectl cli-runtime component-base component-helpers \
+    apiextensions-apiserver apiserver metrics code-generator; do
+    printf '\tk8s.io/%s => k8s.io/%s %s\n' "$m" "$m" "$NODE_MAINTENANCE_OPERATOR_STAGING_VERSION"
+  done
+  printf ')\n'
+} >"$w/go.mod"
+step "the Go Node Maintenance Operator: resolving modules"
+(cd "$w" && quiet go get -tool "github.com/medik8s/node-maintenance-operator/cmd@$NODE_MAINTENANCE_OPERATOR_VERSION")
+step "the Go Node Maintenance Operator: building"
+(cd "$w" && go build -trimpath -ldflags "$ld" -o "$out/node-maintenance-operator" github.com/medik8s/node-maintenance-operator/cmd)
+nmo_go="$(go env GOMODCACHE)/github.com/medik8s/node-maintenance-operator@$NODE_MAINTENANCE_OPERATOR_VERSION"
+cp "$nmo_go/config/crd/bases/nodemaintenance.medik8s.io_nodemaintenances.yaml" "$out/node-maintenance-operator-crd.yaml"
+cp "$nmo_go/bundle/manifests/node-maintenance-operator.clusterserviceversion.yaml" "$out/node-maintenance-operator-csv.yaml"
 
 # Helm, for the chart's tests (host/tests/helm.rs, real_deploy.rs).
 wrapped_main helm helm "helm.sh/helm/v4/cmd/helm@$HELM_VERSION" helm.sh/helm/v4/cmd/helm \

@@ -183,8 +183,8 @@ pub async fn start_binary(
         _ => tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo")),
     };
     command.arg("--webhook-bind-address=0");
-    if !args.iter().any(|a| a.starts_with("--zap-level")) {
-        command.arg("--zap-level=error");
+    if !args.iter().any(|a| a.starts_with("--zap-log-level")) {
+        command.arg("--zap-log-level=error");
     }
     if !args.iter().any(|a| a.starts_with("--metrics-bind-address")) {
         command.arg("--metrics-bind-address=0");

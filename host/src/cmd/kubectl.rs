@@ -297,21 +297,31 @@ pub fn run_plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn client(args: &ClusterArgs) -> anyhow::Result<Client> {
+    let config = kube_config(args.kubeconfig.as_deref(), args.context.clone()).await?;
+    Ok(nmo::client::operator_client(config)?)
+}
+
+/// The client configuration of a kubeconfig file and context when given
+/// (`--kubeconfig`, `--context`), else inferred (KUBECONFIG,
+/// ~/.kube/config, in-cluster).
+pub(super) async fn kube_config(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<String>,
+) -> anyhow::Result<kube::Config> {
     use kube::config::{KubeConfigOptions, Kubeconfig};
     let options = KubeConfigOptions {
-        context: args.context.clone(),
+        context,
         ..Default::default()
     };
-    let config = match &args.kubeconfig {
+    Ok(match kubeconfig {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &options).await?
         }
-        None if args.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
+        None if options.context.is_some() => kube::Config::from_kubeconfig(&options).await?,
         None => kube::Config::infer().await?,
-    };
-    Ok(nmo::client::operator_client(config)?)
+    })
 }
 
 async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {

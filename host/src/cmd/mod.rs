@@ -31,19 +31,61 @@ use clap::{Parser, Subcommand};
 use std::time::Duration;
 
 use nmo::policy::{EngineConfig, PolicyEngine, PolicyStore, selfcheck};
-use nmo::telemetry::ZapLevel;
+use nmo::telemetry::{Encoder, LogFormat, TimeEncoding, ZapLevel};
+
+/// controller-runtime's webhook certificate folder.
+const DEFAULT_WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 
 /// Node Maintenance Operator with WebAssembly drain policies.
 #[derive(Debug, Parser)]
 #[command(name = "nmo", version, about)]
 pub struct Cli {
-    /// Log level, as the Go operator's flag: debug, info or error (default:
-    /// info for the operator, error for the other commands).
-    #[arg(long, global = true)]
+    /// Log level, as the Go operator's `--zap-log-level`: debug, info,
+    /// error, panic, or a verbosity above 0 (debug). Default: info for the
+    /// operator (debug with --zap-devel), error for the other commands.
+    /// `--zap-level` is its older name.
+    #[arg(long = "zap-log-level", alias = "zap-level", global = true)]
     pub zap_level: Option<ZapLevel>,
 
-    /// Maintenances reconciled at once; one blocked drain never delays
-    /// another node's.
+    /// Development logging, as controller-runtime's: the console encoder
+    /// and debug level unless --zap-encoder or --zap-log-level say
+    /// otherwise. (The Go operator v0.21.0 defaults to it; nmo defaults to
+    /// JSON at info, see docs/drop-in.md.)
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub zap_devel: bool,
+
+    /// Log encoding: json or console (default json, console with
+    /// --zap-devel).
+    #[arg(long, value_name = "ENCODER")]
+    pub zap_encoder: Option<Encoder>,
+
+    /// How log times are written: epoch, millis, nano, iso8601, rfc3339 or
+    /// rfc3339nano (the Go operator v0.21.0's, the default).
+    #[arg(long, value_name = "ENCODING")]
+    pub zap_time_encoding: Option<TimeEncoding>,
+
+    /// Accepted as the Go operator's (info, error or panic): nmo's log
+    /// lines carry no stack traces, so it changes nothing (said once at
+    /// start).
+    #[arg(long, value_name = "LEVEL", value_parser = ["info", "error", "panic"])]
+    pub zap_stacktrace_level: Option<String>,
+
+    /// The kubeconfig file to run against, as controller-runtime's flag
+    /// (default: KUBECONFIG, ~/.kube/config, or in-cluster).
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Accepted as the Go operator's (HTTP/2 for the metrics and webhook
+    /// servers, off by default there as here): nmo serves HTTP/1.1 only,
+    /// so `true` is said once at start and changes nothing.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
+    pub enable_http2: bool,
+
+    /// Maintenance passes (admission, lease, cordon, plan, status writes)
+    /// at once. A drain, removing pods or waiting (a budget, a Job, a
+    /// handshake, a surge, volumes), holds none: its removals share
+    /// --max-removals-in-flight, so no drain, however long it waits,
+    /// delays another node's.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
     pub max_concurrent_maintenances: u16,
 
@@ -54,7 +96,7 @@ pub struct Cli {
     pub max_removals_in_flight: u16,
 
     /// Elect a leader (a coordination Lease) so only one replica reconciles.
-    #[arg(long, default_value_t = false)]
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "false", value_parser = go_bool)]
     pub leader_elect: bool,
 
     /// Namespace of the leader election lease (default: the pod's own, from
@@ -63,15 +105,16 @@ pub struct Cli {
     #[arg(long)]
     pub leader_election_namespace: Option<String>,
 
-    /// Where Prometheus metrics are served (`/metrics`); `0` turns them off.
-    #[arg(long, default_value = ":8080")]
+    /// Where Prometheus metrics are served (`/metrics`); `0` turns them
+    /// off. The Go operator v0.21.0's default, HTTPS on :8443.
+    #[arg(long, default_value = ":8443")]
     pub metrics_bind_address: String,
 
     /// Serve metrics over HTTPS, only to clients the cluster authenticates
     /// (TokenReview) and authorizes for `get /metrics` (SubjectAccessReview),
-    /// HTTP/2 off, as the Go operator's flag. Off: plain HTTP, as the seed
-    /// documents.
-    #[arg(long, default_value_t = false)]
+    /// HTTP/2 off, as the Go operator v0.21.0 always does. `=false`: plain
+    /// HTTP to anyone who reaches the port.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true", default_value = "true", value_parser = go_bool)]
     pub metrics_secure: bool,
 
     /// Directory with the metrics server's tls.crt and tls.key (with
@@ -90,7 +133,7 @@ pub struct Cli {
 
     /// Directory with the webhook's tls.crt and tls.key (re-read when they
     /// change). Without them the webhook stays off, with one warning.
-    #[arg(long, default_value = "/tmp/k8s-webhook-server/serving-certs")]
+    #[arg(long, default_value = DEFAULT_WEBHOOK_CERT_DIR)]
     pub webhook_cert_dir: PathBuf,
 
     /// The policy directory: .wasm files and policies.yaml, usually a
@@ -198,10 +241,93 @@ impl Cli {
 
     pub fn log_level(&self) -> ZapLevel {
         self.zap_level.unwrap_or(match self.command {
+            None if self.zap_devel => ZapLevel::Debug,
             None => ZapLevel::Info,
             Some(_) => ZapLevel::Error,
         })
     }
+
+    /// The log lines' encoder and time encoding, as controller-runtime
+    /// picks them from the zap flags.
+    pub fn log_format(&self) -> LogFormat {
+        LogFormat {
+            encoder: self.zap_encoder.unwrap_or(if self.zap_devel {
+                Encoder::Console
+            } else {
+                Encoder::Json
+            }),
+            time: self.zap_time_encoding.unwrap_or_default(),
+        }
+    }
+
+    /// Says, once at start, which Go operator flags were given that
+    /// change nothing in nmo.
+    pub fn log_accepted_flags(&self) {
+        if self.enable_http2 {
+            tracing::info!(
+                logger = "setup",
+                "--enable-http2: nmo serves HTTP/1.1 only (the webhook and metrics servers); the flag changes nothing"
+            );
+        }
+        if let Some(level) = &self.zap_stacktrace_level {
+            tracing::info!(
+                logger = "setup",
+                level = %level,
+                "--zap-stacktrace-level: nmo's log lines carry no stack traces; the flag changes nothing"
+            );
+        }
+    }
+}
+
+/// A boolean flag's value as Go's `flag` package reads it (`--flag`,
+/// `--flag=false`, `=0`, `=T`, ...): the Go operator's Deployment writes
+/// `--enable-http2=false`.
+fn go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        other => Err(format!("invalid boolean value {other:?}")),
+    }
+}
+
+/// The command line with Go's single-dash long flags (`-leader-elect`,
+/// `-kubeconfig=FILE`, as Go's `flag` package also takes them) written
+/// with two dashes, for the operator's own flags.
+pub fn go_style_args(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let longs: Vec<String> = cmd
+        .get_arguments()
+        .flat_map(|a| {
+            a.get_long_and_visible_aliases()
+                .unwrap_or_default()
+                .into_iter()
+                .chain(a.get_all_aliases().unwrap_or_default())
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    args.into_iter()
+        .map(|arg| {
+            let Some(text) = arg.to_str() else {
+                return arg;
+            };
+            let Some(rest) = text.strip_prefix('-') else {
+                return arg;
+            };
+            if rest.starts_with('-') {
+                return arg;
+            }
+            let name = rest.split('=').next().unwrap_or(rest);
+            if name.len() > 1 && longs.iter().any(|l| l == name) {
+                format!("-{text}").into()
+            } else {
+                arg
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Subcommand)]
@@ -432,6 +558,12 @@ fn own_namespace(cli: &Cli) -> Option<String> {
     cli.pod_namespace
         .clone()
         .filter(|s| !s.is_empty())
+        // The Go operator's Deployment names it OPERATOR_NAMESPACE.
+        .or_else(|| {
+            std::env::var("OPERATOR_NAMESPACE")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
         .or_else(|| {
             std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace").ok()
         })
@@ -440,6 +572,7 @@ fn own_namespace(cli: &Cli) -> Option<String> {
 
 /// Runs the operator until interrupted.
 fn operator(cli: &Cli) -> anyhow::Result<()> {
+    cli.log_accepted_flags();
     let max_concurrent = cli.max_concurrent_maintenances;
     let runtime = tokio::runtime::Runtime::new()?;
     // The probes answer while the policies are compiled: liveness says the
@@ -456,7 +589,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
     let policies = load_policies(cli, metrics.policy.clone())?;
     runtime.block_on(async {
         let client = nmo::client::operator_client_counted(
-            kube::Config::infer().await?,
+            kubectl::kube_config(cli.kubeconfig.as_deref(), None).await?,
             Some(metrics.client.clone()),
         )?;
         let settings = nmo::controller::Settings {
@@ -597,20 +730,21 @@ async fn start_servers(
         }
     }
     if let Some(addr) = server::parse_bind(&cli.webhook_bind_address)? {
-        if cli.webhook_cert_dir.join("tls.crt").exists() {
+        let cert_dir = webhook_cert_dir(cli);
+        if cert_dir.join(nmo::tls::cert_files(&cert_dir)[0]).exists() {
             let listener = tokio::net::TcpListener::bind(addr).await?;
             let validator = nmo::webhook::Validator::new(client.clone())
                 .await
                 .with_policies(ctx.policies.clone())
                 .with_lease_namespace(&ctx.settings.lease_namespace)
                 .with_metrics(metrics.webhook.clone());
-            let dir = cli.webhook_cert_dir.clone();
+            let dir = cert_dir.clone();
             tokio::spawn(async move {
                 if let Err(e) = nmo::webhook::serve(listener, &dir, validator).await {
                     tracing::error!(logger = "webhook", error = %e, "webhook server stopped");
                 }
             });
-            tracing::info!(logger = "setup", address = %addr, "serving the validating webhook");
+            tracing::info!(logger = "setup", address = %addr, cert_dir = %cert_dir.display(), "serving the validating webhook");
         } else {
             tracing::warn!(
                 logger = "setup",
@@ -620,6 +754,21 @@ async fn start_servers(
         }
     }
     Ok(())
+}
+
+/// Where the webhook's certificate is: `--webhook-cert-dir`, or, when
+/// that is the default and holds none, where OLM mounts one for the Go
+/// operator's bundle (so its Deployment with only the image changed serves
+/// the webhook).
+fn webhook_cert_dir(cli: &Cli) -> PathBuf {
+    let given = &cli.webhook_cert_dir;
+    let olm = std::path::Path::new(nmo::tls::OLM_CERT_DIR);
+    let default = std::path::Path::new(DEFAULT_WEBHOOK_CERT_DIR);
+    if given == default && !given.join("tls.crt").exists() && olm.join("apiserver.crt").exists() {
+        olm.to_owned()
+    } else {
+        given.clone()
+    }
 }
 
 /// Loads a policy file, or the embedded default for `default`.

@@ -113,6 +113,9 @@ pub(super) struct Attempt {
     pub annotations: std::sync::Mutex<HashMap<String, BTreeMap<String, String>>>,
     /// uids whose last eviction was refused by a PDB.
     pub pdb_blocked: Mutex<HashSet<String>>,
+    /// uids whose eviction or deletion the API server accepted in this
+    /// attempt (the drain then waits for them to go).
+    pub accepted: Mutex<HashSet<String>>,
     pub last_error: Mutex<String>,
     pub evicted: std::sync::atomic::AtomicUsize,
     pub deleted: std::sync::atomic::AtomicUsize,

@@ -23,7 +23,8 @@ pub const POLICY_ERROR_RETRY: Duration = Duration::from_secs(30);
 /// What the controller needs to know.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Maintenances reconciled at once (`--max-concurrent-maintenances`).
+    /// Maintenance passes at once, drains not counted
+    /// (`--max-concurrent-maintenances`).
     pub max_concurrent: u16,
     /// Evictions and deletions of pods the whole operator has in flight at
     /// once (`--max-removals-in-flight`), every drain's together: many
@@ -134,6 +135,15 @@ pub struct Context {
     pub(super) budgets: Arc<super::budgets::Budgets>,
     /// The removal requests every drain shares (`removals_in_flight`).
     pub(super) in_flight: Arc<tokio::sync::Semaphore>,
+    /// Asked to stop (SIGTERM): no pass starts work, every drain and
+    /// wait ends as if its maintenance were gone, so the process ends (and
+    /// the leader lock is given up) within moments; the next leader
+    /// resumes from what is in the API.
+    pub(super) stopping: AtomicBool,
+    /// The passes that work at once (`max_concurrent`): held from a
+    /// pass's start to its drain, never by a drain (see
+    /// docs/architecture.md, the concurrency model).
+    pub(super) slots: Arc<tokio::sync::Semaphore>,
     /// The nodes, watched while the controller runs: admission's fleet.
     pub(super) nodes: Arc<super::nodes::Nodes>,
     /// The medik8s node leases, watched: who else holds a node.
@@ -154,7 +164,12 @@ impl Context {
         let in_flight = Arc::new(tokio::sync::Semaphore::new(usize::from(
             settings.removals_in_flight.max(1),
         )));
+        let slots = Arc::new(tokio::sync::Semaphore::new(usize::from(
+            settings.max_concurrent.max(1),
+        )));
         Arc::new(Context {
+            slots,
+            stopping: AtomicBool::new(false),
             recorder: events::Recorder::new(client.clone(), settings.instance.clone()),
             leases: lease::LeaseManager::new(client.clone(), settings.lease_namespace.clone()),
             client,
@@ -233,6 +248,9 @@ impl Context {
     /// controller's cache sees it now, gone, being deleted, or moved to
     /// another node: a drain in progress for it should stop.
     pub fn no_longer_wants(&self, name: &str, uid: &str, node: &str) -> bool {
+        if self.stopping.load(Ordering::Relaxed) {
+            return true;
+        }
         let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let Some(store) = store else { return false };
         match store.get(&kube::runtime::reflector::ObjectRef::new(name)) {
@@ -242,6 +260,17 @@ impl Context {
                     || nm.metadata.deletion_timestamp.is_some()
                     || nm.spec.node_name != node
             }
+        }
+    }
+
+    /// Stops the work in progress: every drain and wait ends (see
+    /// [`Context::stopping`]).
+    pub fn stop(&self) {
+        if !self.stopping.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                logger = "controller",
+                "stopping: drains in progress end here and are resumed by the next leader"
+            );
         }
     }
 

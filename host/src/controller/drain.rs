@@ -233,6 +233,7 @@ pub async fn execute(
         ),
         waits,
         pdb_blocked: Mutex::new(HashSet::new()),
+        accepted: Mutex::new(HashSet::new()),
         last_error: Mutex::new(String::new()),
         evicted: Default::default(),
         deleted: Default::default(),
@@ -422,15 +423,11 @@ pub async fn execute(
             .map(|t| t.uid.as_str()),
     );
     let mut message = String::new();
-    // The Go operator's text where the situation is the same (tools parse
-    // it): the attempt ran out of time waiting for a pod whose eviction was
-    // accepted to go.
-    let waited_for = pending.iter().find(|t| !pdb.contains(&t.uid));
-    if let (true, Some(t)) = (timed_out, waited_for) {
-        message = format!(
-            "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: context deadline exceeded",
-            t.name, t.namespace
-        );
+    let accepted = state.accepted.lock().await.clone();
+    if timed_out && !pending.is_empty() {
+        // The Go operator's text where the situation is the same (tools
+        // parse it): kubectl's drain errors of the pods left, aggregated.
+        message = timed_out_text(&pending, &accepted, plan.attempt_timeout);
     } else if !pending.is_empty() {
         let pdb_count = pending.iter().filter(|t| pdb.contains(&t.uid)).count();
         message = format!(
@@ -636,6 +633,43 @@ pub(super) async fn evict_or_delete(
     }
 }
 
+/// What kubectl's drain (the Go operator's) says of an attempt that ran
+/// out of time with `pending` pods left: for a pod whose removal was
+/// accepted, that waiting for it to go timed out; for one never accepted
+/// (refused by its budget, or never sent while the budget had no room),
+/// that the global timeout was reached evicting it. One error alone as it
+/// is, several (distinct) in brackets, comma-separated, as Go's
+/// `utilerrors.NewAggregate` writes them.
+pub(super) fn timed_out_text(
+    pending: &[&Target],
+    accepted: &HashSet<String>,
+    timeout: Duration,
+) -> String {
+    let mut errors: Vec<String> = Vec::new();
+    for t in pending {
+        let error = if accepted.contains(&t.uid) {
+            format!(
+                "error when waiting for pod \"{}\" in namespace \"{}\" to terminate: context deadline exceeded",
+                t.name, t.namespace
+            )
+        } else {
+            format!(
+                "error when evicting pods/\"{}\" -n \"{}\": global timeout reached: {}",
+                t.name,
+                t.namespace,
+                crate::text::go_duration(timeout)
+            )
+        };
+        if !errors.contains(&error) {
+            errors.push(error);
+        }
+    }
+    match errors.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
 /// One of the removal requests the whole process may have in flight,
 /// waited for until `deadline` at most (`None`: the attempt's time ran
 /// out first).
@@ -683,6 +717,7 @@ pub(super) async fn removed(
     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     metrics.pod_removal(outcome);
     state.pdb_blocked.lock().await.remove(&t.uid);
+    state.accepted.lock().await.insert(t.uid.clone());
     // What the drain waited for, if it was this pod, is over.
     let mut waiting = state.last_error.lock().await;
     if waiting.starts_with(&format!("evicting pod {}/{}:", t.namespace, t.name)) {
@@ -746,5 +781,42 @@ async fn follow(events: PodEvents, state: Arc<Attempt>) {
             present.remove(uid);
         }
         state.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(name: &str) -> Target {
+        Target {
+            namespace: "demo".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            labels: Default::default(),
+            annotations: Default::default(),
+            controller: None,
+            action: Action::Evict(Default::default()),
+        }
+    }
+
+    /// A pod the budget held back (never accepted) is not one the drain
+    /// waited for: kubectl's text says the eviction timed out, and names
+    /// the waited-for pod only when its eviction was accepted.
+    #[test]
+    fn timed_out_text_names_what_happened_to_each_pod() {
+        let (a, b) = (target("web-a"), target("web-b"));
+        let none = HashSet::new();
+        let t = Duration::from_secs(30);
+        assert_eq!(
+            timed_out_text(&[&a], &none, t),
+            "error when evicting pods/\"web-a\" -n \"demo\": global timeout reached: 30s"
+        );
+        let accepted: HashSet<String> = [a.uid.clone()].into();
+        assert_eq!(
+            timed_out_text(&[&a, &b], &accepted, t),
+            "[error when waiting for pod \"web-a\" in namespace \"demo\" to terminate: context deadline exceeded, \
+             error when evicting pods/\"web-b\" -n \"demo\": global timeout reached: 30s]"
+        );
     }
 }

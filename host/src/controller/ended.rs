@@ -126,9 +126,20 @@ impl EndedLog {
     }
 }
 
+/// Keeps the entries of the last [`MAX_HISTORY_WINDOW`], at most
+/// [`MAX_ENTRIES`]. The ConfigMap is anyone's with write access to the
+/// namespace: an entry that ends in the future (forged, or a clock far
+/// ahead), or ends before it starts, is no maintenance that happened and
+/// goes (a day-long "came back 0 ms ago" would hold every admission).
 fn prune(entries: &mut Vec<Ended>, now_ms: u64) {
     let kept = MAX_HISTORY_WINDOW.as_millis() as u64;
-    entries.retain(|e| e.ended_ms.saturating_add(kept) >= now_ms);
+    // A minute's grace for another replica's clock.
+    let skew = 60_000;
+    entries.retain(|e| {
+        e.ended_ms.saturating_add(kept) >= now_ms
+            && e.ended_ms <= now_ms.saturating_add(skew)
+            && e.started_ms <= e.ended_ms
+    });
     entries.sort_by_key(|e| e.ended_ms);
     let extra = entries.len().saturating_sub(MAX_ENTRIES);
     entries.drain(..extra);
@@ -146,10 +157,22 @@ pub async fn read(client: &Client, namespace: &str) -> kube::Result<Vec<Ended>> 
         .and_then(|d| d.get(KEY))
         .map(String::as_str)
         .unwrap_or("[]");
-    Ok(serde_json::from_str(text).unwrap_or_else(|e| {
+    let mut entries: Vec<Ended> = serde_json::from_str(text).unwrap_or_else(|e| {
         tracing::warn!(logger = "controller", error = %e, "the maintenance history does not read; starting it again");
         Vec::new()
-    }))
+    });
+    // What is read is held to the bounds the operator writes with.
+    let found = entries.len();
+    prune(&mut entries, super::ledger::now_ms());
+    if entries.len() < found {
+        tracing::warn!(
+            logger = "controller",
+            found,
+            kept = entries.len(),
+            "the maintenance history held entries out of bounds (in the future, past the window or the limit); they are dropped"
+        );
+    }
+    Ok(entries)
 }
 
 async fn write(client: &Client, namespace: &str, entries: &[Ended]) -> kube::Result<()> {
@@ -175,4 +198,41 @@ async fn write(client: &Client, namespace: &str, entries: &[Ended]) -> kube::Res
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ended(name: &str, started_ms: u64, ended_ms: u64) -> Ended {
+        Ended {
+            name: name.into(),
+            node: "n".into(),
+            started_ms,
+            ended_ms,
+            outcome: "Succeeded".into(),
+        }
+    }
+
+    /// Entries a workload forged (in the future, dated u64::MAX, ending
+    /// before they start) or past the limit do not survive a read.
+    #[test]
+    fn forged_and_excess_entries_are_pruned() {
+        let now = 1_800_000_000_000u64;
+        let mut entries = vec![
+            ended("real", now - 10_000, now - 5_000),
+            ended("future", now, now + 3_600_000),
+            ended("max", u64::MAX, u64::MAX),
+            ended("backwards", now - 1_000, now - 2_000),
+        ];
+        entries.extend((0..3_000).map(|i| ended(&format!("bulk-{i}"), now - 9_000, now - 8_000)));
+        prune(&mut entries, now);
+        assert_eq!(entries.len(), MAX_ENTRIES);
+        assert!(entries.iter().any(|e| e.name == "real"));
+        assert!(
+            !entries
+                .iter()
+                .any(|e| matches!(e.name.as_str(), "future" | "max" | "backwards"))
+        );
+    }
 }

@@ -21,13 +21,14 @@ use crate::policy::Verdict;
 use crate::policy::types::{self, DrainReport, Failure};
 
 /// The drain is complete: Succeeded (once), then looked at again to renew
-/// the lease. `last_error` is what it was before the attempt (what the
-/// drain waited for meanwhile is no error of a drain that succeeded).
-pub(super) async fn succeeded(pass: &Pass, last_error: Option<String>) -> Result<Next> {
+/// the lease. lastError is cleared: what an earlier attempt failed on, or
+/// what the drain waited for, is over (the Go operator leaves the last
+/// failed attempt's text on a Succeeded maintenance: docs/drop-in.md).
+pub(super) async fn succeeded(pass: &Pass) -> Result<Next> {
     let old = pass
         .writer
         .update(|s| {
-            s.last_error = last_error.clone();
+            s.last_error = None;
             if s.phase != Some(MaintenancePhase::Succeeded) {
                 s.last_update = Some(now());
             }
@@ -51,6 +52,7 @@ pub(super) async fn succeeded(pass: &Pass, last_error: Option<String>) -> Result
         pass.event(EventType::Normal, reason, message).await;
     }
     pass.ctx.succeeded(&pass.uid);
+    tracing::info!(logger = "controller", nodeMaintenance = %pass.name, nodeName = %pass.node_name, "Maintenance was completed - all pods were evicted");
     Ok(Next::Done(pass.ctx.settings.renew_interval))
 }
 
@@ -129,13 +131,31 @@ pub(super) async fn failed(pass: &Pass, failure: Failure, last_error: String) ->
 /// The policy's verdict is to park: the node stays cordoned and tainted,
 /// the status and a `ParkedMaintenance` event say why, and nothing is
 /// tried again until `recheck_after` or until the NodeMaintenance changes.
+/// The soonest a parked maintenance is looked at again.
+const MIN_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 async fn park(
     pass: &Pass,
     reason: String,
     recheck_after: Option<std::time::Duration>,
     last_error: String,
 ) -> Result<Next> {
+    // A recheck sooner than a second would call the policy in a loop.
+    let recheck_after = recheck_after.map(|d| d.max(MIN_RECHECK));
     let recheck_at = recheck_after.map(super::status::after);
+    // Every reason a policy gives is written, and said in an event, at
+    // most once per interval (as a waiting reason is): a policy whose
+    // reason changes at every call (naming the time) does not flood the
+    // status and the event stream. The first park is always said.
+    let was = pass.writer.current().await.status.and_then(|s| s.parked);
+    let reason = match &was {
+        Some(p) if p.reason != reason && !pass.ctx.may_write_reason(&pass.uid) => p.reason.clone(),
+        Some(_) => reason,
+        None => {
+            pass.ctx.may_write_reason(&pass.uid);
+            reason
+        }
+    };
     let old = pass
         .writer
         .update(|s| {

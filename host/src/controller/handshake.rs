@@ -65,15 +65,24 @@ pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notic
     let seen = annotations(state, &t.uid);
     // The first request stands: from the pod (a restarted operator) or the
     // ledger (an earlier attempt of this process).
-    let requested_ms = match seen.get(REQUESTED).and_then(|v| parse_ms(v)) {
-        Some(ms) if ours(&seen) => how.ledger.notified(&t.uid, ms),
-        _ => how.ledger.notified(&t.uid, now_ms()),
-    };
+    // What the pod says is the workload's to write too: a request time
+    // it claims is never later than now (a forged or skewed one in the
+    // future would push the deadline out), so the deadline stays within
+    // the timeout, and heartbeats within ten times it, of now.
     let timeout_ms = n.timeout.as_millis() as u64;
+    let now = now_ms();
+    let requested_ms = match seen.get(REQUESTED).and_then(|v| parse_ms(v)) {
+        Some(ms) if ours(&seen) => how.ledger.notified(&t.uid, ms.min(now)),
+        _ => how.ledger.notified(&t.uid, now),
+    }
+    .min(now);
     let latest_ms = requested_ms.saturating_add(timeout_ms.saturating_mul(MAX_EXTENSION.into()));
     let mut deadline_ms = requested_ms.saturating_add(timeout_ms);
     let mut written_deadline = seen.get(DEADLINE).and_then(|v| parse_ms(v));
-    if !ours(&seen) {
+    // A request the pod claims whose deadline is missing, or later than
+    // any this request allows, is not ours: it is written again.
+    let forged = ours(&seen) && written_deadline.is_none_or(|w| w > latest_ms);
+    if !ours(&seen) || forged {
         loop {
             let patch = json!({"metadata": {"annotations": {
                 REQUESTED: rfc3339(requested_ms),
@@ -104,6 +113,7 @@ pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notic
             deadline: rfc3339(deadline_ms),
         });
     }
+    let mut shown = String::new();
     loop {
         let changed = state.changed.notified();
         tokio::pin!(changed);
@@ -119,7 +129,10 @@ pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notic
         if let (Some(extension), Some(beat_ms)) =
             (n.heartbeat, seen.get(HEARTBEAT).and_then(|b| parse_ms(b)))
         {
-            let extended = beat_ms.saturating_add(extension.as_millis() as u64);
+            // A heartbeat dated in the future counts as now.
+            let extended = beat_ms
+                .min(now_ms())
+                .saturating_add(extension.as_millis() as u64);
             deadline_ms = deadline_ms.max(extended).min(latest_ms);
         }
         if written_deadline.is_some_and(|w| deadline_ms > w.saturating_add(1_000)) {
@@ -140,13 +153,17 @@ pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notic
         if Instant::now() >= how.deadline {
             return false;
         }
-        state
-            .waiting_for(format!(
-                "waiting for pod {} to leave or answer {READY} (until {})",
-                t.key(),
-                rfc3339(deadline_ms)
-            ))
-            .await;
+        // Said once per change: saying it wakes every waiter of this
+        // attempt, this one included.
+        let waiting = format!(
+            "waiting for pod {} to leave or answer {READY} (until {})",
+            t.key(),
+            rfc3339(deadline_ms)
+        );
+        if waiting != shown {
+            state.waiting_for(waiting.clone()).await;
+            shown = waiting;
+        }
         // At most a second between looks: a change missed is seen soon.
         let left = Duration::from_millis(deadline_ms - now).min(Duration::from_secs(1));
         tokio::select! {

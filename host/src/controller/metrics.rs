@@ -139,6 +139,8 @@ impl From<crate::crd::MaintenancePhase> for State {
 pub struct ControllerMetrics {
     reconcile_total: IntCounterVec,
     reconcile_errors: IntCounterVec,
+    reconcile_panics: IntCounterVec,
+    terminal_errors: IntCounterVec,
     active_workers: IntGaugeVec,
     max_concurrent_reconciles: IntGaugeVec,
     leader: IntGaugeVec,
@@ -176,6 +178,20 @@ impl ControllerMetrics {
                 registry,
                 "controller_runtime_reconcile_errors_total",
                 "Total number of reconciliation errors per controller",
+                by_controller,
+            )?,
+            reconcile_panics: counter_vec(
+                registry,
+                "controller_runtime_reconcile_panics_total",
+                "Total number of reconciliation panics per controller",
+                by_controller,
+            )?,
+            // nmo retries every error (none is terminal): at 0, for the
+            // dashboards and alerts written for controller-runtime.
+            terminal_errors: counter_vec(
+                registry,
+                "controller_runtime_terminal_reconcile_errors_total",
+                "Total number of terminal reconciliation errors per controller",
                 by_controller,
             )?,
             active_workers: gauge_vec(
@@ -259,6 +275,8 @@ impl ControllerMetrics {
                 .with_label_values(&[CONTROLLER, result.as_str()]);
         }
         m.reconcile_errors.with_label_values(&[CONTROLLER]);
+        m.reconcile_panics.with_label_values(&[CONTROLLER]);
+        m.terminal_errors.with_label_values(&[CONTROLLER]);
         m.active_workers.with_label_values(&[CONTROLLER]).set(0);
         // Histograms too: a dashboard's rate() has a series from the start.
         m.reconcile_duration.with_label_values(&[CONTROLLER]);
@@ -296,6 +314,11 @@ impl ControllerMetrics {
         if result == ReconcileResult::Error {
             self.reconcile_errors.with_label_values(&[CONTROLLER]).inc();
         }
+    }
+
+    /// A reconcile panicked (caught: it is retried).
+    pub fn panicked(&self) {
+        self.reconcile_panics.with_label_values(&[CONTROLLER]).inc();
     }
 
     /// How many reconciles ended with `result` so far.

@@ -8,8 +8,9 @@
 //! Cheap when there is nothing to do: one list of the nodes carrying the
 //! exclude-from-remediation label and one list of the lease namespace; the
 //! NodeMaintenances are listed (from the API server, not the cache) only
-//! when a candidate is found. A node named by any NodeMaintenance (even
-//! one being deleted, even one of another operator) is never touched.
+//! when a candidate is found, once per candidate, just before it would be
+//! restored. A node named by any NodeMaintenance (even one being deleted,
+//! even one of another operator) is never touched.
 
 use std::collections::BTreeSet;
 
@@ -21,20 +22,47 @@ use super::{Context, finish, node};
 use crate::crd::NodeMaintenance;
 use crate::error::{Error, Result};
 
+/// Where a pass of a maintenance is queued.
+pub(super) type Requeue =
+    futures::channel::mpsc::UnboundedSender<kube::runtime::reflector::ObjectRef<NodeMaintenance>>;
+
 /// Sweeps once; returns the nodes restored.
-pub(super) async fn sweep(ctx: &Context) -> Result<Vec<String>> {
+///
+/// Each candidate is decided against a fresh list of the maintenances, read
+/// just before it is restored (a maintenance created since the sweep began
+/// keeps its node), and against the controller's cache. A maintenance
+/// created while its node was being restored is looked at again at once,
+/// so its marks go back on now, not at its next renewal.
+pub(super) async fn sweep(ctx: &Context, requeue: &Requeue) -> Result<Vec<String>> {
     let candidates = candidates(ctx).await?;
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let wanted = wanted_nodes(ctx).await?;
     let mut restored = Vec::new();
-    for node in candidates.difference(&wanted) {
+    for node in candidates {
+        if !wanting(ctx, &node).await?.is_empty() || cache_wants(ctx, &node) {
+            continue;
+        }
         tracing::warn!(logger = "controller", nodeName = %node, "the node is marked by this operator but no NodeMaintenance names it (its finalizer was removed by hand, or the CRD deleted); restoring it");
-        finish::stop_maintenance(ctx, node).await?;
-        restored.push(node.clone());
+        finish::stop_maintenance(ctx, &node).await?;
+        for nm in wanting(ctx, &node).await? {
+            tracing::warn!(logger = "controller", nodeName = %node, nodeMaintenance = %nm.name_any(), "a maintenance of the node appeared while it was restored; marking it again");
+            ctx.force(&nm.uid().unwrap_or_default());
+            let _ = requeue.unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(&nm));
+        }
+        restored.push(node);
     }
     Ok(restored)
+}
+
+/// Whether the controller's cache holds a maintenance naming `node`.
+fn cache_wants(ctx: &Context, node: &str) -> bool {
+    let store = ctx.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    store.is_some_and(|s| {
+        s.state()
+            .iter()
+            .any(|nm| nm.spec.node_name == node || finish::node_owners(nm).any(|n| n == node))
+    })
 }
 
 /// Nodes with our record of their state, and nodes with a lease of ours.
@@ -53,9 +81,10 @@ async fn candidates(ctx: &Context) -> Result<BTreeSet<String>> {
     Ok(out)
 }
 
-/// Every node some NodeMaintenance names (its spec, or a node it moved
-/// from). No CRD at all means no maintenance can exist.
-async fn wanted_nodes(ctx: &Context) -> Result<BTreeSet<String>> {
+/// The maintenances that name `node` (its spec, or a node it moved
+/// from), read from the API server now. No CRD at all means no
+/// maintenance can exist.
+async fn wanting(ctx: &Context, node: &str) -> Result<Vec<NodeMaintenance>> {
     let all = match Api::<NodeMaintenance>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await
@@ -71,8 +100,8 @@ async fn wanted_nodes(ctx: &Context) -> Result<BTreeSet<String>> {
         Err(e) => return Err(Error::kube("listing NodeMaintenances")(e)),
     };
     Ok(all
-        .iter()
-        .flat_map(|nm| std::iter::once(nm.spec.node_name.clone()).chain(finish::node_owners(nm)))
+        .into_iter()
+        .filter(|nm| nm.spec.node_name == node || finish::node_owners(nm).any(|n| n == node))
         .collect())
 }
 
@@ -80,11 +109,11 @@ async fn wanted_nodes(ctx: &Context) -> Result<BTreeSet<String>> {
 /// meanwhile) and every [`super::Settings::orphan_sweep`] after; each
 /// sweep also forgets what is remembered of maintenances the cache no
 /// longer holds (one whose finalizer was removed by hand gets no pass).
-pub(super) async fn run(ctx: &Context) {
+pub(super) async fn run(ctx: &Context, requeue: &Requeue) {
     let interval = ctx.settings.orphan_sweep;
     loop {
         ctx.forget_gone();
-        match sweep(ctx).await {
+        match sweep(ctx, requeue).await {
             Ok(restored) if !restored.is_empty() => {
                 tracing::info!(logger = "controller", nodes = ?restored, "orphaned nodes restored");
             }

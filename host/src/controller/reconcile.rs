@@ -34,6 +34,14 @@ const PROGRESS_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The reconcile.
 pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Next> {
+    // A slot for the pass's own work; its drain gives it back (a drain,
+    // and every wait in it, holds no slot).
+    let Ok(slot) = ctx.slots.clone().acquire_owned().await else {
+        return Ok(Next::After(Duration::from_secs(1)));
+    };
+    if ctx.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+        return Ok(Next::After(Duration::from_secs(1)));
+    }
     let uid = nm.uid().unwrap_or_default();
     tracing::debug!(logger = "controller", nodeMaintenance = %nm.name_any(), nodeName = %nm.spec.node_name, "reconciling");
     if nm.metadata.deletion_timestamp.is_some() {
@@ -51,6 +59,8 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
         return Ok(next);
     }
     ctx.forget_next(&uid);
+    // The Go operator's line for every reconcile that does something.
+    tracing::info!(logger = "controller", nodeMaintenance = %nm.name_any(), nodeName = %nm.spec.node_name, "Reconciling NodeMaintenance");
     let pass = Pass {
         writer: Writer::new(ctx.clone(), (*nm).clone()),
         name: nm.name_any(),
@@ -58,13 +68,13 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
         uid: uid.clone(),
         ctx: ctx.clone(),
     };
-    let next = pass.run().await?;
+    let next = pass.run(slot).await?;
     ctx.remember_next(&uid, next);
     Ok(next)
 }
 
 impl Pass {
-    async fn run(&self) -> Result<Next> {
+    async fn run(&self, slot: tokio::sync::OwnedSemaphorePermit) -> Result<Next> {
         self.follow_node_move().await?;
         // A failed attempt waits as its verdict said, whatever woke us: no
         // request, no policy call until then.
@@ -79,8 +89,14 @@ impl Pass {
         }
         let admitted = self.ctx.admitted(&self.writer.current().await);
         let node = self.node_for(admitted).await?;
-        self.ensure_metadata(node.as_ref()).await?;
+        let began = self.ensure_metadata(node.as_ref()).await?;
         let Some(node) = node else {
+            // The Go operator says it begins when it adds the finalizer,
+            // then that the maintenance failed: a missing node is no
+            // admission question.
+            if began == Began::NotYet {
+                self.begin().await;
+            }
             return self.node_not_found().await;
         };
         let selected = match self.select_policy(&node).await {
@@ -103,7 +119,10 @@ impl Pass {
         if !self.still_current().await? {
             return Ok(Next::After(Duration::from_secs(1)));
         }
+        let reason = self.writer.current().await.spec.reason.unwrap_or_default();
+        tracing::info!(logger = "controller", nodeMaintenance = %self.name, node = %self.node_name, reason = %reason, "Applying maintenance mode");
         if let Err(e) = self.take_lease(&node).await {
+            self.count_before_drain(&selected, &node).await?;
             return self.lease_failed(e).await;
         }
         let Some(node) = node::set_maintenance_from(&self.ctx.client, node, true)
@@ -112,24 +131,16 @@ impl Pass {
         else {
             return self.node_not_found().await;
         };
+        tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "Evict all Pods from Node");
         let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
         let plan = match self.plan(&selected, &node, pods.shared()).await {
             Ok(plan) => plan,
             Err(e) => return finish::policy_failed(self, e).await,
         };
-        // What the last failed attempt left in lastError: what the drain
-        // waits for shows there while it waits, and a drain that succeeds
-        // leaves it as it found it (the Go operator writes lastError only
-        // when an attempt fails).
-        let last_error = self
-            .writer
-            .current()
-            .await
-            .status
-            .and_then(|s| s.last_error);
         // The first evictions go out while the status initialisation is
         // written: the drain does not wait for a write about it.
         let total = pods.pods().len();
+        drop(slot);
         let (started, outcome) =
             tokio::join!(self.start_drain(&plan, total), self.drain(&plan, pods));
         started?;
@@ -147,7 +158,7 @@ impl Pass {
         {
             return Ok(next);
         }
-        finish::succeeded(self, last_error).await
+        finish::succeeded(self).await
     }
 
     /// spec.nodeName changed (the webhook refuses that; without it, this):
@@ -362,7 +373,7 @@ impl Pass {
 
     /// The finalizer, and an owner reference to the node (so the CR goes
     /// with it), in one write.
-    async fn ensure_metadata(&self, node: Option<&Node>) -> Result<()> {
+    async fn ensure_metadata(&self, node: Option<&Node>) -> Result<Began> {
         let nm = self.writer.current().await;
         let mut patch = serde_json::Map::new();
         let adding_finalizer = !has_finalizer(&nm);
@@ -391,7 +402,7 @@ impl Pass {
             }
         }
         if patch.is_empty() {
-            return Ok(());
+            return Ok(Began::Before);
         }
         self.writer
             .patch_metadata(
@@ -402,10 +413,14 @@ impl Pass {
         // The Go operator says it begins when it adds the finalizer; a
         // maintenance the policy has not admitted yet has not begun: it
         // says so when it is admitted (see `admit`).
-        if adding_finalizer && self.ctx.admitted(&self.writer.current().await) {
-            self.begin().await;
+        if !adding_finalizer {
+            return Ok(Began::Before);
         }
-        Ok(())
+        if self.ctx.admitted(&self.writer.current().await) {
+            self.begin().await;
+            return Ok(Began::Before);
+        }
+        Ok(Began::NotYet)
     }
 
     /// Records that the maintenance begins (`BeginMaintenance`).
@@ -465,12 +480,44 @@ impl Pass {
         };
         self.ctx.metrics.lease_error(kind);
         let nm = self.writer.current().await;
-        if nm.status.as_ref().is_some_and(|s| s.drain_progress > 0) {
+        let draining = nm.status.as_ref().is_some_and(|s| s.drain_progress > 0);
+        if draining {
             self.writer
                 .update(|s| s.error_on_lease_count = s.error_on_lease_count.saturating_add(1))
                 .await?;
         }
-        finish::failed(self, failure, e.to_string()).await
+        let count = self
+            .writer
+            .current()
+            .await
+            .status
+            .map_or(0, |s| s.error_on_lease_count);
+        finish::failed(self, failure, lease_failure_text(&e, draining, count)).await
+    }
+
+    /// On the first pass, when the drain cannot start (the lease is held),
+    /// the status initialisation counts the node's pods and those the
+    /// drain will remove anyway, as the Go operator counts them before it
+    /// asks for the lease: `totalpods`, `evictionPods` and the pending pods
+    /// are right from the start, and the progress moves as they go.
+    async fn count_before_drain(&self, selected: &Selected, node: &Node) -> Result<()> {
+        if !self.writer.initialising().await {
+            return Ok(());
+        }
+        let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
+        // A policy that fails here fails again, and says so, when the drain
+        // starts: the counts wait for it.
+        let Ok(plan) = self.plan(selected, node, pods.shared()).await else {
+            return Ok(());
+        };
+        let total = pods.pods().len();
+        self.writer
+            .plan_init(|i| {
+                i.total_pods = i32::try_from(total).unwrap_or(i32::MAX);
+                i.removals = removals(&plan);
+            })
+            .await;
+        Ok(())
     }
 
     /// Asks the policy for a drain plan (see [`decide`]).
@@ -504,18 +551,7 @@ impl Pass {
     /// (phase Running, the policy, the pods to evict); on later ones,
     /// nothing (the drain's progress follows).
     async fn start_drain(&self, plan: &Plan, total: usize) -> Result<()> {
-        // Blocked pods count: the drain waits for them too.
-        let removals: Vec<crate::crd::PodReference> = plan
-            .steps
-            .iter()
-            .filter(|s| {
-                s.action.removes() || matches!(s.action, crate::policy::Action::Block { .. })
-            })
-            .map(|s| crate::crd::PodReference {
-                namespace: s.namespace.clone(),
-                name: s.name.clone(),
-            })
-            .collect();
+        let removals = removals(plan);
         if !self.writer.initialising().await {
             // The status is ours: one that claims the drain done while pods
             // are still to go (written by someone else) is corrected now.
@@ -629,16 +665,27 @@ impl Pass {
                 }
             }
         });
-        let left = super::volumes::wait_detached(&self.ctx.client, &node, timeout, |names| {
-            let _ = tx.send(Some(super::volumes::waiting_message(&node, names)));
-        })
+        let ctx = &self.ctx;
+        let waited = super::volumes::wait_detached(
+            &ctx.client,
+            &node,
+            timeout,
+            |names| {
+                let _ = tx.send(Some(super::volumes::waiting_message(&node, names)));
+            },
+            || ctx.no_longer_wants(&self.name, &self.uid, &self.node_name),
+        )
         .await;
         drop(tx);
         let _ = shower.await;
-        let left = left.map_err(Error::kube("listing the node's VolumeAttachments"))?;
-        if left.is_empty() {
-            return Ok(None);
-        }
+        let left = match waited {
+            super::volumes::Detach::Detached => return Ok(None),
+            super::volumes::Detach::Cancelled => {
+                tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "volume wait stopped: the NodeMaintenance was deleted or moved");
+                return Ok(Some(Next::After(Duration::from_millis(100))));
+            }
+            super::volumes::Detach::Left(left) => left,
+        };
         let message = format!(
             "{} VolumeAttachment(s) of node {} still attached after {}: {}",
             left.len(),
@@ -701,6 +748,47 @@ fn note_event(note: &drain::Note) -> (EventType, &'static str, String) {
 }
 
 /// Whether `s` can be a node's name (a DNS subdomain).
+/// Whether `BeginMaintenance` was said for a maintenance when its
+/// finalizer went on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Began {
+    /// Said now, or in an earlier pass.
+    Before,
+    /// The finalizer went on in this pass, before admission: not yet.
+    NotYet,
+}
+
+/// The pods a plan's drain waits for: those it removes, and those it
+/// blocks on (the drain waits for them too).
+fn removals(plan: &Plan) -> Vec<crate::crd::PodReference> {
+    plan.steps
+        .iter()
+        .filter(|s| s.action.removes() || matches!(s.action, crate::policy::Action::Block { .. }))
+        .map(|s| crate::crd::PodReference {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+        })
+        .collect()
+}
+
+/// lastError of a lease that could not be taken, in the Go operator
+/// v0.21.0's words: held by another before the drain made progress, or
+/// (once pods have gone) a lease that used to be ours; an API error as it
+/// is.
+fn lease_failure_text(e: &Error, draining: bool, count: i32) -> String {
+    match e {
+        Error::LeaseHeld { .. } if draining => format!(
+            "failed to extend a lease that used to be owned by us, incrementing error on lease count: {e}, errorOnLeaseCount: {count}"
+        ),
+        Error::LeaseHeld { .. } => {
+            format!(
+                "failed to obtain a lease that is not owned by us : {e} errorOnLeaseCount {count}"
+            )
+        }
+        other => other.to_string(),
+    }
+}
+
 fn is_node_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253

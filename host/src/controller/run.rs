@@ -43,6 +43,7 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".to_owned());
             tracing::error!(logger = "controller", nodeMaintenance = %name, panic = %what, "reconcile panicked");
+            m.panicked();
             Err(Error::Panic(what))
         }
     };
@@ -182,6 +183,29 @@ fn recheck_waiting(
     }
 }
 
+/// SIGTERM or Ctrl-C (what kube-runtime's graceful shutdown waits for).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
+        match term {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 /// A task that ends with its owner.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -212,6 +236,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     // Maintenances waiting for admission are asked again when another one
     // ends.
     let (recheck_tx, recheck_rx) = futures::channel::mpsc::unbounded();
+    let requeue = recheck_tx.clone();
     ctx.synced.store(false, Ordering::Relaxed);
     ctx.watch_ok.store(true, Ordering::Relaxed);
     let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -265,13 +290,25 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         .touched_objects()
     };
     let controller = Controller::for_stream(stream, reader)
-        .with_config(ControllerConfig::default().concurrency(ctx.settings.max_concurrent))
+        // Every maintenance may have a pass at once: a pass waits for a
+        // slot (`Context::slots`) for its own work, and a drain, waiting or
+        // removing pods, holds none.
+        .with_config(ControllerConfig::default().concurrency(0))
         .reconcile_on(recheck_rx);
     let controller = if ctx.settings.stop_on_signal {
         controller.shutdown_on_signal()
     } else {
         controller
     };
+    // kube-runtime's shutdown waits for the passes in progress: on the
+    // same signal, their drains and waits end at once.
+    let _stop = ctx.settings.stop_on_signal.then(|| {
+        let ctx = ctx.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            stop_signal().await;
+            ctx.stop();
+        }))
+    });
     let controller = controller
         .run(instrumented, error_policy, ctx.clone())
         .for_each(|res| async move {
@@ -315,6 +352,6 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     tokio::select! {
         () = controller => Ended::Stopped,
         ended = rewound => ended,
-        () = orphans::run(ctx) => Ended::Stopped,
+        () = orphans::run(ctx, &requeue) => Ended::Stopped,
     }
 }

@@ -83,9 +83,13 @@ impl Owner {
         self.object.data["spec"]["replicas"].as_i64().unwrap_or(1)
     }
 
+    /// The surge record on the owner, if it is one the host could have
+    /// written: the record is on an object others may write, so replicas
+    /// outside what a surge could have raised from are not trusted.
     fn record(&self) -> Option<Record> {
         let text = self.object.annotations().get(SURGE_ANNOTATION)?;
-        serde_json::from_str(text).ok()
+        let r: Record = serde_json::from_str(text).ok()?;
+        (0..i64::from(i32::MAX)).contains(&r.replicas).then_some(r)
     }
 
     fn selector(&self) -> Option<String> {
@@ -97,6 +101,15 @@ impl Owner {
 
     /// Why the owner's rules allow no extra pod, if they do not.
     fn refuses_surge(&self) -> Option<String> {
+        // spec.replicas is an int32: one more than its largest is no
+        // replica count the API server takes.
+        if self.replicas() >= i64::from(i32::MAX) || self.replicas() < 0 {
+            return Some(format!(
+                "{} has {} replicas: one more is past what spec.replicas holds",
+                self.shown(),
+                self.replicas()
+            ));
+        }
         if self.kind != "Deployment" {
             return None;
         }
@@ -301,16 +314,12 @@ async fn look(how: Removal<'_>, t: &Target, rs: &str) -> kube::Result<Step> {
             )));
         }
     };
-    let ready = ready_elsewhere(client, &t.namespace, &selector, how.node).await?;
-    if ready <= record.ready_elsewhere {
-        return Ok(Step::Waiting(format!(
-            "surging pod {}: waiting for a Ready replacement from {}",
-            t.key(),
-            owner.shown()
-        )));
-    }
+    // Someone else set the replicas meanwhile (an autoscaler, a GitOps
+    // tool setting them back before the replacement is Ready): theirs
+    // stand, the record goes, and the pod is evicted instead. Looked at
+    // before the replacement, so an owner whose replicas keep being set
+    // back never holds the drain waiting for one.
     if owner.replicas() != record.replicas.saturating_add(1) {
-        // Someone else set the replicas meanwhile: theirs stand.
         let why = format!(
             "the replicas of {} changed to {} during the surge (an autoscaler or GitOps tool?); \
              kept, and the pod is evicted instead",
@@ -319,6 +328,14 @@ async fn look(how: Removal<'_>, t: &Target, rs: &str) -> kube::Result<Step> {
         );
         owner.write(owner.replicas(), None).await?;
         return Ok(Step::Over(Surged::Evict(why)));
+    }
+    let ready = ready_elsewhere(client, &t.namespace, &selector, how.node).await?;
+    if ready <= record.ready_elsewhere {
+        return Ok(Step::Waiting(format!(
+            "surging pod {}: waiting for a Ready replacement from {}",
+            t.key(),
+            owner.shown()
+        )));
     }
     let timings = how.retries.budget_timings();
     let Some(permit) = how

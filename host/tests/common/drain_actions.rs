@@ -473,3 +473,56 @@ pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
     let nm = env.wait_phase("nm-vol", MaintenancePhase::Succeeded).await;
     assert_eq!(nm.status.unwrap().last_error, None);
 }
+
+/// A volume wait of a day for an attachment that never goes (a stuck CSI
+/// detach): deleting the maintenance ends the wait at once, and the node
+/// is restored.
+pub async fn a_volume_wait_ends_when_the_maintenance_is_deleted(env: &impl ClusterOps) {
+    env.create_value(
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": "csi-stuck-1"},
+        "spec": {"attacher": "csi.example.com", "nodeName": "worker-1",
+                 "source": {"persistentVolumeName": "pv-stuck-1"}}}),
+    )
+    .await;
+    let mut nm = nmo::crd::NodeMaintenance::new(
+        "nm-vol-stuck",
+        nmo::crd::NodeMaintenanceSpec {
+            node_name: "worker-1".into(),
+            reason: Some("tune:volumes=86400000".into()),
+        },
+    );
+    nm.metadata.annotations = Some(
+        [(
+            nmo::policy::POLICY_ANNOTATION.to_owned(),
+            "hostile".to_owned(),
+        )]
+        .into(),
+    );
+    env.nms()
+        .create(&kube::api::PostParams::default(), &nm)
+        .await
+        .unwrap();
+    env.wait_status("nm-vol-stuck", "waiting for the volume", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("to detach: csi-stuck-1"))
+    })
+    .await;
+    let deleted = std::time::Instant::now();
+    env.nms()
+        .delete("nm-vol-stuck", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-vol-stuck").await;
+    eprintln!(
+        "the volume wait ended and the maintenance went {:.2} s after its deletion",
+        deleted.elapsed().as_secs_f64()
+    );
+    let node = env.node("worker-1").await;
+    assert_ne!(
+        node.spec.as_ref().and_then(|s| s.unschedulable),
+        Some(true),
+        "worker-1 restored"
+    );
+}

@@ -227,7 +227,7 @@ pub fn operator_process(
             "--metrics-bind-address=0",
             "--health-probe-bind-address=0",
             "--webhook-bind-address=0",
-            "--zap-level=info",
+            "--zap-log-level=info",
         ])
         .args(args)
         .env_clear()

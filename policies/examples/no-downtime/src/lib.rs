@@ -11,7 +11,10 @@
 //!   `nmo.medik8s.io/handshake: <duration>` (e.g. `5m`) is told first
 //!   (`notify`), may answer ready, extend its deadline by heartbeats
 //!   (every `heartbeat`, default 30s) or leave by itself; then it is
-//!   evicted.
+//!   evicted. The pod's annotation is the workload's word, not the
+//!   cluster operator's: its duration is capped at `maxHandshake`
+//!   (default 30m, at most 24h), so no tenant can hold a node for longer
+//!   by writing a larger one.
 //! - **Jobs finish**: a pod a Job controls is waited for, up to
 //!   `jobTimeout` (default 1h); past it the next plan evicts it.
 //!
@@ -26,7 +29,11 @@ pub const NAMESPACES: &str = "namespaces";
 pub const SELECTOR: &str = "selector";
 pub const HEARTBEAT: &str = "heartbeat";
 pub const JOB_TIMEOUT: &str = "jobTimeout";
+pub const MAX_HANDSHAKE: &str = "maxHandshake";
 /// Defaults.
+pub const DEFAULT_MAX_HANDSHAKE_MS: u64 = 30 * 60 * 1000;
+/// The host's bound on a handshake's timeout.
+pub const HANDSHAKE_LIMIT_MS: u64 = 24 * 60 * 60 * 1000;
 pub const DEFAULT_HEARTBEAT_MS: u64 = 30_000;
 pub const DEFAULT_JOB_TIMEOUT_MS: u64 = 60 * 60 * 1000;
 
@@ -54,7 +61,13 @@ fn action(pod: &Pod, settings: &Settings) -> PodAction {
             .ok()
             .flatten()
             .unwrap_or(DEFAULT_HEARTBEAT_MS);
-        return PodAction::notify(ms.max(1), Some(heartbeat));
+        let cap = settings
+            .duration_ms(MAX_HANDSHAKE)
+            .ok()
+            .flatten()
+            .unwrap_or(DEFAULT_MAX_HANDSHAKE_MS)
+            .min(HANDSHAKE_LIMIT_MS);
+        return PodAction::notify(ms.clamp(1, cap), Some(heartbeat));
     }
     if pod.controller_kind() == Some("Job") {
         let limit = settings
@@ -89,9 +102,15 @@ impl Policy for NoDowntime {
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {
-        settings.allow_only(&[NAMESPACES, SELECTOR, HEARTBEAT, JOB_TIMEOUT])?;
+        settings.allow_only(&[NAMESPACES, SELECTOR, HEARTBEAT, JOB_TIMEOUT, MAX_HANDSHAKE])?;
         settings.duration_ms(HEARTBEAT)?;
         settings.duration_ms(JOB_TIMEOUT)?;
+        if settings
+            .duration_ms(MAX_HANDSHAKE)?
+            .is_some_and(|ms| ms > HANDSHAKE_LIMIT_MS)
+        {
+            return Err(format!("setting {MAX_HANDSHAKE}: at most 24h"));
+        }
         Ok(())
     }
 }
@@ -121,6 +140,30 @@ mod tests {
         assert!(matches!(action(&pods[0], &s), PodAction::Surge(_)));
         assert!(matches!(action(&pods[1], &s), PodAction::Evict(_)));
         assert!(matches!(action(&pods[2], &s), PodAction::Evict(_)));
+    }
+
+    /// A pod's annotation asking for a 25 h handshake (past the host's
+    /// bound, which would make the whole plan invalid) gets the cap.
+    #[test]
+    fn a_handshake_a_pod_asks_for_is_capped() {
+        set_settings(&[]);
+        let s = Settings::current();
+        let greedy = pod("shop", "web-1").with_annotation(HANDSHAKE, "25h");
+        match action(&greedy, &s) {
+            PodAction::Notify(n) => assert_eq!(n.timeout_ms, DEFAULT_MAX_HANDSHAKE_MS),
+            other => panic!("{other:?}"),
+        }
+        set_settings(&[("maxHandshake", "2h")]);
+        let s = Settings::current();
+        match action(&greedy, &s) {
+            PodAction::Notify(n) => assert_eq!(n.timeout_ms, 2 * 3_600_000),
+            other => panic!("{other:?}"),
+        }
+        let modest = pod("shop", "web-2").with_annotation(HANDSHAKE, "5m");
+        match action(&modest, &s) {
+            PodAction::Notify(n) => assert_eq!(n.timeout_ms, 300_000),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
