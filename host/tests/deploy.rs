@@ -559,11 +559,39 @@ async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str
         &json!({"spec": {"template": {"spec": {"nodeName": null}}}}),
     )
     .unwrap();
+    // An attachment the volume wait watches go.
     c.create(
-        json!({"apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
-        "metadata": {"name": "nm-3"}, "spec": {"nodeName": "worker-3", "reason": "tune:surge,notify=300,volumes=3000"}}),
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
+        "metadata": {"name": "csi-w3"},
+        "spec": {"attacher": "csi.example.com", "nodeName": "worker-3",
+                 "source": {"persistentVolumeName": "pv-w3"}}}),
     )
     .unwrap();
+    c.create(
+        json!({"apiVersion": "nodemaintenance.medik8s.io/v1beta1", "kind": "NodeMaintenance",
+        "metadata": {"name": "nm-3"}, "spec": {"nodeName": "worker-3", "reason": "tune:surge,notify=300,volumes=30000"}}),
+    )
+    .unwrap();
+    let started = Instant::now();
+    while !c
+        .list("nodemaintenance.medik8s.io/v1beta1", "NodeMaintenance")
+        .unwrap()
+        .iter()
+        .any(|nm| {
+            nm["metadata"]["name"] == "nm-3"
+                && nm["status"]["lastError"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("to detach: csi-w3"))
+        })
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "nm-3 never waited for its volume"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    c.delete("storage.k8s.io/v1", "VolumeAttachment", None, "csi-w3")
+        .unwrap();
     succeeded(c, "nm-3").await;
     c.delete(
         "nodemaintenance.medik8s.io/v1beta1",

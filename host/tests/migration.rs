@@ -287,3 +287,111 @@ async fn from_the_go_operator_to_nmo_and_back() {
     stop(go).await;
     env.stop();
 }
+
+/// The way back, as docs/migration.md writes it: with deploy/default
+/// installed and maintenances present, `kubectl delete -k
+/// deploy/uninstall` removes nmo and keeps the CRD, every maintenance and
+/// both namespaces (`kubectl delete -k deploy/default`, which the guide
+/// once said, deleted them all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_way_back_keeps_every_maintenance() {
+    let env = RealEnv::start_bare(Options::workers(2)).await;
+    let guide = std::fs::read_to_string(real::deploy_dir().join("../docs/migration.md")).unwrap();
+    let command = "kubectl delete -k deploy/uninstall";
+    assert!(
+        guide.contains(command),
+        "the guide's way back is `{command}`"
+    );
+    // The kinds deploy/default holds beyond Kubernetes' own.
+    let cert_manager =
+        std::fs::read_to_string(env.cp.binaries().path("cert-manager-crds.yaml")).unwrap();
+    env.cp.apply(&cert_manager).await.unwrap();
+    let crd = std::fs::read_to_string(
+        real::deploy_dir().join("crd/nodemaintenance.medik8s.io_nodemaintenances.yaml"),
+    )
+    .unwrap();
+    env.cp.apply(&crd).await.unwrap();
+    // Maintenances, made before the webhook is registered (no server
+    // answers it here).
+    for (name, node) in [
+        ("nm-a", "worker-1"),
+        ("nm-b", "worker-2"),
+        ("nm-c", "ghost"),
+    ] {
+        env.create_nm(name, node).await;
+    }
+    let repo = real::deploy_dir().join("..");
+    let kubectl = |args: &'static [&'static str]| {
+        let repo = repo.clone();
+        let kubeconfig = env.cp.kubeconfig_path();
+        async move {
+            let out = tokio::process::Command::new("kubectl")
+                .args(args)
+                .env("KUBECONFIG", kubeconfig)
+                .current_dir(repo)
+                .output()
+                .await
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "kubectl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        "deploy/default",
+    ])
+    .await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(env.admin.clone(), real::NAMESPACE);
+    assert!(
+        deployments
+            .get_opt("node-maintenance-operator-controller-manager")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    kubectl(&["delete", "-k", "deploy/uninstall"]).await;
+    assert_eq!(
+        env.nms()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        3,
+        "every maintenance kept"
+    );
+    assert!(
+        deployments
+            .get_opt("node-maintenance-operator-controller-manager")
+            .await
+            .unwrap()
+            .is_none(),
+        "nmo removed"
+    );
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.admin.clone());
+    for ns in [real::NAMESPACE, "medik8s-leases"] {
+        let kept = namespaces.get_opt(ns).await.unwrap();
+        assert!(
+            kept.is_some_and(|n| n.metadata.deletion_timestamp.is_none()),
+            "namespace {ns} kept"
+        );
+    }
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(env.admin.clone());
+    assert!(
+        webhooks
+            .get_opt("node-maintenance-operator-validating-webhook-configuration")
+            .await
+            .unwrap()
+            .is_none(),
+        "the webhook goes with nmo (else it would refuse every maintenance)"
+    );
+    env.stop();
+}

@@ -101,36 +101,7 @@ impl Owner {
 
     /// Why the owner's rules allow no extra pod, if they do not.
     fn refuses_surge(&self) -> Option<String> {
-        // spec.replicas is an int32: one more than its largest is no
-        // replica count the API server takes.
-        if self.replicas() >= i64::from(i32::MAX) || self.replicas() < 0 {
-            return Some(format!(
-                "{} has {} replicas: one more is past what spec.replicas holds",
-                self.shown(),
-                self.replicas()
-            ));
-        }
-        if self.kind != "Deployment" {
-            return None;
-        }
-        let strategy = &self.object.data["spec"]["strategy"];
-        if strategy["type"].as_str() == Some("Recreate") {
-            return Some(format!(
-                "{} uses the Recreate strategy: it never runs an extra pod",
-                self.shown()
-            ));
-        }
-        let replicas = self.replicas();
-        let surge = match &strategy["rollingUpdate"]["maxSurge"] {
-            Value::Number(n) => n.as_i64().unwrap_or(1),
-            Value::String(p) => {
-                let pct: i64 = p.trim_end_matches('%').parse().unwrap_or(25);
-                replicas.saturating_mul(pct).saturating_add(99) / 100
-            }
-            // The API default: 25 %, rounded up.
-            _ => replicas.saturating_mul(25).saturating_add(99) / 100,
-        };
-        (surge < 1).then(|| format!("{} has maxSurge 0: it allows no extra pod", self.shown()))
+        refusal(self.kind, &self.object.data, &self.shown())
     }
 
     /// A Deployment whose controller has not caught up, or that is rolling
@@ -175,6 +146,38 @@ where
     K: kube::Resource<DynamicType = ()>,
 {
     Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<K>(&()))
+}
+
+/// Why an owner of `kind` with `data` (its object, as JSON) allows no
+/// extra pod, if it does not; `shown` names it.
+fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
+    let replicas = data["spec"]["replicas"].as_i64().unwrap_or(1);
+    // spec.replicas is an int32: one more than its largest is no replica
+    // count the API server takes.
+    if replicas >= i64::from(i32::MAX) || replicas < 0 {
+        return Some(format!(
+            "{shown} has {replicas} replicas: one more is past what spec.replicas holds"
+        ));
+    }
+    if kind != "Deployment" {
+        return None;
+    }
+    let strategy = &data["spec"]["strategy"];
+    if strategy["type"].as_str() == Some("Recreate") {
+        return Some(format!(
+            "{shown} uses the Recreate strategy: it never runs an extra pod"
+        ));
+    }
+    let surge = match &strategy["rollingUpdate"]["maxSurge"] {
+        Value::Number(n) => n.as_i64().unwrap_or(1),
+        Value::String(p) => {
+            let pct: i64 = p.trim_end_matches('%').parse().unwrap_or(25);
+            replicas.saturating_mul(pct).saturating_add(99) / 100
+        }
+        // The API default: 25 %, rounded up.
+        _ => replicas.saturating_mul(25).saturating_add(99) / 100,
+    };
+    (surge < 1).then(|| format!("{shown} has maxSurge 0: it allows no extra pod"))
 }
 
 /// The owner whose replicas to raise for a pod of the ReplicaSet `rs`:
@@ -435,4 +438,28 @@ pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
         }
     }
     Ok(undone)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refusal;
+    use serde_json::json;
+
+    /// A ReplicaSet (or Deployment) at the int32 limit is not surged: one
+    /// more replica would be written as 2147483648.
+    #[test]
+    fn no_surge_past_what_spec_replicas_holds() {
+        let at_limit = json!({"spec": {"replicas": 2147483647}});
+        assert!(
+            refusal("ReplicaSet", &at_limit, "ReplicaSet/big")
+                .is_some_and(|why| why.contains("2147483647 replicas"))
+        );
+        assert!(refusal("Deployment", &at_limit, "Deployment/big").is_some());
+        let negative = json!({"spec": {"replicas": -3}});
+        assert!(refusal("ReplicaSet", &negative, "ReplicaSet/odd").is_some());
+        let fine = json!({"spec": {"replicas": 2147483646}});
+        assert_eq!(refusal("ReplicaSet", &fine, "ReplicaSet/big"), None);
+        let recreate = json!({"spec": {"replicas": 1, "strategy": {"type": "Recreate"}}});
+        assert!(refusal("Deployment", &recreate, "Deployment/r").is_some());
+    }
 }

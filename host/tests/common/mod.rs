@@ -159,14 +159,33 @@ impl Env {
         Self::start_counted(nodes, policies, metrics).await
     }
 
+    /// [`Env::start_store`] with the controller's settings changed by
+    /// `tune`.
+    pub async fn start_tuned(
+        nodes: usize,
+        policies: Arc<PolicyStore>,
+        tune: impl FnOnce(&mut Settings),
+    ) -> Env {
+        Self::start_counted_tuned(nodes, policies, metrics(), tune).await
+    }
+
     async fn start_counted(
         nodes: usize,
         policies: Arc<PolicyStore>,
         metrics: OperatorMetrics,
     ) -> Env {
+        Self::start_counted_tuned(nodes, policies, metrics, |_| {}).await
+    }
+
+    async fn start_counted_tuned(
+        nodes: usize,
+        policies: Arc<PolicyStore>,
+        metrics: OperatorMetrics,
+        tune: impl FnOnce(&mut Settings),
+    ) -> Env {
         let (cluster, client) = start_cluster(nodes).await;
         let (ctx, controller) =
-            start_controller_counted(&client, policies, metrics.controller.clone(), |_| {});
+            start_controller_counted(&client, policies, metrics.controller.clone(), tune);
         Env {
             cluster,
             client,

@@ -1,0 +1,230 @@
+//! No wait holds what it does not need (trust round four): a drain that
+//! waits, however long, holds no slot of `--max-concurrent-maintenances`
+//! and no reconcile worker; deleting a maintenance ends its waits at once;
+//! a workload that forges the handshake's annotations gains nothing; on
+//! SIGTERM the operator ends its drains and gives up the leader lock
+//! within the Deployment's grace period. On the simulated cluster and on
+//! the real control plane.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::drain_actions as scenario;
+use common::real::RealEnv;
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, DeleteParams};
+use nmo::crd::MaintenancePhase;
+use nmo_control_plane::Options;
+use serde_json::json;
+
+/// A maintenance decided by the `hostile` test policy, its knobs in
+/// `reason`.
+async fn hostile_nm(env: &impl ClusterOps, name: &str, node: &str, reason: &str) {
+    let mut nm = nmo::crd::NodeMaintenance::new(
+        name,
+        nmo::crd::NodeMaintenanceSpec {
+            node_name: node.into(),
+            reason: Some(reason.into()),
+        },
+    );
+    nm.metadata.annotations = Some(
+        [(
+            nmo::policy::POLICY_ANNOTATION.to_owned(),
+            "hostile".to_owned(),
+        )]
+        .into(),
+    );
+    env.nms()
+        .create(&kube::api::PostParams::default(), &nm)
+        .await
+        .unwrap();
+}
+
+/// Slots for two passes at once: fewer than the drains that wait.
+const SLOTS: u16 = 2;
+
+/// Three maintenances whose drains wait an hour for an application that
+/// never answers (more than the slots), then a default maintenance beside
+/// them: it succeeds, and each waiting one goes within moments of its
+/// deletion. (Before: the waits held both slots; the third waiting
+/// maintenance and the default one were never looked at.)
+async fn waits_hold_no_slot(env: &impl ClusterOps) {
+    for i in 1..=3 {
+        let node = format!("worker-{i}");
+        env.create_value(bare(&format!("waiter-{i}"), &node, json!({}), 1))
+            .await;
+        hostile_nm(
+            env,
+            &format!("nm-wait-{i}"),
+            &node,
+            "tune:notify=3600000,timeout=3600000",
+        )
+        .await;
+    }
+    for i in 1..=3 {
+        env.wait_status(
+            &format!("nm-wait-{i}"),
+            "waiting for the application",
+            |s| {
+                s.last_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("to leave or answer"))
+            },
+        )
+        .await;
+    }
+    let started = Instant::now();
+    env.create_nm("nm-free", "worker-4").await;
+    env.wait_phase("nm-free", MaintenancePhase::Succeeded).await;
+    eprintln!(
+        "a default maintenance beside {} waiting drains ({SLOTS} slots): Succeeded in {:.2} s",
+        3,
+        started.elapsed().as_secs_f64()
+    );
+    for i in 1..=3 {
+        let name = format!("nm-wait-{i}");
+        let deleted = Instant::now();
+        env.nms()
+            .delete(&name, &DeleteParams::default())
+            .await
+            .unwrap();
+        env.wait_gone(&name).await;
+        eprintln!(
+            "{name}: its wait ended and it went {:.2} s after its deletion",
+            deleted.elapsed().as_secs_f64()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_hold_no_slot_on_nmo_sim() {
+    let (_dir, store) = scenario::store();
+    let env = Env::start_tuned(4, store, |s| s.max_concurrent = SLOTS).await;
+    waits_hold_no_slot(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waits_hold_no_slot_on_the_real_control_plane() {
+    let (_dir, store) = scenario::store();
+    let mut env = RealEnv::start_without_operator(Options::workers(4)).await;
+    let (_ctx, controller) =
+        start_controller_tuned(&env.operator, store, |s| s.max_concurrent = SLOTS);
+    env.controller = Some(controller);
+    waits_hold_no_slot(&env).await;
+    env.stop();
+}
+
+/// A workload that writes the handshake's annotations itself, dated in
+/// the year 2999, before the maintenance asks: the deadline is the
+/// policy's 2 s from now, not the forged one, and the pod goes when it
+/// runs out. (Before: the forged request stood; the deadline was in 2999.)
+async fn a_forged_handshake_gains_nothing(env: &impl ClusterOps) {
+    env.create_value(bare(
+        "forger",
+        "worker-1",
+        json!({
+            "nmo.medik8s.io/handshake": "2s",
+            "nmo.medik8s.io/eviction-requester": "nmo/nm-forged",
+            "nmo.medik8s.io/eviction-requested": "2999-01-01T00:00:00Z",
+            "nmo.medik8s.io/eviction-deadline": "2999-01-01T00:00:02Z",
+        }),
+        1,
+    ))
+    .await;
+    env.create_nm_with_policy("nm-forged", "worker-1", Some("no-downtime"))
+        .await;
+    env.wait_phase("nm-forged", MaintenancePhase::Succeeded)
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_handshake_gains_nothing_on_nmo_sim() {
+    let (_dir, store) = scenario::store();
+    let env = Env::start_store(2, store).await;
+    a_forged_handshake_gains_nothing(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_handshake_gains_nothing_on_the_real_control_plane() {
+    let (_dir, store) = scenario::store();
+    let env = RealEnv::start_store(Options::workers(2), store).await;
+    a_forged_handshake_gains_nothing(&env).await;
+    env.stop();
+}
+
+/// SIGTERM to the leader while its drain waits for an application that
+/// never answers (an hour): it exits within the Deployment's 10 s grace
+/// period, having given up the leader lock, and the maintenance is left
+/// for the next leader, which finishes it. (Before: the leader waited for
+/// its reconcile to end, up to the attempt's hour.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_drain_ends_within_the_grace_period() {
+    let env = RealEnv::start_without_operator(Options::workers(2)).await;
+    let logs = tempfile::tempdir().unwrap();
+    let policy = format!(
+        "--policy={}/nmo_policy_hostile.wasm",
+        env!("NMO_POLICY_WASM_DIR")
+    );
+    let args = [
+        "--leader-elect".to_owned(),
+        policy.clone(),
+        "--policy-cache-dir=".to_owned(),
+    ];
+    let mut leader = real::operator_process(&env, "nmo-a", &logs.path().join("a.log"), &args);
+    env.create_value(bare("waiter", "worker-1", json!({}), 1))
+        .await;
+    env.create_nm_with_reason("nm-term", "worker-1", "tune:notify=3600000,timeout=3600000")
+        .await;
+    env.wait_status("nm-term", "waiting for the application", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("to leave or answer"))
+    })
+    .await;
+    let signalled = Instant::now();
+    unsafe { libc::kill(leader.id().unwrap() as i32, libc::SIGTERM) };
+    let exited = tokio::time::timeout(Duration::from_secs(30), leader.wait()).await;
+    let took = signalled.elapsed();
+    assert!(
+        exited.is_ok(),
+        "still running 30 s after SIGTERM: {}",
+        std::fs::read_to_string(logs.path().join("a.log")).unwrap_or_default()
+    );
+    eprintln!(
+        "the leader exited {:.2} s after SIGTERM, mid-drain",
+        took.as_secs_f64()
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "exited {took:?} after SIGTERM: past the Deployment's 10 s grace period"
+    );
+    let lock = Api::<Lease>::namespaced(env.admin.clone(), real::NAMESPACE)
+        .get("135b1886.medik8s.io")
+        .await
+        .unwrap();
+    let holder = lock
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(holder.is_empty(), "the lock is still held by {holder:?}");
+    // The next leader resumes the drain: the application answers, the
+    // maintenance succeeds.
+    let mut next = real::operator_process(&env, "nmo-b", &logs.path().join("b.log"), &args);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.admin.clone(), "default");
+    pods.patch(
+        "waiter",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(
+            json!({"metadata": {"annotations": {"nmo.medik8s.io/eviction-ready": "true"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    env.wait_phase("nm-term", MaintenancePhase::Succeeded).await;
+    let _ = next.kill().await;
+    env.stop();
+}
