@@ -150,6 +150,11 @@ impl Pass {
             tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "drain stopped: the NodeMaintenance was deleted or moved");
             return Ok(Next::After(Duration::from_millis(100)));
         }
+        // A surge the attempt left behind (its pod went another way: the
+        // owner's controller removed it after someone set the replicas
+        // back, or the attempt ended first) is undone now, not when the
+        // maintenance is deleted: no record stays on the owner.
+        finish::release_surges(&self.ctx, &self.writer.current().await).await?;
         if !outcome.complete() {
             return finish::drain_incomplete(self, outcome).await;
         }

@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use nmo::crd::MaintenancePhase;
 use nmo::policy::PolicyStore;
 use serde_json::json;
@@ -524,5 +524,69 @@ pub async fn a_volume_wait_ends_when_the_maintenance_is_deleted(env: &impl Clust
         node.spec.as_ref().and_then(|s| s.unschedulable),
         Some(true),
         "worker-1 restored"
+    );
+}
+
+/// A surge against a tool that sets the replicas back as soon as they rise
+/// (a GitOps self-heal, an HPA syncing before the replacement is Ready):
+/// the surge falls back to eviction at once, as documented; the
+/// maintenance succeeds, the Deployment ends at the replicas the tool
+/// wants, with no surge record left on it. (Before: the drain waited for a
+/// Ready replacement that the tool kept removing.)
+pub async fn a_surge_the_replicas_are_set_back_on_falls_back(env: &impl ClusterOps) {
+    env.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: selfheal, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: selfheal}}
+  template:
+    metadata: {labels: {app: selfheal}}
+    spec: {terminationGracePeriodSeconds: 1, containers: [{name: c, image: i}]}
+"#,
+    )
+    .await;
+    let (_, node) = ready_pod_node(env, "default", "selfheal").await;
+    let deployments: Api<Deployment> = Api::namespaced(env.client().clone(), "default");
+    // The tool: replicas back to 1 whenever they are not.
+    let resets = Arc::new(Mutex::new(0usize));
+    let tool = {
+        let (deployments, resets) = (deployments.clone(), resets.clone());
+        tokio::spawn(async move {
+            let config = watcher::Config::default().fields("metadata.name=selfheal");
+            let mut events = watcher(deployments.clone(), config)
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(d)) = events.next().await {
+                if d.spec.as_ref().and_then(|s| s.replicas) != Some(1) {
+                    let back = json!({"spec": {"replicas": 1}});
+                    if deployments
+                        .patch("selfheal", &PatchParams::default(), &Patch::Merge(&back))
+                        .await
+                        .is_ok()
+                    {
+                        *resets.lock().unwrap() += 1;
+                    }
+                }
+            }
+        })
+    };
+    env.create_nm_with_policy("nm-selfheal", &node, Some("no-downtime"))
+        .await;
+    env.wait_phase("nm-selfheal", MaintenancePhase::Succeeded)
+        .await;
+    tool.abort();
+    let d = deployments.get("selfheal").await.unwrap();
+    assert_eq!(d.spec.as_ref().and_then(|s| s.replicas), Some(1));
+    assert!(
+        !d.annotations().contains_key("nmo.medik8s.io/surge"),
+        "the surge record is gone: {:?}",
+        d.annotations()
+    );
+    assert!(
+        *resets.lock().unwrap() >= 1,
+        "the surge raised the replicas and the tool set them back"
     );
 }
