@@ -110,7 +110,7 @@ fn template_deployment(
                     "--metrics-bind-address=:{{ if .Values.metrics.secure }}8443{{ else }}8080{{ end }}"
                         .into(),
                 );
-            } else if arg == "--metrics-secure" {
+            } else if arg == "--metrics-secure=true" {
                 *arg = directive("--metrics-secure={{ .Values.metrics.secure }}".into());
             }
         }
