@@ -975,7 +975,10 @@ async fn metrics_are_secure_by_default_and_open_only_in_their_overlay() {
     let docs = render("with-prometheus");
     let args = args_of(&docs);
     assert_eq!(args, args_of(&render("default")));
-    assert!(args.contains(&"--metrics-secure=true".to_owned()), "{args:?}");
+    assert!(
+        args.contains(&"--metrics-secure=true".to_owned()),
+        "{args:?}"
+    );
     assert!(
         args.contains(&"--metrics-bind-address=:8443".to_owned()),
         "{args:?}"

@@ -19,29 +19,6 @@ use nmo::crd::MaintenancePhase;
 use nmo_control_plane::Options;
 use serde_json::json;
 
-/// A maintenance decided by the `hostile` test policy, its knobs in
-/// `reason`.
-async fn hostile_nm(env: &impl ClusterOps, name: &str, node: &str, reason: &str) {
-    let mut nm = nmo::crd::NodeMaintenance::new(
-        name,
-        nmo::crd::NodeMaintenanceSpec {
-            node_name: node.into(),
-            reason: Some(reason.into()),
-        },
-    );
-    nm.metadata.annotations = Some(
-        [(
-            nmo::policy::POLICY_ANNOTATION.to_owned(),
-            "hostile".to_owned(),
-        )]
-        .into(),
-    );
-    env.nms()
-        .create(&kube::api::PostParams::default(), &nm)
-        .await
-        .unwrap();
-}
-
 /// Slots for two passes at once: fewer than the drains that wait.
 const SLOTS: u16 = 2;
 
@@ -55,7 +32,7 @@ async fn waits_hold_no_slot(env: &impl ClusterOps) {
         let node = format!("worker-{i}");
         env.create_value(bare(&format!("waiter-{i}"), &node, json!({}), 1))
             .await;
-        hostile_nm(
+        scenario::hostile_nm(
             env,
             &format!("nm-wait-{i}"),
             &node,

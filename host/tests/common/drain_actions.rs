@@ -430,21 +430,26 @@ pub async fn an_undrainable_node_is_parked(
     );
 }
 
-/// The volume wait: Succeeded only once the node's VolumeAttachment is
-/// gone, the status saying what it waits for meanwhile.
-pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
+/// A VolumeAttachment of `node` (no CSI driver here: it stays until
+/// deleted).
+async fn attach(env: &impl ClusterOps, name: &str, node: &str) {
     env.create_value(
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
-        "metadata": {"name": "csi-data-1"},
-        "spec": {"attacher": "csi.example.com", "nodeName": "worker-1",
-                 "source": {"persistentVolumeName": "pv-data-1"}}}),
+        "metadata": {"name": name},
+        "spec": {"attacher": "csi.example.com", "nodeName": node,
+                 "source": {"persistentVolumeName": format!("pv-{name}")}}}),
     )
     .await;
+}
+
+/// A maintenance decided by the `hostile` test policy, its knobs in
+/// `reason` (`tune:volumes=60000`, ...).
+pub async fn hostile_nm(env: &impl ClusterOps, name: &str, node: &str, reason: &str) {
     let mut nm = nmo::crd::NodeMaintenance::new(
-        "nm-vol",
+        name,
         nmo::crd::NodeMaintenanceSpec {
-            node_name: "worker-1".into(),
-            reason: Some("tune:volumes=60000".into()),
+            node_name: node.into(),
+            reason: Some(reason.into()),
         },
     );
     nm.metadata.annotations = Some(
@@ -458,6 +463,13 @@ pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
         .create(&kube::api::PostParams::default(), &nm)
         .await
         .unwrap();
+}
+
+/// The volume wait: Succeeded only once the node's VolumeAttachment is
+/// gone, the status saying what it waits for meanwhile.
+pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
+    attach(env, "csi-data-1", "worker-1").await;
+    hostile_nm(env, "nm-vol", "worker-1", "tune:volumes=60000").await;
     let s = env
         .wait_status("nm-vol", "waiting for the volume", |s| {
             s.last_error.as_deref().is_some_and(|e| {
@@ -478,31 +490,8 @@ pub async fn succeeded_waits_for_volumes_to_detach(env: &impl ClusterOps) {
 /// detach): deleting the maintenance ends the wait at once, and the node
 /// is restored.
 pub async fn a_volume_wait_ends_when_the_maintenance_is_deleted(env: &impl ClusterOps) {
-    env.create_value(
-        json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
-        "metadata": {"name": "csi-stuck-1"},
-        "spec": {"attacher": "csi.example.com", "nodeName": "worker-1",
-                 "source": {"persistentVolumeName": "pv-stuck-1"}}}),
-    )
-    .await;
-    let mut nm = nmo::crd::NodeMaintenance::new(
-        "nm-vol-stuck",
-        nmo::crd::NodeMaintenanceSpec {
-            node_name: "worker-1".into(),
-            reason: Some("tune:volumes=86400000".into()),
-        },
-    );
-    nm.metadata.annotations = Some(
-        [(
-            nmo::policy::POLICY_ANNOTATION.to_owned(),
-            "hostile".to_owned(),
-        )]
-        .into(),
-    );
-    env.nms()
-        .create(&kube::api::PostParams::default(), &nm)
-        .await
-        .unwrap();
+    attach(env, "csi-stuck-1", "worker-1").await;
+    hostile_nm(env, "nm-vol-stuck", "worker-1", "tune:volumes=86400000").await;
     env.wait_status("nm-vol-stuck", "waiting for the volume", |s| {
         s.last_error
             .as_deref()
