@@ -641,6 +641,18 @@ pub struct FleetReport {
     /// the nodes in order.
     pub budgets: Vec<BudgetUse>,
     pub estimate: Estimate,
+    /// Maintenances whose node does not exist (the Go operator leaves
+    /// them behind): not planned, named here.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_nodes: Vec<MissingNode>,
+}
+
+/// A maintenance of a node that does not exist.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MissingNode {
+    pub maintenance: String,
+    pub node: String,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -710,7 +722,24 @@ pub async fn plan_fleet(
         .collect();
     all.sort_by_key(fleet_order);
     let mut entries = Vec::new();
-    for (i, nm) in all.iter().enumerate() {
+    let mut missing_nodes = Vec::new();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for nm in all.iter() {
+        // A maintenance of a node that does not exist has nothing to
+        // plan; it does not stop the others'.
+        if nodes
+            .get_opt(&nm.spec.node_name)
+            .await
+            .map_err(Error::kube("reading the node"))?
+            .is_none()
+        {
+            missing_nodes.push(MissingNode {
+                maintenance: nm.name_any(),
+                node: nm.spec.node_name.clone(),
+            });
+            continue;
+        }
+        let i = entries.len();
         let request = Request {
             node: None,
             maintenance: Some(nm.name_any()),
@@ -735,6 +764,7 @@ pub async fn plan_fleet(
         maintenances: entries,
         budgets,
         estimate,
+        missing_nodes,
     })
 }
 
@@ -916,6 +946,13 @@ impl FleetReport {
                 .collect();
             let header = ["BUDGET", "ALLOWS", "EVICTIONS", "RUNS OUT AT"].map(String::from);
             write_table(&mut out, &header, &rows);
+        }
+        for m in &self.missing_nodes {
+            let _ = writeln!(
+                out,
+                "\nNot planned: {} names node {:?}, which does not exist (the operator fails it; delete it)",
+                m.maintenance, m.node
+            );
         }
         out
     }

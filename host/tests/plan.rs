@@ -782,7 +782,14 @@ spec: {maxUnavailable: 1, selector: {matchLabels: {app: shared}}}
         )
         .unwrap();
     let nms: Api<nmo::crd::NodeMaintenance> = Api::all(client.clone());
-    for (name, node) in [("nm-1", "worker-1"), ("nm-2", "worker-2")] {
+    // nm-ghost names a node that does not exist (as the Go operator
+    // leaves such maintenances): it is named, not planned, and does not
+    // stop the others' plans.
+    for (name, node) in [
+        ("nm-1", "worker-1"),
+        ("nm-2", "worker-2"),
+        ("nm-ghost", "worker-9"),
+    ] {
         nms.create(
             &Default::default(),
             &nmo::crd::NodeMaintenance::new(
@@ -842,6 +849,17 @@ spec: {maxUnavailable: 1, selector: {matchLabels: {app: shared}}}
     let table = fleet.table();
     assert!(
         table.contains("RUNS OUT AT") && table.contains("default/shared"),
+        "{table}"
+    );
+    assert_eq!(
+        fleet.missing_nodes,
+        [nmo::plan::MissingNode {
+            maintenance: "nm-ghost".into(),
+            node: "worker-9".into()
+        }]
+    );
+    assert!(
+        table.contains("Not planned: nm-ghost names node \"worker-9\""),
         "{table}"
     );
     cluster.stop().await;
