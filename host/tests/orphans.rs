@@ -4,10 +4,12 @@
 //! restores them one by one), and maintenances created for 20 of them
 //! while the sweep runs. Every node ends as its maintenances say: the 20
 //! with a maintenance cordoned, tainted, labelled and leased under a
-//! Succeeded maintenance; the 20 others restored. (Before: the sweep
-//! listed the maintenances once and restored from that list, undoing
-//! maintenances created meanwhile, which stayed Succeeded on uncordoned
-//! nodes for 30 minutes.)
+//! Succeeded maintenance; the 20 others restored. The operator's requests
+//! go through a proxy that holds each for 150 ms (a loaded API server, a
+//! far one), so the sweep takes long enough for the race to be met every
+//! time. (Before: the sweep listed the maintenances once and restored
+//! from that list, undoing maintenances created meanwhile, which stayed
+//! Succeeded on uncordoned nodes for 30 minutes.)
 
 mod common;
 
@@ -23,6 +25,42 @@ use nmo_control_plane::Options;
 use serde_json::json;
 
 const ORPHANS: usize = 40;
+/// How long the proxy holds each request of the operator's.
+const LATENCY: Duration = Duration::from_millis(150);
+
+/// A TCP proxy on loopback to `upstream` that holds each chunk the client
+/// sends for `delay` (TLS passes through untouched); its address.
+async fn slow_proxy(upstream: std::net::SocketAddr, delay: Duration) -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let at = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                continue;
+            };
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = client_read.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    tokio::time::sleep(delay).await;
+                    if server_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = server_write.shutdown().await;
+            });
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            });
+        }
+    });
+    at
+}
 
 fn in_maintenance(node: &Node) -> bool {
     let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
@@ -73,7 +111,17 @@ async fn the_orphan_sweep_never_undoes_a_maintenance_created_during_it() {
     }
     // The operator starts (its sweep at once); maintenances are created
     // for every other node while it sweeps, the last nodes first.
-    let (_ctx, controller) = start_controller_tuned(&env.operator, policy_store(None), |_| {});
+    let upstream: std::net::SocketAddr =
+        env.cp.url().trim_start_matches("https://").parse().unwrap();
+    let slow = slow_proxy(upstream, LATENCY).await;
+    let kubeconfig = env
+        .cp
+        .kubeconfig_with_token(&env.token)
+        .replace(&env.cp.url(), &format!("https://{slow}"));
+    let operator = nmo::client::client_from_kubeconfig(&kubeconfig)
+        .await
+        .unwrap();
+    let (_ctx, controller) = start_controller_tuned(&operator, policy_store(None), |_| {});
     env.controller = Some(controller);
     let wanted: Vec<String> = (1..=ORPHANS)
         .rev()
@@ -114,8 +162,8 @@ async fn the_orphan_sweep_never_undoes_a_maintenance_created_during_it() {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "nodes not as their maintenances say after 120 s: {wrong:?}"
+            started.elapsed() < Duration::from_secs(300),
+            "nodes not as their maintenances say after 300 s: {wrong:?}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
