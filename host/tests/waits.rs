@@ -19,6 +19,19 @@ use nmo::crd::MaintenancePhase;
 use nmo_control_plane::Options;
 use serde_json::json;
 
+/// A process's user and system CPU time, in clock ticks (100 a second).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces); utime
+    // and stime are the 14th and 15th of the whole line.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    fields.get(11).copied().unwrap_or(0) + fields.get(12).copied().unwrap_or(0)
+}
+
 /// Slots for two passes at once: fewer than the drains that wait.
 const SLOTS: u16 = 2;
 
@@ -162,8 +175,27 @@ async fn sigterm_mid_drain_ends_within_the_grace_period() {
             .is_some_and(|e| e.contains("to leave or answer"))
     })
     .await;
+    // While it waits, it does not spin: well under half a core over a
+    // few seconds (a wait that woke itself took a whole one).
+    let pid = leader.id().unwrap();
+    let (ticks_before, window) = (cpu_ticks(pid), Instant::now());
+    env.wait_status("nm-term", "still waiting 3 s on", |_| {
+        window.elapsed() >= Duration::from_secs(3)
+    })
+    .await;
+    let ticks = cpu_ticks(pid) - ticks_before;
+    let share = ticks as f64 / 100.0 / window.elapsed().as_secs_f64();
+    eprintln!(
+        "CPU while the handshake waits: {:.0} % of a core",
+        share * 100.0
+    );
+    assert!(
+        share < 0.5,
+        "the waiting leader used {:.0} % of a core",
+        share * 100.0
+    );
     let signalled = Instant::now();
-    unsafe { libc::kill(leader.id().unwrap() as i32, libc::SIGTERM) };
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let exited = tokio::time::timeout(Duration::from_secs(30), leader.wait()).await;
     let took = signalled.elapsed();
     assert!(
