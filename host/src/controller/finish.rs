@@ -128,12 +128,12 @@ pub(super) async fn failed(pass: &Pass, failure: Failure, last_error: String) ->
     Ok(Next::After(delay))
 }
 
-/// The policy's verdict is to park: the node stays cordoned and tainted,
-/// the status and a `ParkedMaintenance` event say why, and nothing is
-/// tried again until `recheck_after` or until the NodeMaintenance changes.
 /// The soonest a parked maintenance is looked at again.
 const MIN_RECHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The policy's verdict is to park: the node stays cordoned and tainted,
+/// the status and a `ParkedMaintenance` event say why, and nothing is
+/// tried again until `recheck_after` or until the NodeMaintenance changes.
 async fn park(
     pass: &Pass,
     reason: String,

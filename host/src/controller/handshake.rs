@@ -74,8 +74,7 @@ pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notic
     let requested_ms = match seen.get(REQUESTED).and_then(|v| parse_ms(v)) {
         Some(ms) if ours(&seen) => how.ledger.notified(&t.uid, ms.min(now)),
         _ => how.ledger.notified(&t.uid, now),
-    }
-    .min(now);
+    };
     let latest_ms = requested_ms.saturating_add(timeout_ms.saturating_mul(MAX_EXTENSION.into()));
     let mut deadline_ms = requested_ms.saturating_add(timeout_ms);
     let mut written_deadline = seen.get(DEADLINE).and_then(|v| parse_ms(v));

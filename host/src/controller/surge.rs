@@ -80,7 +80,7 @@ impl Owner {
     }
 
     fn replicas(&self) -> i64 {
-        self.object.data["spec"]["replicas"].as_i64().unwrap_or(1)
+        replicas_of(&self.object.data)
     }
 
     /// The surge record on the owner, if it is one the host could have
@@ -148,10 +148,16 @@ where
     Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<K>(&()))
 }
 
+/// An owner's `spec.replicas` (its object, as JSON); unset is 1, the
+/// API's default.
+fn replicas_of(data: &Value) -> i64 {
+    data["spec"]["replicas"].as_i64().unwrap_or(1)
+}
+
 /// Why an owner of `kind` with `data` (its object, as JSON) allows no
 /// extra pod, if it does not; `shown` names it.
 fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
-    let replicas = data["spec"]["replicas"].as_i64().unwrap_or(1);
+    let replicas = replicas_of(data);
     // spec.replicas is an int32: one more than its largest is no replica
     // count the API server takes.
     if replicas >= i64::from(i32::MAX) || replicas < 0 {
