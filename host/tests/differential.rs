@@ -255,10 +255,32 @@ impl Run<'_> {
 
     /// The node as the maintenance leaves it.
     async fn node_state(&self, seen: &mut Seen, key: &str, node: &str) {
-        let n: Node = Api::<Node>::all(self.env.admin.clone())
-            .get(node)
-            .await
-            .unwrap();
+        // The taint `node.kubernetes.io/unschedulable` is the node
+        // lifecycle controller's: it follows spec.unschedulable a moment
+        // later (nmo also removes it itself when it restores a node; the
+        // Go operator leaves that to the controller). The node is read
+        // once the two agree, so the comparison is of the settled node.
+        let nodes = Api::<Node>::all(self.env.admin.clone());
+        let settled = |n: &Node| {
+            let cordoned = n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true);
+            let tainted = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| {
+                    t.iter()
+                        .any(|t| t.key == "node.kubernetes.io/unschedulable")
+                });
+            cordoned == tainted
+        };
+        let started = Instant::now();
+        let n: Node = loop {
+            let n = nodes.get(node).await.unwrap();
+            if settled(&n) || started.elapsed() > Duration::from_secs(30) {
+                break n;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
         seen.put(
             &format!("{key}/node.unschedulable"),
             n.spec
