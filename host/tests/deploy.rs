@@ -2,7 +2,7 @@
 //! its Deployment's args are ones the binary accepts, and its RBAC allows
 //! exactly the API calls the operator makes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

@@ -19,7 +19,7 @@
 //! key, or a key pattern ending in `*`) with its reason; the suite fails on
 //! one that is not, and prints every observation side by side.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! each on the simulated cluster and on the real control plane
 //! (kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok).
 
-mod common;
+use crate::common;
 
 use common::drain_actions as scenario;
 use common::real::RealEnv;

@@ -3,7 +3,7 @@
 //! operator's User-Agent) and the policy calls (counted by the
 //! controller's own registry), for a 20-pod node.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! server's own stream of node versions (a watch the test makes), not from
 //! the operator.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

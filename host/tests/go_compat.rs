@@ -1,7 +1,7 @@
 //! What a client of the Go operator (its e2e suite, a log search, a script
 //! parsing `lastError`) sees, as the real `nmo` binary shows it.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

@@ -9,9 +9,9 @@
 //! renders exactly what kustomize renders. `real_deploy.rs` installs it.
 //!
 //! After a change under `deploy/`: `NMO_WRITE_CHART=1 cargo test -p nmo
-//! --test helm` rewrites the chart's generated files.
+//! --test suite helm::` rewrites the chart's generated files.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

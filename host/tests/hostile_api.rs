@@ -4,7 +4,7 @@
 //! hides one maintenance behind another's bad data, and restores exactly
 //! what it changed.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@
 //! that scrape, labels and values as scraped, over three hours of
 //! compressed time, and checks when each alert fires and for whom.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -18,7 +18,7 @@
 //! again, the Go operator starts and ends the maintenances, restoring the
 //! nodes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! Distribution, built with the control plane) and read back with another
 //! client (go-containerregistry's crane).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

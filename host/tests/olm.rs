@@ -22,9 +22,9 @@
 //!   optional.
 //!
 //! After a change under `deploy/`: `NMO_WRITE_BUNDLE=1 cargo test -p nmo
-//! --test olm` rewrites the bundle.
+//! --test suite olm::` rewrites the bundle.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

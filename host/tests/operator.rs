@@ -1,7 +1,7 @@
 //! The operator end to end on the simulated cluster: the Go operator's
 //! scenarios, through kube::Client over HTTP on 127.0.0.1.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@
 //! from that list, undoing maintenances created meanwhile, which stayed
 //! Succeeded on uncordoned nodes for 30 minutes.)
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! the one that holds the drain up; and `kubectl nm` works as a kubectl
 //! plugin.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! hot reload that keeps the last good set, the compiled-artifact cache,
 //! and which policy a running maintenance uses across a reload.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@
 //! Outside CI (`CI` unset) a machine without Prometheus skips these with a
 //! message; in CI a missing Prometheus fails them.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! runs on the simulated cluster, and what only a real API server can show.
 //! The first run on a machine builds the control plane (a line says so).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -14,7 +14,7 @@
 //! reference stays, and TLS is checked against the Service's name as in a
 //! cluster.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

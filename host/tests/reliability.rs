@@ -2,7 +2,7 @@
 //! random points, API faults, hostile policies through the operator, and
 //! bad NodeMaintenances. Each test prints `N tried, N held`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! retried), and whichever order two maintenances of one node end in; the
 //! node lease never outlives the maintenance.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! What a cluster operator wires into their platform: /metrics, probes and
 //! the validating webhook, on the simulated cluster.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! within the Deployment's grace period. On the simulated cluster and on
 //! the real control plane.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

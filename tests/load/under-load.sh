@@ -6,7 +6,7 @@
 # machine and no test decides on how fast the machine is.
 #
 #   tests/load/under-load.sh                       # cargo test --workspace --locked
-#   tests/load/under-load.sh cargo test -p nmo --test operator
+#   tests/load/under-load.sh cargo test -p nmo --test suite operator::
 #   NMO_LOAD_FACTOR=3 tests/load/under-load.sh     # three spinners per core
 set -euo pipefail
 cd "$(dirname "$0")/../.."

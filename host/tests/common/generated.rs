@@ -37,7 +37,7 @@ pub fn check(dir: &Path, subdirs: &[&str], want: &BTreeMap<PathBuf, String>, wri
     }
     assert!(
         stale.is_empty(),
-        "{} drifted from deploy/default: {stale:?}\nrun {write}=1 cargo test -p nmo --test <this test>",
+        "{} drifted from deploy/default: {stale:?}\nrun {write}=1 cargo test -p nmo --test suite <this file>::",
         dir.display()
     );
 }
