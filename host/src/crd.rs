@@ -26,6 +26,7 @@ pub const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase","description":"Running, Succeeded or Failed"}"#,
     printcolumn = r#"{"name":"Progress","type":"integer","jsonPath":".status.drainProgress","description":"Drain progress, percent"}"#,
     printcolumn = r#"{"name":"Waiting","type":"string","jsonPath":".status.waiting.reason","description":"Why the policy has not let the maintenance start yet"}"#,
+    printcolumn = r#"{"name":"Parked","type":"string","jsonPath":".status.parked.reason","description":"Why the policy has set the maintenance aside (phase stays Running)"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".spec.reason","priority":1,"description":"Why the node is in maintenance"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

@@ -211,7 +211,14 @@ async fn from_the_go_operator_to_nmo_and_back() {
     );
     // The held one: nmo goes on with it, and it ends once its budget allows.
     scale_web(&env, 3).await;
-    env.wait_phase("nm-held", MaintenancePhase::Succeeded).await;
+    let finished = env.wait_phase("nm-held", MaintenancePhase::Succeeded).await;
+    // The policy that decided for it is recorded, though the Go operator
+    // initialised its status (docs/policies.md: the choice is recorded).
+    let policy = finished.status.unwrap().policy.unwrap_or_default();
+    assert!(
+        policy.starts_with("default@sha256:"),
+        "status.policy: {policy:?}"
+    );
     eprintln!(
         "the held maintenance finished under nmo {:.1} s after the switch began",
         switch.elapsed().as_secs_f64()

@@ -16,6 +16,7 @@ mod fleet;
 mod go_compat;
 mod helm;
 mod hostile_api;
+mod image;
 mod kube_state_metrics;
 mod leader;
 mod migration;

@@ -504,6 +504,9 @@ struct StatusLine {
     last_error: Option<String>,
     /// Why the policy holds it back (phase `Waiting`).
     waiting: Option<String>,
+    /// Why the policy has set it aside (`status.parked`; the phase stays
+    /// Running, the table says Parked).
+    parked: Option<String>,
     /// The group it was started in (`start -l`).
     group: Option<String>,
     age_seconds: i64,
@@ -540,6 +543,7 @@ async fn status(
                 policy: s.policy,
                 last_error: s.last_error,
                 waiting: s.waiting.map(|w| w.reason),
+                parked: s.parked.map(|p| p.reason),
                 group: nm.labels().get(GROUP_LABEL).cloned(),
                 age_seconds: nm
                     .metadata
@@ -567,21 +571,26 @@ async fn status(
                 "AGE"
             );
             for l in &lines {
+                let (phase, why) = match &l.parked {
+                    Some(reason) => ("Parked", format!("parked: {reason}")),
+                    None => (
+                        l.phase.as_str(),
+                        l.waiting
+                            .as_deref()
+                            .or(l.last_error.as_deref())
+                            .unwrap_or("-")
+                            .to_owned(),
+                    ),
+                };
                 outln!(
                     "{:<24} {:<20} {:<10} {:>7}% {:>8} {:>6}  {}",
                     l.name,
                     l.node,
-                    l.phase,
+                    phase,
                     l.drain_progress,
                     l.pending_pods.len(),
                     age(l.age_seconds),
-                    nmo::text::clean(
-                        l.waiting
-                            .as_deref()
-                            .or(l.last_error.as_deref())
-                            .unwrap_or("-"),
-                        120
-                    )
+                    nmo::text::clean(&why, 120)
                 );
             }
             for line in group_lines(&lines) {

@@ -436,12 +436,23 @@ impl Pass {
     }
 
     /// The policy that decides for this maintenance (chosen once, then
-    /// kept); recorded by the status initialisation.
+    /// kept); recorded by the status initialisation, or, for a maintenance
+    /// whose status another operator initialised (taken over from the Go
+    /// operator), written on its own.
     async fn select_policy(&self, node: &Node) -> Result<Selected> {
         let nm = self.writer.current().await;
         let selected = self.ctx.policy_for(&nm, Some(node))?;
         let label = selected.label();
-        self.writer.plan_init(|i| i.policy = Some(label)).await;
+        let recorded = nm.status.as_ref().and_then(|s| s.policy.as_deref());
+        let initialising = self
+            .writer
+            .plan_init(|i| i.policy = Some(label.clone()))
+            .await;
+        if !initialising && recorded != Some(label.as_str()) {
+            self.writer
+                .update(|s| s.policy = Some(label.clone()))
+                .await?;
+        }
         Ok(selected)
     }
 

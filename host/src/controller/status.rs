@@ -152,9 +152,14 @@ impl Writer {
     }
 
     /// Changes what the initialisation will write.
-    pub async fn plan_init(&self, f: impl FnOnce(&mut Init)) {
-        if let Some(init) = self.state.lock().await.init.as_mut() {
-            f(init);
+    /// Returns whether an initialisation was still due (and so took `f`).
+    pub async fn plan_init(&self, f: impl FnOnce(&mut Init)) -> bool {
+        match self.state.lock().await.init.as_mut() {
+            Some(init) => {
+                f(init);
+                true
+            }
+            None => false,
         }
     }
 

@@ -394,6 +394,27 @@ pub async fn an_undrainable_node_is_parked(
     assert!(parked.reason.contains("not drained after 1s"), "{parked:?}");
     assert!(parked.since.is_some() && parked.recheck_at.is_some());
     assert_eq!(s.phase, Some(MaintenancePhase::Running));
+    // `kubectl nm status` says Parked and why, not Running.
+    let tmp = tempfile::tempdir().unwrap();
+    let plugin = tmp.path().join("kubectl-nm");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_nmo"), &plugin).unwrap();
+    std::fs::write(tmp.path().join("kubeconfig"), env.kubeconfig()).unwrap();
+    let out = std::process::Command::new(&plugin)
+        .arg("status")
+        .env("KUBECONFIG", tmp.path().join("kubeconfig"))
+        .output()
+        .unwrap();
+    let printed = super::printed(&out);
+    let line = printed
+        .lines()
+        .find(|l| l.starts_with("nm-park "))
+        .unwrap_or_else(|| panic!("{printed}"));
+    assert!(
+        line.contains(" Parked ")
+            && line.contains("parked: ")
+            && line.contains("not drained after 1s"),
+        "{line}"
+    );
     let n: Node = env.node(&node).await;
     assert_eq!(n.spec.and_then(|s| s.unschedulable), Some(true));
     if let Some(count) = parked_gauge() {
