@@ -20,6 +20,8 @@ use serde_json::Value;
 
 /// The operator's namespace in `deploy/default`, the release's in the chart.
 const NS: &str = "node-maintenance-operator-system";
+/// The leases namespace the medik8s operators share.
+const LEASES_NS: &str = "medik8s-leases";
 /// The image `deploy/default` names.
 const IMAGE: &str = "nmo:latest";
 
@@ -74,7 +76,6 @@ fn condition(o: &Value) -> Option<&'static str> {
         ("ClusterRole" | "ClusterRoleBinding", n) if n.contains("metrics-auth") => {
             Some(".Values.metrics.secure")
         }
-        ("Namespace", _) => Some(".Values.leases.createNamespace"),
         _ => None,
     }
 }
@@ -223,6 +224,10 @@ fn template(o: &Value) -> String {
     }
     let mut out =
         String::from("# Generated from deploy/default by host/tests/helm.rs: do not edit.\n");
+    if kind(&o) == "Namespace" {
+        out.push_str(&leases_namespace(&text));
+        return out;
+    }
     match condition(&o) {
         Some(cond) => {
             out.push_str(&format!("{{{{- if {cond} }}}}\n"));
@@ -232,6 +237,27 @@ fn template(o: &Value) -> String {
         None => out.push_str(&text),
     }
     out
+}
+
+/// The shared leases namespace (`medik8s-leases`): the other medik8s
+/// operators (and the Go Node Maintenance Operator) make it and use it too.
+/// So the chart makes it only where it is not there, or is its own (an
+/// upgrade), and `helm uninstall` keeps it: a Go-operator user's `helm
+/// install` is not refused for a namespace it cannot import, and removing
+/// the chart takes no other operator's leases with it. (`helm template`
+/// has no cluster to look in: it renders the namespace, as kustomize does.)
+fn leases_namespace(text: &str) -> String {
+    let keep = text.replacen(
+        "metadata:\n",
+        "metadata:\n  annotations:\n    helm.sh/resource-policy: keep\n",
+        1,
+    );
+    format!(
+        "{{{{- $leases := lookup \"v1\" \"Namespace\" \"\" \"{LEASES_NS}\" }}}}\n\
+         {{{{- $owner := dig \"metadata\" \"annotations\" \"meta.helm.sh/release-name\" \"\" ($leases | default dict) }}}}\n\
+         {{{{- if and .Values.leases.createNamespace (or (not $leases) (eq $owner .Release.Name)) }}}}\n\
+         {keep}{{{{- end }}}}\n"
+    )
 }
 
 /// The chart's generated files: path under the chart, content.
@@ -290,6 +316,18 @@ fn run(args: &[&str]) -> String {
 /// base64 is wrapped, Helm's not; compared as their decoded bytes.
 fn comparable(mut o: Value) -> Value {
     use base64::Engine;
+    // The chart keeps the shared leases namespace on uninstall.
+    if kind(&o) == "Namespace"
+        && let Some(metadata) = o.get_mut("metadata").and_then(Value::as_object_mut)
+        && let Some(annotations) = metadata
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+    {
+        annotations.remove("helm.sh/resource-policy");
+        if annotations.is_empty() {
+            metadata.remove("annotations");
+        }
+    }
     if let Some(entries) = o["binaryData"].as_object_mut() {
         for value in entries.values_mut() {
             let text: String = value

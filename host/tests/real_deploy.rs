@@ -134,6 +134,13 @@ async fn one_maintenance_through(install: Install) {
             std::fs::read_to_string(cp.binaries().path("prometheus-operator-crds.yaml")).unwrap();
         cp.apply(&crds).await.unwrap();
     }
+    if let Install::Helm = install {
+        // As a Go-operator user's cluster has it: the shared leases
+        // namespace, made by another operator, not by Helm. The install
+        // must not stop on it ("cannot be imported into the current
+        // release").
+        kubectl_ok(&cp, &["create", "namespace", "medik8s-leases"], None).await;
+    }
     install.install(&cp).await;
 
     let admin = cp.client().await.unwrap();
@@ -395,6 +402,20 @@ async fn one_maintenance_through(install: Install) {
         Some(true),
         "{overlay}: restored"
     );
+    if let Install::Helm = install {
+        helm(&cp, &["uninstall", "nmo", "--namespace", NS, "--wait"]);
+        let leases = kubectl_ok(
+            &cp,
+            &["get", "namespace", "medik8s-leases", "-o", "name"],
+            None,
+        )
+        .await;
+        assert_eq!(
+            leases.trim(),
+            "namespace/medik8s-leases",
+            "helm uninstall kept the shared namespace"
+        );
+    }
     operator.kill().await.unwrap();
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
