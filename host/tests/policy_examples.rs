@@ -140,6 +140,34 @@ fn nmo_policy_test_exit_codes() {
     assert_eq!(code, 2);
     assert!(err.contains("a verdict needs a `failure`"), "{err}");
 
+    // A wait's timeout is checked; a field that does not exist is a
+    // scenario that cannot be read (2), not a policy that answered wrongly.
+    let no_downtime = wasm("no-downtime");
+    let job = "name: a Job's pod\npods:\n  - metadata:\n      name: report-x\n      ownerReferences: [{apiVersion: batch/v1, kind: Job, name: report, uid: u4, controller: true}]\n    spec: {containers: [{name: c, image: report}]}\nexpect:\n  decisions:\n";
+    for (want, code_wanted, said) in [
+        ("{action: wait, timeoutMs: 3600000}", 0, "1 passed"),
+        ("{action: wait, timeoutMs: 60000}", 1, "timeoutMs 3600000"),
+        (
+            "{action: wait, timeout: 1h}",
+            2,
+            "unknown field \"timeout\"",
+        ),
+        ("waits", 2, "is not an action"),
+    ] {
+        std::fs::write(&bad, format!("{job}    report-x: {want}\n")).unwrap();
+        let (code, out, err) = nmo(&[
+            "policy",
+            "test",
+            no_downtime.to_str().unwrap(),
+            bad.to_str().unwrap(),
+        ]);
+        assert_eq!(code, code_wanted, "{want}: {out}{err}");
+        assert!(
+            out.contains(said) || err.contains(said),
+            "{want}: {out}{err}"
+        );
+    }
+
     let garbage = dir.path().join("garbage.wasm");
     std::fs::write(&garbage, "not wasm").unwrap();
     let (code, _, err) = nmo(&["policy", "test", garbage.to_str().unwrap(), scenarios]);

@@ -409,3 +409,42 @@ fn a_demo_with_a_policy_directory_decides_with_it() {
         );
     }
 }
+
+/// The scenario format's reference in the policy guide is the harness's
+/// own (its module documentation), word for word: a key added to one and
+/// not the other fails here.
+#[test]
+fn the_guides_scenario_reference_is_the_harnesss() {
+    let source = include_str!("../src/policy/harness.rs");
+    let lines: Vec<&str> = source.lines().collect();
+    let start = lines.iter().position(|l| *l == "//! ```yaml").unwrap();
+    let end = start
+        + 1
+        + lines[start + 1..]
+            .iter()
+            .position(|l| *l == "//! ```")
+            .unwrap();
+    let harness: Vec<&str> = lines[start + 1..end]
+        .iter()
+        .map(|l| {
+            l.strip_prefix("//! ")
+                .or_else(|| l.strip_prefix("//!"))
+                .unwrap()
+        })
+        .collect();
+    let guide = blocks(GUIDE, "yaml")
+        .into_iter()
+        .find(|b| b.starts_with("name: StatefulSet pods go last"))
+        .expect("the reference block in docs/writing-a-policy.md");
+    assert_eq!(guide.trim_end().lines().collect::<Vec<_>>(), harness);
+    for key in [
+        "history:",
+        "park",
+        "timeoutMs",
+        "podsFrom",
+        "volumesAttached",
+        "claims",
+    ] {
+        assert!(guide.contains(key), "{key} in the reference");
+    }
+}

@@ -47,6 +47,8 @@
 //!     default/web-1: evict            # evict | delete | skip | block | surge | notify | wait
 //!     default/db-0: {action: evict, order: 1, gracePeriodSeconds: 30}
 //!     default/bare: {action: block, reason: "no controller"}   # reason: a substring
+//!     default/job-1: {action: wait, timeoutMs: 3600000}        # wait, notify: the timeout
+//!     default/db-1: {action: notify, timeoutMs: 600000, then: delete}   # then: evict | delete
 //!   attemptTimeoutMs: 30000
 //!   maxConcurrentEvictions: 2         # or null for no limit
 //!   verdict: retryWithBackoff         # | {retryAfterMs: 5000} | fail | {fail: "substring"}
@@ -436,6 +438,9 @@ impl Scenario {
                     .into(),
             );
         }
+        for (pod, want) in &e.decisions {
+            expectation(want).map_err(|why| format!("expect.decisions.{pod}: {why}"))?;
+        }
         if raw.fleet.is_none() && e.admission.is_some() {
             return Err("expect: an admission needs a `fleet` to decide in".into());
         }
@@ -792,15 +797,69 @@ fn show_action(a: &Action, order: u32) -> String {
         }
         _ => format!("{}{}", a.verb(), grace(&a.grace())),
     };
+    if let Some(t) = a.timeout() {
+        let _ = write!(s, ", timeoutMs {}", t.as_millis());
+    }
+    if let Action::Notify(n) = a {
+        s.push_str(if n.then_delete {
+            ", then delete"
+        } else {
+            ", then evict"
+        });
+    }
     if order != 0 {
         let _ = write!(s, ", order {order}");
     }
     s
 }
 
-/// Compares one expected decision with the actual one; `Err(expected, as
-/// shown)` if it does not match.
+/// The fields an expected decision may name, besides `action`.
+const DECISION_FIELDS: [&str; 5] = ["order", "gracePeriodSeconds", "reason", "timeoutMs", "then"];
+
+/// Whether an expected decision is well formed: a scenario that names an
+/// action or a field that does not exist cannot be read (exit code 2), it
+/// does not fail as if the policy had answered wrongly.
+fn expectation(want: &Value) -> std::result::Result<(), String> {
+    let (kind, fields) = match want {
+        Value::String(s) => (s.as_str(), None),
+        Value::Object(o) => (
+            o.get("action").and_then(Value::as_str).unwrap_or(""),
+            Some(o),
+        ),
+        _ => ("", None),
+    };
+    if !ACTIONS.contains(&kind) {
+        return Err(format!(
+            "{want} is not an action: use one of {} (or {{action, {}}})",
+            ACTIONS.join(", "),
+            DECISION_FIELDS.join(", ")
+        ));
+    }
+    for (k, v) in fields.into_iter().flatten() {
+        let ok = match k.as_str() {
+            "action" => true,
+            "order" | "timeoutMs" => v.is_u64(),
+            "gracePeriodSeconds" => v.is_i64() || v.is_null(),
+            "reason" => v.is_string(),
+            "then" => v == "evict" || v == "delete",
+            other => {
+                return Err(format!(
+                    "unknown field {other:?}: the fields are action, {}",
+                    DECISION_FIELDS.join(", ")
+                ));
+            }
+        };
+        if !ok {
+            return Err(format!("{k}: {v} is not a valid value"));
+        }
+    }
+    Ok(())
+}
+
+/// Compares one expected decision (already checked by [`expectation`])
+/// with the actual one; `Err(expected, as shown)` if it does not match.
 fn check_decision(want: &Value, got: &Action, order: u32) -> std::result::Result<(), String> {
+    expectation(want).map_err(|why| format!("(bad expectation: {why})"))?;
     let (kind, fields) = match want {
         Value::String(s) => (s.as_str(), None),
         Value::Object(o) => (
@@ -819,25 +878,21 @@ fn check_decision(want: &Value, got: &Action, order: u32) -> std::result::Result
         }
         s
     };
-    if !ACTIONS.contains(&kind) {
-        return Err(format!(
-            "(bad expectation {want}: use one of {})",
-            ACTIONS.join(", ")
-        ));
-    }
     let mut ok = kind == got_kind;
-    if let Some(f) = fields {
-        for (k, v) in f {
-            ok &= match k.as_str() {
-                "action" => true,
-                "order" => v.as_u64() == Some(u64::from(order)),
-                "gracePeriodSeconds" => {
-                    v.as_i64() == got_grace || (v.is_null() && got_grace.is_none())
-                }
-                "reason" => v.as_str().is_some_and(|r| got_reason.contains(r)),
-                other => return Err(format!("(unknown field {other:?} in {want})")),
-            };
-        }
+    for (k, v) in fields.into_iter().flatten() {
+        ok &= match k.as_str() {
+            "order" => v.as_u64() == Some(u64::from(order)),
+            "gracePeriodSeconds" => v.as_i64() == got_grace || (v.is_null() && got_grace.is_none()),
+            "reason" => v.as_str().is_some_and(|r| got_reason.contains(r)),
+            "timeoutMs" => got
+                .timeout()
+                .is_some_and(|t| v.as_u64() == u64::try_from(t.as_millis()).ok()),
+            "then" => match got {
+                Action::Notify(n) => (v == "delete") == n.then_delete,
+                _ => false,
+            },
+            _ => true,
+        };
     }
     if ok { Ok(()) } else { Err(shown()) }
 }

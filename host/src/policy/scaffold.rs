@@ -197,14 +197,16 @@ Cargo names the file after the crate with `-` turned into `_`
 policies ConfigMap without `.wasm`: add it as `{name}.wasm`:
 
 ```sh
-kubectl create configmap node-maintenance-operator-policies \
-  -n node-maintenance-operator-system \
-  --from-file={name}.wasm=target/wasm32-wasip2/release/{file_stem}.wasm \
-  --dry-run=client -o yaml | kubectl apply --server-side --force-conflicts -f -
+nmo policy add target/wasm32-wasip2/release/{file_stem}.wasm --name {name}
 ```
 
-(keep the policies already in the ConfigMap: add them with more
-`--from-file`). Then choose it in `policies.yaml`, or for one maintenance
+checks it as the operator will (`nmo policy check`), then adds (or
+replaces) its one key in the operator's policies ConfigMap
+(`--policy-configmap NAMESPACE/NAME`; default: the one `deploy/` installs),
+keeping every other policy and `policies.yaml`; the operator reloads it
+within seconds. (Not `kubectl create configmap … | kubectl apply`: that
+replaces the whole ConfigMap, and the other policies go with it.) Then
+choose it in `policies.yaml`, or for one maintenance
 with the annotation `nodemaintenance.medik8s.io/policy: {name}`.
 
 Settings: give the policy a `settings` map in `policies.yaml`
@@ -304,7 +306,9 @@ mod tests {
             .unwrap()
             .1;
         assert!(readme.contains("target/wasm32-wasip2/release/my_policy.wasm"));
-        assert!(readme.contains("--from-file=my-policy.wasm="));
+        assert!(readme.contains(
+            "nmo policy add target/wasm32-wasip2/release/my_policy.wasm --name my-policy"
+        ));
     }
 
     #[test]

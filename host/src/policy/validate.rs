@@ -133,6 +133,16 @@ impl Action {
         }
     }
 
+    /// How long the action may hold the pod: a wait's timeout, a
+    /// handshake's.
+    pub fn timeout(&self) -> Option<Duration> {
+        match self {
+            Action::Wait { timeout, .. } => Some(*timeout),
+            Action::Notify(n) => Some(n.timeout),
+            _ => None,
+        }
+    }
+
     /// The reason the policy gave (skip, block, wait).
     pub fn reason(&self) -> Option<&str> {
         match self {
