@@ -359,6 +359,10 @@ impl Validator {
             _ => Ok(()),
         };
         let mut response = AdmissionResponse::from(&request);
+        // controller-runtime's `admission.Allowed`: status code 200, and
+        // (as every metav1.Status it writes) an empty `metadata`.
+        response.result.code = 200;
+        response.result.metadata = Some(Default::default());
         if let Err(message) = verdict {
             // controller-runtime's `admission.Denied`: 403 Forbidden.
             response = response.deny(message);
