@@ -237,3 +237,73 @@ async fn sigterm_mid_drain_ends_within_the_grace_period() {
     let _ = next.kill().await;
     env.stop();
 }
+
+/// A policy that parks at every call with a new reason (one naming the
+/// time, say) and the soonest recheck: the status's reason and the
+/// `ParkedMaintenance` events follow at most once per waiting-update
+/// interval, however often the policy is asked. (Before: one event per
+/// call, 57 a minute.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_park_reason_that_changes_every_call_floods_nothing() {
+    let (_dir, store) = scenario::store();
+    let env = Env::start_tuned(2, store, |s| {
+        s.waiting_update_interval = Duration::from_secs(3600)
+    })
+    .await;
+    env.create_value(never_terminating("stuck", "worker-1"))
+        .await;
+    scenario::hostile_nm(&env, "nm-churn", "worker-1", "tune:timeout=200,park-churn").await;
+    let first = env
+        .wait_status("nm-churn", "parked", |s| s.parked.is_some())
+        .await
+        .parked
+        .unwrap()
+        .reason;
+    // The policy is asked again every second (the contract's soonest
+    // recheck): each answer moves `recheckAt`; three more at least.
+    let recheck = || async {
+        env.nms()
+            .get("nm-churn")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .parked
+            .unwrap()
+            .recheck_at
+    };
+    let mut seen = vec![recheck().await];
+    let started = Instant::now();
+    while seen.len() < 4 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the policy was not asked again: {seen:?}"
+        );
+        let now = recheck().await;
+        if seen.last() != Some(&now) {
+            seen.push(now);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let parked = env
+        .nms()
+        .get("nm-churn")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .parked
+        .unwrap();
+    assert_eq!(
+        parked.reason, first,
+        "the reason was rewritten within the interval"
+    );
+    let events: Vec<_> = env
+        .events_for("nm-churn")
+        .await
+        .into_iter()
+        .filter(|(_, reason, _)| reason == "ParkedMaintenance")
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    env.stop().await;
+}

@@ -206,7 +206,8 @@ impl Policy for Hostile {
                 }
             }
             tune if tune.starts_with("tune:") => {
-                // Knobs for the operator's tests: "tune:timeout=2000,delete,sts-last,max=1".
+                // Knobs for the operator's tests: "tune:timeout=2000,delete,sts-last,max=1"
+                // (and, for on-failure, park-churn).
                 for opt in tune["tune:".len()..].split(',') {
                     match opt.split_once('=') {
                         Some(("timeout", ms)) => {
@@ -315,6 +316,18 @@ impl Policy for Hostile {
             "give-up-at-3" => Verdict::RetryAfterMs(1_000),
             "fail-huge" => Verdict::Fail("z".repeat(100_000)),
             "retry-forever" => Verdict::RetryAfterMs(u64::MAX),
+            // Parks at every call with a reason that is new each time (as
+            // one naming the current time would), asking to be looked at
+            // again as soon as the contract allows.
+            tune if tune.starts_with("tune:") && tune.contains("park-churn") => {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                Verdict::Park(Parking {
+                    reason: format!("parked at {} ms", now.as_millis()),
+                    recheck_after_ms: Some(1_000),
+                })
+            }
             tune if tune.starts_with("tune:") => Verdict::RetryAfterMs(500),
             _ => Verdict::RetryAfterMs(1_000),
         }
