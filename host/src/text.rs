@@ -129,6 +129,16 @@ pub fn is_clean(text: &str, max_bytes: usize) -> bool {
     text.len() <= max_bytes && !text.chars().any(is_unsafe)
 }
 
+/// What a Kubernetes client error says to a user: the API server's own
+/// message (`pods "web-1" not found`), not the client's debug dump of the
+/// whole Status; other errors as they display.
+pub fn api_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -512,3 +512,40 @@ async fn evictions_behind_a_budget_wait_for_room() {
     scenarios::evictions_behind_a_budget_wait_for_room(&env, &client).await;
     env.stop().await;
 }
+
+/// An eviction the API server refuses with a conflict (another eviction
+/// updated the budget at the same moment): tried again, and the status
+/// says so in words, never the API's raw "the object has been modified";
+/// once the conflicts stop, the drain finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_conflict_is_retried_and_said_in_words() {
+    let env = Env::start(2).await;
+    env.cluster.apply_yaml(WORKLOAD).unwrap();
+    wait_until(
+        "the workload runs on worker-1",
+        Duration::from_secs(30),
+        || async { !env.pods_on("worker-1").await.is_empty() },
+    )
+    .await;
+    env.cluster.set_faults(|f| {
+        f.rules = vec![nmo_sim::FaultRule {
+            verb: Some("create".into()),
+            resource: Some("pods/eviction".into()),
+            rate: 1.0,
+            code: 409,
+        }];
+    });
+    env.create_nm("nm-conflict", "worker-1").await;
+    let s = env
+        .wait_status("nm-conflict", "the conflict said", |s| {
+            s.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("changed by another writer"))
+        })
+        .await;
+    let shown = s.last_error.unwrap_or_default();
+    assert!(!shown.contains("has been modified"), "{shown}");
+    env.cluster.set_faults(|f| *f = Default::default());
+    wait_succeeded(&env.nms(), "nm-conflict", Duration::from_secs(60)).await;
+    env.stop().await;
+}

@@ -615,13 +615,34 @@ pub(super) async fn evict_or_delete(
                     _ => retries.pdb,
                 }
             }
+            // A conflict: another eviction (or a controller) updated the
+            // pod's budget at the same moment. Nothing for a user to do:
+            // tried again, said in words rather than the API's raw
+            // "Operation cannot be fulfilled ... the object has been
+            // modified".
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                if let Some(p) = permit {
+                    p.failed();
+                }
+                metrics.pod_removal(PodOutcome::Error);
+                *state.last_error.lock().await = format!(
+                    "evicting pod {}/{}: changed by another writer at the same moment (its budget, most likely); trying again",
+                    t.namespace, t.name
+                );
+                state.changed.notify_waiters();
+                retries.api_error
+            }
             Err(e) => {
                 if let Some(p) = permit {
                     p.failed();
                 }
                 metrics.pod_removal(PodOutcome::Error);
-                *state.last_error.lock().await =
-                    format!("evicting pod {}/{}: {e}", t.namespace, t.name);
+                *state.last_error.lock().await = format!(
+                    "evicting pod {}/{}: {}",
+                    t.namespace,
+                    t.name,
+                    crate::text::api_error(&e)
+                );
                 state.changed.notify_waiters();
                 retries.api_error
             }
