@@ -72,7 +72,8 @@ pub struct Report {
     pub policy_concurrency_limit: Option<u32>,
     /// Whether the maintenance may start now, as the policy's `admit`
     /// answers on the cluster as it is: `admit`, `wait: <reason>`,
-    /// `deny: <message>`, or `admitted` for one already started.
+    /// `deny: <message>`, `admitted` for one already started, or
+    /// `parked: <why>` for one its policy set aside.
     pub admission: String,
     /// Every pod on the node, in the order the drain handles them (by
     /// wave, then as listed).
@@ -231,6 +232,10 @@ async fn plan_in(
 /// already admitted one that started).
 async fn admission(client: &Client, selected: &Selected, nm: &NodeMaintenance) -> Result<String> {
     if crate::controller::is_admitted(nm) {
+        // Set aside by its policy: it holds its node, but drains nothing.
+        if let Some(p) = nm.status.as_ref().and_then(|s| s.parked.as_ref()) {
+            return Ok(format!("parked: {}", p.reason));
+        }
         return Ok("admitted".into());
     }
     let openshift = crate::fleet::is_openshift(client).await;

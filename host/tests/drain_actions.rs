@@ -85,7 +85,7 @@ async fn escalation_deletes_where_the_policy_allows_on_the_real_control_plane() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undrainable_node_is_parked_on_nmo_sim() {
-    let (_dir, env) = sim(2).await;
+    let (dir, env) = sim(2).await;
     let ctx = env.ctx.clone().expect("the controller's context");
     let registry = env.metrics.registry.clone();
     let parked = move || {
@@ -105,14 +105,14 @@ async fn an_undrainable_node_is_parked_on_nmo_sim() {
             })
             .map(|m| m.get_gauge().get_value())
     };
-    scenario::an_undrainable_node_is_parked(&env, parked).await;
+    scenario::an_undrainable_node_is_parked(&env, dir.path(), parked).await;
     env.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_undrainable_node_is_parked_on_the_real_control_plane() {
-    let (_dir, env) = real(2).await;
-    scenario::an_undrainable_node_is_parked(&env, || None).await;
+    let (dir, env) = real(2).await;
+    scenario::an_undrainable_node_is_parked(&env, dir.path(), || None).await;
     env.stop();
 }
 

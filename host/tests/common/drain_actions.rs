@@ -381,6 +381,7 @@ pub async fn escalation_deletes_where_the_policy_allows(env: &impl ClusterOps) {
 /// test can (the operator in its process), `None` elsewhere.
 pub async fn an_undrainable_node_is_parked(
     env: &impl ClusterOps,
+    policy_dir: &std::path::Path,
     parked_gauge: impl Fn() -> Option<f64>,
 ) {
     env.apply(&single_replica("held", "default")).await;
@@ -414,6 +415,18 @@ pub async fn an_undrainable_node_is_parked(
             && line.contains("parked: ")
             && line.contains("not drained after 1s"),
         "{line}"
+    );
+    // So does the fleet's plan.
+    let out = std::process::Command::new(&plugin)
+        .args(["plan", "--all", "--policy-dir"])
+        .arg(policy_dir)
+        .env("KUBECONFIG", tmp.path().join("kubeconfig"))
+        .output()
+        .unwrap();
+    let printed = super::printed(&out);
+    assert!(
+        printed.contains("parked: ") && printed.contains("not drained after 1s"),
+        "{printed}"
     );
     let n: Node = env.node(&node).await;
     assert_eq!(n.spec.and_then(|s| s.unschedulable), Some(true));
