@@ -158,18 +158,44 @@ pub struct Summary {
 /// Makes the plan: reads the node, its pods, their budgets and the
 /// policies; asks the policy; changes nothing.
 pub async fn plan(client: &Client, engine: &PolicyEngine, request: &Request) -> Result<Report> {
-    let (set, source) = load_set(client, engine, &request.source).await?;
-    plan_in(client, &set, &source, request).await
+    let (set, origin) = load_set(client, engine, &request.source).await?;
+    plan_in(client, &set, &origin, request).await
 }
 
-/// [`plan`] with the policy set loaded (from `source`).
+/// Where a policy set came from: the source it was read from, and the
+/// policies its `policies.yaml` pulled from OCI registries.
+struct Origin {
+    source: String,
+    pulled: BTreeMap<String, String>,
+}
+
+impl Origin {
+    fn from(source: impl Into<String>) -> Self {
+        Origin {
+            source: source.into(),
+            pulled: BTreeMap::new(),
+        }
+    }
+
+    /// Where the policy `name` came from: its reference, for a pulled one.
+    fn of(&self, name: &str) -> String {
+        match self.pulled.get(name) {
+            Some(reference) => format!(
+                "{reference}, pulled as the policies.yaml of {} says",
+                self.source
+            ),
+            None => self.source.clone(),
+        }
+    }
+}
+
+/// [`plan`] with the policy set loaded (from `origin`).
 async fn plan_in(
     client: &Client,
     set: &PolicySet,
-    source: &str,
+    origin: &Origin,
     request: &Request,
 ) -> Result<Report> {
-    let source = source.to_owned();
     let maintenance = match &request.maintenance {
         Some(name) => Some(
             Api::<NodeMaintenance>::all(client.clone())
@@ -212,6 +238,7 @@ async fn plan_in(
         }
         None => set.select_for(&nm, Some(node.labels()))?,
     };
+    let source = origin.of(&selected.name);
     let plan = decide(&selected, &nm, &node, &pods).await?;
     let budgets = budgets(client, &pods).await?;
     let admission = admission(client, &selected, &nm).await?;
@@ -265,19 +292,26 @@ async fn load_set(
     client: &Client,
     engine: &PolicyEngine,
     source: &Source,
-) -> Result<(PolicySet, String)> {
+) -> Result<(PolicySet, Origin)> {
     match source {
         Source::Dir(dir) => {
             let snap = Snapshot::read(dir)?.with_pulled(&registry())?;
             let set = PolicySet::load(engine, &snap, None)?;
-            Ok((set, format!("policy directory {}", dir.display())))
+            let origin = Origin {
+                source: format!("policy directory {}", dir.display()),
+                pulled: snap.pulled(),
+            };
+            Ok((set, origin))
         }
-        Source::Embedded => Ok((PolicySet::builtin(engine, None)?, "embedded default".into())),
+        Source::Embedded => Ok((
+            PolicySet::builtin(engine, None)?,
+            Origin::from("embedded default"),
+        )),
         Source::File(path) => {
             let policy = engine.load_file(path)?.alone()?;
             Ok((
                 PolicySet::single(policy),
-                format!("policy file {}", path.display()),
+                Origin::from(format!("policy file {}", path.display())),
             ))
         }
         Source::ConfigMap { namespace, name } => {
@@ -289,7 +323,9 @@ async fn load_set(
                 let set = PolicySet::builtin(engine, None)?;
                 return Ok((
                     set,
-                    format!("embedded default (no ConfigMap {namespace}/{name})"),
+                    Origin::from(format!(
+                        "embedded default (no ConfigMap {namespace}/{name})"
+                    )),
                 ));
             };
             let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
@@ -301,7 +337,11 @@ async fn load_set(
             }
             let snap = Snapshot::from_files(files).with_pulled(&registry())?;
             let set = PolicySet::load(engine, &snap, None)?;
-            Ok((set, format!("ConfigMap {namespace}/{name}")))
+            let origin = Origin {
+                source: format!("ConfigMap {namespace}/{name}"),
+                pulled: snap.pulled(),
+            };
+            Ok((set, origin))
         }
     }
 }
@@ -712,7 +752,7 @@ pub async fn plan_fleet(
     source: &Source,
     policy: Option<String>,
 ) -> Result<FleetReport> {
-    let (set, label) = load_set(client, engine, source).await?;
+    let (set, origin) = load_set(client, engine, source).await?;
     let mut all: Vec<NodeMaintenance> = Api::<NodeMaintenance>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -751,7 +791,7 @@ pub async fn plan_fleet(
             policy: policy.clone(),
             source: source.clone(),
         };
-        let plan = plan_in(client, &set, &label, &request).await?;
+        let plan = plan_in(client, &set, &origin, &request).await?;
         entries.push(FleetEntry {
             order: i + 1,
             plan,

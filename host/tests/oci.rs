@@ -334,6 +334,19 @@ async fn the_operator_drains_with_a_policy_pulled_from_a_registry_on_the_real_co
     assert_eq!(kept, 2, "the manifest and the policy are kept");
     let logged = std::fs::read_to_string(&log).unwrap();
     assert!(logged.contains("policy pulled and verified"), "{logged}");
+    // `nmo plan` names where the pulled policy came from: its reference.
+    let kubeconfig = dir.join("plan-kubeconfig");
+    std::fs::write(&kubeconfig, env.kubeconfig()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["plan", "worker-2", "-o", "json", "--policy-dir"])
+        .arg(&policies)
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::printed(&out));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let source = plan["policy"]["source"].as_str().unwrap_or_default();
+    assert!(source.starts_with(&pinned), "{source}");
     operator.start_kill().unwrap();
     let _ = operator.wait().await;
     registry.stop();

@@ -263,6 +263,12 @@ impl Snapshot {
         Ok(self)
     }
 
+    /// The policies `policies.yaml` pulls from OCI registries: name to
+    /// reference (none when the file cannot be read).
+    pub fn pulled(&self) -> BTreeMap<String, String> {
+        config_of(self).map(|c| c.pull).unwrap_or_default()
+    }
+
     /// Whether `policies.yaml` names policies to pull (a reload that
     /// failed on a pull is tried again at the next poll: the registry may
     /// be back).
