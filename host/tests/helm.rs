@@ -260,9 +260,42 @@ fn leases_namespace(text: &str) -> String {
     )
 }
 
+/// What `helm install` prints after installing: what was installed, how to
+/// put a node into maintenance and follow it, and what is missing without
+/// cert-manager.
+const NOTES: &str = r#"nmo {{ .Chart.AppVersion }} (the Node Maintenance Operator, with WebAssembly
+drain policies) runs in {{ .Release.Namespace }}: {{ .Values.replicas }} replica(s), one leading.
+
+Put a node into maintenance (cordon, taint, drain) and follow it:
+
+  kubectl apply -f - <<EOF
+  apiVersion: nodemaintenance.medik8s.io/v1beta1
+  kind: NodeMaintenance
+  metadata: {name: maintenance-<node>}
+  spec: {nodeName: <node>, reason: "kernel upgrade"}
+  EOF
+  kubectl get nm
+  kubectl delete nm maintenance-<node>     # the node comes back
+
+What a maintenance would do first, changing nothing: nmo plan <node>
+(or kubectl nm plan <node>, with the nmo binary on PATH as kubectl-nm).
+{{- if not .Values.webhook.certManager }}
+
+The validating webhook is not registered (webhook.certManager=false): a
+NodeMaintenance of a node that does not exist, or a second one of a node,
+is not refused at creation.
+{{- end }}
+{{- if .Values.metrics.secure }}
+
+Metrics: HTTPS on :8443, for clients bound to the ClusterRole
+node-maintenance-operator-metrics-reader.
+{{- end }}
+"#;
+
 /// The chart's generated files: path under the chart, content.
 fn generated() -> BTreeMap<PathBuf, String> {
     let mut files = BTreeMap::new();
+    files.insert(Path::new("templates").join("NOTES.txt"), NOTES.to_owned());
     for o in kustomized("default") {
         match kind(&o) {
             // The release's namespace is made by Helm (--create-namespace).

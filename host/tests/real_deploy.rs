@@ -87,7 +87,7 @@ impl Install {
                 .await;
             }
             Install::Helm => {
-                helm(
+                let printed = helm(
                     cp,
                     &[
                         "install",
@@ -97,6 +97,12 @@ impl Install {
                         NS,
                         "--create-namespace",
                     ],
+                );
+                // The chart's NOTES: how to put a node into maintenance.
+                assert!(
+                    printed.contains("Put a node into maintenance")
+                        && printed.contains(&format!("runs in {NS}")),
+                    "{printed}"
                 );
             }
         }
