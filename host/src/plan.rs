@@ -942,6 +942,22 @@ impl FleetReport {
             crate::text::duration(std::time::Duration::from_secs_f64(self.estimate.seconds)),
             self.estimate.parallel
         );
+        // A budget that allows no eviction now holds its pods until it
+        // does (a replica comes back, someone relaxes it): no estimate
+        // covers that wait.
+        let blocked: Vec<String> = self
+            .budgets
+            .iter()
+            .filter(|b| b.disruptions_allowed <= 0 && b.evictions > 0)
+            .map(|b| format!("{}/{} ({} eviction(s))", b.namespace, b.name, b.evictions))
+            .collect();
+        if !blocked.is_empty() {
+            let _ = writeln!(
+                out,
+                "Held:        {} allow(s) no eviction now; the estimate assumes they will, and the drain waits until they do",
+                blocked.join(", ")
+            );
+        }
         let _ = writeln!(out, "Estimate:    {}\n", self.estimate.made_of);
         let rows: Vec<[String; 8]> = self
             .maintenances

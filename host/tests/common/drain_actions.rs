@@ -428,6 +428,11 @@ pub async fn an_undrainable_node_is_parked(
         printed.contains("parked: ") && printed.contains("not drained after 1s"),
         "{printed}"
     );
+    // Its budget allows none: the plan says so rather than a bare estimate.
+    assert!(
+        printed.contains("Held:        default/held (1 eviction(s)) allow(s) no eviction now"),
+        "{printed}"
+    );
     let n: Node = env.node(&node).await;
     assert_eq!(n.spec.and_then(|s| s.unschedulable), Some(true));
     if let Some(count) = parked_gauge() {
