@@ -571,6 +571,21 @@ async fn kubectl_nm_starts_every_node_a_selector_picks_as_a_group() {
         out.contains("worker-2: Error from server (AlreadyExists)"),
         "{out}"
     );
+
+    // Stopped as a group: both ended, a maintenance outside it kept.
+    env.create_nm("outside", "worker-4").await;
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["stop", "--group", "batch-1"]).await;
+    assert!(ok, "{out}");
+    assert_eq!(out.matches(" deleted").count(), 2, "{out}");
+    for n in ["worker-2", "worker-3"] {
+        env.wait_gone(n).await;
+    }
+    assert!(env.nms().get_opt("outside").await.unwrap().is_some());
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["stop", "--group", "batch-1"]).await;
+    assert!(
+        !ok && out.contains("group batch-1 has no NodeMaintenance"),
+        "{out}"
+    );
     env.stop().await;
 }
 

@@ -231,10 +231,14 @@ pub enum PluginCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
-    /// End NODE's maintenance (deletes its NodeMaintenances; the node is
-    /// restored).
+    /// End NODE's maintenance, or a whole group's (deletes the
+    /// NodeMaintenances; the nodes are restored).
     Stop {
-        node: String,
+        #[arg(required_unless_present = "group", conflicts_with = "group")]
+        node: Option<String>,
+        /// Every maintenance of this group (started together by start -l).
+        #[arg(long)]
+        group: Option<String>,
         #[command(flatten)]
         cluster: ClusterArgs,
     },
@@ -286,7 +290,11 @@ pub fn run_plugin(plugin: Plugin) -> anyhow::Result<ExitCode> {
                 group,
                 cluster,
             } => status(&cluster, output, group.as_deref()).await,
-            PluginCommand::Stop { node, cluster } => stop(&cluster, &node).await,
+            PluginCommand::Stop {
+                node,
+                group,
+                cluster,
+            } => stop(&cluster, node.as_deref(), group.as_deref()).await,
         }
     })
 }
@@ -628,17 +636,29 @@ fn group_lines(lines: &[StatusLine]) -> Vec<String> {
         .collect()
 }
 
-async fn stop(cluster: &ClusterArgs, node: &str) -> anyhow::Result<ExitCode> {
+async fn stop(
+    cluster: &ClusterArgs,
+    node: Option<&str>,
+    group: Option<&str>,
+) -> anyhow::Result<ExitCode> {
     let client = client(cluster).await?;
     let api = Api::<NodeMaintenance>::all(client);
-    let list = api.list(&ListParams::default()).await?;
+    let params = match group {
+        Some(g) => ListParams::default().labels(&format!("{GROUP_LABEL}={g}")),
+        None => ListParams::default(),
+    };
+    let list = api.list(&params).await?;
     let mine: Vec<&NodeMaintenance> = list
         .items
         .iter()
-        .filter(|nm| nm.spec.node_name == node)
+        .filter(|nm| node.is_none_or(|n| nm.spec.node_name == n))
         .collect();
     if mine.is_empty() {
-        anyhow::bail!("node {node} has no NodeMaintenance");
+        match (node, group) {
+            (Some(n), _) => anyhow::bail!("node {n} has no NodeMaintenance"),
+            (None, Some(g)) => anyhow::bail!("group {g} has no NodeMaintenance"),
+            (None, None) => anyhow::bail!("name a node or --group"),
+        }
     }
     for nm in mine {
         api.delete(&nm.name_any(), &DeleteParams::default()).await?;
