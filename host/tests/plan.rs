@@ -454,6 +454,15 @@ async fn kubectl_nm_round_trip(env: &impl ClusterOps) {
     );
     let (ok, out) = kubectl_nm(bin, &kubeconfig, &["status", "-o", "json"]).await;
     assert!(ok, "{out}");
+    // `nmo status` is the same command as `kubectl nm status`.
+    let nmo = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["status", "-o", "json"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .unwrap();
+    assert!(nmo.status.success(), "{}", common::printed(&nmo));
+    let same: serde_json::Value = serde_json::from_slice(&nmo.stdout).unwrap();
+    assert_eq!(same[0]["name"], "worker-1", "{same}");
     let status: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(status[0]["phase"], "Succeeded");
     assert_eq!(status[0]["drainProgress"], 100);

@@ -299,11 +299,6 @@ pub fn run_plugin(plugin: Plugin) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `nmo plan`.
-pub fn run_plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
-    tokio::runtime::Runtime::new()?.block_on(plan(args))
-}
-
 async fn client(args: &ClusterArgs) -> anyhow::Result<Client> {
     let config = kube_config(args.kubeconfig.as_deref(), args.context.clone()).await?;
     Ok(nmo::client::operator_client(config)?)

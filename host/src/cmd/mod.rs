@@ -219,10 +219,10 @@ pub enum Command {
         #[arg(long)]
         keep_running: bool,
     },
-    /// What a maintenance of NODE would do: the policy and why, every
-    /// pod's action, wave, grace period and reason, the budgets that would
-    /// refuse an eviction now. Changes nothing. Also `kubectl nm plan`.
-    Plan(kubectl::PlanArgs),
+    /// `plan`, `start`, `status`, `stop`: the same commands as `kubectl
+    /// nm` (the binary, named kubectl-nm on PATH, is that plugin).
+    #[command(flatten)]
+    Maintenance(kubectl::PluginCommand),
     /// Work with drain policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -491,7 +491,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let outcome = tokio::runtime::Runtime::new()?.block_on(demo::run(opts))?;
             Ok(outcome.exit_code())
         }
-        Some(Command::Plan(args)) => kubectl::run_plan(&args),
+        Some(Command::Maintenance(command)) => kubectl::run_plugin(kubectl::Plugin { command }),
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
         Some(Command::Policy(PolicyCommand::Add(args))) => kubectl::run_policy_add(&args),
         Some(Command::Policy(PolicyCommand::Push {
