@@ -158,8 +158,46 @@ pub struct Summary {
 /// Makes the plan: reads the node, its pods, their budgets and the
 /// policies; asks the policy; changes nothing.
 pub async fn plan(client: &Client, engine: &PolicyEngine, request: &Request) -> Result<Report> {
-    let (set, origin) = load_set(client, engine, &request.source).await?;
+    let (set, origin) = load_set(Some(client), engine, &request.source).await?;
     plan_in(client, &set, &origin, request).await
+}
+
+/// A policy of the set, as `nmo policy list` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Listed {
+    /// Its name in the set (`NAME.wasm`; `builtin`: the embedded default).
+    pub name: String,
+    /// The first 12 hex digits of its sha256 (what `status.policy` shows).
+    pub digest: String,
+    /// Whether `policies.yaml` makes it the default.
+    pub default: bool,
+    /// Where it came from (a pulled one: its reference).
+    pub source: String,
+}
+
+/// The policies of a set, loaded as the operator loads them (every one
+/// compiled and self-checked; the pulled ones pulled and verified).
+/// A folder or a file needs no cluster (`client`: none).
+pub async fn list(
+    client: Option<&Client>,
+    engine: &PolicyEngine,
+    source: &Source,
+) -> Result<Vec<Listed>> {
+    let (set, origin) = load_set(client, engine, source).await?;
+    set.names()
+        .into_iter()
+        .map(|name| {
+            let selected = set.select(Some(&name), None)?;
+            let digest = selected.policy.digest();
+            Ok(Listed {
+                digest: digest[..digest.len().min(12)].to_owned(),
+                default: name == set.default_name(),
+                source: origin.of(&name),
+                name,
+            })
+        })
+        .collect()
 }
 
 /// Where a policy set came from: the source it was read from, and the
@@ -179,6 +217,9 @@ impl Origin {
 
     /// Where the policy `name` came from: its reference, for a pulled one.
     fn of(&self, name: &str) -> String {
+        if name == crate::policy::set::BUILTIN {
+            return "embedded in nmo".into();
+        }
         match self.pulled.get(name) {
             Some(reference) => format!(
                 "{reference}, pulled as the policies.yaml of {} says",
@@ -289,7 +330,7 @@ fn registry() -> policy::oci::Registry {
 
 /// Loads the policy set, saying where from.
 async fn load_set(
-    client: &Client,
+    client: Option<&Client>,
     engine: &PolicyEngine,
     source: &Source,
 ) -> Result<(PolicySet, Origin)> {
@@ -315,6 +356,9 @@ async fn load_set(
             ))
         }
         Source::ConfigMap { namespace, name } => {
+            let client = client.ok_or_else(|| {
+                Error::Config("reading the policies ConfigMap needs a cluster".into())
+            })?;
             let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
                 .get_opt(name)
                 .await
@@ -752,7 +796,7 @@ pub async fn plan_fleet(
     source: &Source,
     policy: Option<String>,
 ) -> Result<FleetReport> {
-    let (set, origin) = load_set(client, engine, source).await?;
+    let (set, origin) = load_set(Some(client), engine, source).await?;
     let mut all: Vec<NodeMaintenance> = Api::<NodeMaintenance>::all(client.clone())
         .list(&ListParams::default())
         .await

@@ -347,6 +347,20 @@ async fn the_operator_drains_with_a_policy_pulled_from_a_registry_on_the_real_co
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let source = plan["policy"]["source"].as_str().unwrap_or_default();
     assert!(source.starts_with(&pinned), "{source}");
+    // So does `nmo policy list`.
+    let out = Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["policy", "list", "--policy-dir"])
+        .arg(&policies)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::printed(&out));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("never-force ") && l.contains(" yes ") && l.contains(&pinned)),
+        "{listed}"
+    );
     operator.start_kill().unwrap();
     let _ = operator.wait().await;
     registry.stop();

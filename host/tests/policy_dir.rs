@@ -833,3 +833,49 @@ async fn nmo_policy_add_adds_one_policy_and_keeps_the_others() {
     assert_eq!(api.get("full").await.unwrap().binary_data.unwrap().len(), 1);
     cluster.stop().await;
 }
+
+/// `nmo policy list`: every policy of a folder, loaded as the operator
+/// loads it, with its digest (as `status.policy` shows it) and which one is
+/// the default; no cluster needed.
+#[test]
+fn nmo_policy_list_shows_each_policy_its_digest_and_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("never-force.wasm"),
+        common::built_policy("never_force"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("give-up.wasm"),
+        common::built_policy("give_up"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("policies.yaml"), "default: never-force\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["policy", "list", "-o", "json", "--policy-dir"])
+        .arg(dir.path())
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::printed(&out));
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let by_name = |n: &str| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == n)
+            .unwrap_or_else(|| panic!("{n} in {listed}"))
+            .clone()
+    };
+    use sha2::Digest;
+    let sha = format!(
+        "{:x}",
+        sha2::Sha256::digest(common::built_policy("never_force"))
+    );
+    assert_eq!(by_name("never-force")["digest"], sha[..12]);
+    assert_eq!(by_name("never-force")["default"], true);
+    assert_eq!(by_name("give-up")["default"], false);
+    assert_eq!(by_name("builtin")["source"], "embedded in nmo");
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+}

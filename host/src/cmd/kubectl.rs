@@ -327,6 +327,81 @@ pub(super) async fn kube_config(
     })
 }
 
+/// Where the policies are read from: a file, a folder, or the operator's
+/// ConfigMap (NAMESPACE/NAME).
+fn policy_source(
+    file: Option<&PathBuf>,
+    dir: Option<&PathBuf>,
+    configmap: &str,
+) -> anyhow::Result<nmo::plan::Source> {
+    Ok(match (file, dir) {
+        (Some(f), _) => nmo::plan::Source::File(f.clone()),
+        (None, Some(dir)) => nmo::plan::Source::Dir(dir.clone()),
+        (None, None) => {
+            let (namespace, name) = configmap
+                .split_once('/')
+                .context("--policy-configmap is NAMESPACE/NAME")?;
+            nmo::plan::Source::ConfigMap {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            }
+        }
+    })
+}
+
+/// `nmo policy list`: the policies the operator loads, with their digests
+/// and where each came from.
+#[derive(Debug, clap::Args)]
+pub struct ListArgs {
+    /// A policy directory instead of the cluster's ConfigMap.
+    #[arg(long)]
+    pub policy_dir: Option<PathBuf>,
+    /// The operator's policies ConfigMap, NAMESPACE/NAME; when it does not
+    /// exist, the embedded default is all there is.
+    #[arg(
+        long,
+        default_value = "node-maintenance-operator-system/node-maintenance-operator-policies"
+    )]
+    pub policy_configmap: String,
+    #[arg(short, long, value_enum, default_value = "table")]
+    pub output: Output,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `nmo policy list`.
+pub fn run_policy_list(args: &ListArgs) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Runtime::new()?.block_on(policy_list(args))
+}
+
+async fn policy_list(args: &ListArgs) -> anyhow::Result<ExitCode> {
+    let source = policy_source(None, args.policy_dir.as_ref(), &args.policy_configmap)?;
+    // A folder needs no cluster.
+    let client = match &source {
+        nmo::plan::Source::ConfigMap { .. } => Some(client(&args.cluster).await?),
+        _ => None,
+    };
+    let engine = super::engine()?;
+    let listed = nmo::plan::list(client.as_ref(), &engine, &source).await?;
+    match args.output {
+        Output::Json => outln!("{}", serde_json::to_string_pretty(&listed)?),
+        Output::Yaml => out!("{}", nmo::yaml::to_string(&listed)?),
+        Output::Table => {
+            outln!("{:<24} {:<14} {:<8} SOURCE", "NAME", "SHA256", "DEFAULT");
+            for l in &listed {
+                outln!(
+                    "{:<24} {:<14} {:<8} {}",
+                    l.name,
+                    l.digest,
+                    if l.default { "yes" } else { "" },
+                    l.source
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let client = client(&args.cluster).await?;
     let engine = super::engine()?;
@@ -336,20 +411,11 @@ async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .filter(|p| p.ends_with(".wasm"))
         .map(PathBuf::from);
-    let source = match (&file, &args.policy_dir) {
-        (Some(f), _) => nmo::plan::Source::File(f.clone()),
-        (None, Some(dir)) => nmo::plan::Source::Dir(dir.clone()),
-        (None, None) => {
-            let (namespace, name) = args
-                .policy_configmap
-                .split_once('/')
-                .context("--policy-configmap is NAMESPACE/NAME")?;
-            nmo::plan::Source::ConfigMap {
-                namespace: namespace.to_owned(),
-                name: name.to_owned(),
-            }
-        }
-    };
+    let source = policy_source(
+        file.as_ref(),
+        args.policy_dir.as_ref(),
+        &args.policy_configmap,
+    )?;
     let policy = if file.is_some() {
         None
     } else {

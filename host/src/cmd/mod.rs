@@ -347,6 +347,11 @@ pub enum PolicyCommand {
     /// policy is checked first, as `nmo policy check` does, and the
     /// ConfigMap must stay within the 1 MiB the API server allows.
     Add(kubectl::AddArgs),
+    /// The policies the operator loads (its ConfigMap, or a policy
+    /// directory): name, sha256 (as `status.policy` shows it), which is the
+    /// default, where each came from (a pulled one: its OCI reference).
+    /// Each is loaded as the operator loads it.
+    List(kubectl::ListArgs),
     /// Push a policy to an OCI registry as a Wasm artifact (checked first,
     /// as `nmo policy check` does) and print the reference pinned by
     /// digest that policies.yaml's `pull:` takes. Credentials: `docker
@@ -494,6 +499,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Maintenance(command)) => kubectl::run_plugin(kubectl::Plugin { command }),
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
         Some(Command::Policy(PolicyCommand::Add(args))) => kubectl::run_policy_add(&args),
+        Some(Command::Policy(PolicyCommand::List(args))) => kubectl::run_policy_list(&args),
         Some(Command::Policy(PolicyCommand::Push {
             file,
             reference,
