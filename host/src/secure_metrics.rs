@@ -4,19 +4,24 @@
 //! authenticates (a TokenReview) and whose user the cluster authorizes to
 //! `get` the non-resource URL `/metrics` (a SubjectAccessReview, as the
 //! `metrics-reader` ClusterRole grants). No token: 401; a token the cluster
-//! does not know: 401; a user not allowed: 403.
+//! does not know: 401; a user not allowed: 403. The answers are kept as
+//! controller-runtime keeps them (a token's for a minute, an allowed
+//! access for five, a refused one for thirty seconds).
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
-use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::Client;
 use kube::api::{Api, PostParams};
+use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
 use crate::error::Result;
@@ -25,38 +30,90 @@ use crate::server::{ConnLimits, Handler};
 /// Why a request was refused: the status and the body.
 type Refusal = (StatusCode, &'static str);
 
-/// Authenticates and authorizes one request with the cluster.
-async fn authorize(client: &Client, req: &Request<Incoming>) -> std::result::Result<(), Refusal> {
-    const UNAUTHORIZED: Refusal = (StatusCode::UNAUTHORIZED, "Unauthorized\n");
-    let token = req
-        .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or(UNAUTHORIZED)?;
-    let review = TokenReview {
-        spec: TokenReviewSpec {
-            token: Some(token.to_owned()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let reviewed = Api::<TokenReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(|e| {
-            tracing::warn!(logger = "metrics", error = %e, "TokenReview failed");
-            UNAUTHORIZED
-        })?;
-    let status = reviewed.status.unwrap_or_default();
-    if status.authenticated != Some(true) {
-        return Err(UNAUTHORIZED);
+const UNAUTHORIZED: Refusal = (StatusCode::UNAUTHORIZED, "Unauthorized\n");
+const FORBIDDEN: Refusal = (StatusCode::FORBIDDEN, "Forbidden\n");
+
+/// How long a token's review is trusted, either way (controller-runtime's
+/// delegating authenticator: one minute).
+pub const TOKEN_TTL: Duration = Duration::from_secs(60);
+/// How long an access the cluster allowed is trusted (controller-runtime's
+/// delegating authorizer: five minutes).
+pub const ALLOW_TTL: Duration = Duration::from_secs(5 * 60);
+/// How long an access the cluster refused is trusted (thirty seconds).
+pub const DENY_TTL: Duration = Duration::from_secs(30);
+/// Answers kept at most, per kind: past it (a flood of made-up tokens),
+/// new answers are not kept, and the ones kept stay.
+const KEPT: usize = 4096;
+
+/// Answers the cluster gave lately, by the sha256 of what was asked (a
+/// token is never kept as it is), each until its time runs out.
+struct Answers<V> {
+    kept: Mutex<HashMap<[u8; 32], (V, Instant)>>,
+}
+
+impl<V: Clone> Answers<V> {
+    fn new() -> Self {
+        Answers {
+            kept: Mutex::new(HashMap::new()),
+        }
     }
-    let user = status.user.unwrap_or_default();
-    let access = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
+
+    fn key(asked: &[u8]) -> [u8; 32] {
+        Sha256::digest(asked).into()
+    }
+
+    fn get(&self, asked: &[u8]) -> Option<V> {
+        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        kept.get(&Self::key(asked))
+            .filter(|(_, until)| Instant::now() < *until)
+            .map(|(v, _)| v.clone())
+    }
+
+    fn keep(&self, asked: &[u8], answer: V, ttl: Duration) {
+        let now = Instant::now();
+        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() >= KEPT {
+            kept.retain(|_, (_, until)| now < *until);
+        }
+        if kept.len() < KEPT {
+            kept.insert(Self::key(asked), (answer, now + ttl));
+        }
+    }
+}
+
+/// Asks the cluster who a token is and what its user may do, keeping the
+/// answers for a while as controller-runtime does, so a scraper costs a
+/// TokenReview and a SubjectAccessReview a few times an hour, not at
+/// every scrape.
+struct Reviewer {
+    client: Client,
+    /// A token's user (`None`: the cluster does not know the token).
+    tokens: Answers<Option<UserInfo>>,
+    /// Whether an access (user, groups, path, verb) is allowed.
+    access: Answers<bool>,
+}
+
+impl Reviewer {
+    fn new(client: Client) -> Self {
+        Reviewer {
+            client,
+            tokens: Answers::new(),
+            access: Answers::new(),
+        }
+    }
+
+    /// Authenticates and authorizes one request with the cluster.
+    async fn authorize(&self, req: &Request<Incoming>) -> std::result::Result<(), Refusal> {
+        let token = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or(UNAUTHORIZED)?;
+        let user = self.user(token).await?.ok_or(UNAUTHORIZED)?;
+        let spec = SubjectAccessReviewSpec {
             user: user.username.clone(),
             groups: user.groups.clone(),
             uid: user.uid.clone(),
@@ -66,31 +123,74 @@ async fn authorize(client: &Client, req: &Request<Incoming>) -> std::result::Res
                 verb: Some(req.method().as_str().to_lowercase()),
             }),
             ..Default::default()
-        },
-        ..Default::default()
-    };
-    let decided = Api::<SubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &access)
-        .await
-        .map_err(|e| {
-            tracing::warn!(logger = "metrics", error = %e, "SubjectAccessReview failed");
-            (StatusCode::FORBIDDEN, "Forbidden\n")
-        })?;
-    if decided.status.is_some_and(|s| s.allowed) {
-        Ok(())
-    } else {
-        tracing::warn!(logger = "metrics", user = %user.username.unwrap_or_default(), "metrics request refused: the user may not get /metrics");
-        Err((StatusCode::FORBIDDEN, "Forbidden\n"))
+        };
+        if self.allowed(spec).await? {
+            Ok(())
+        } else {
+            tracing::warn!(logger = "metrics", user = %user.username.unwrap_or_default(), "metrics request refused: the user may not get /metrics");
+            Err(FORBIDDEN)
+        }
+    }
+
+    /// The token's user, from a kept answer or a TokenReview; an API error
+    /// refuses the request and is not kept.
+    async fn user(&self, token: &str) -> std::result::Result<Option<UserInfo>, Refusal> {
+        if let Some(known) = self.tokens.get(token.as_bytes()) {
+            return Ok(known);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(|e| {
+                tracing::warn!(logger = "metrics", error = %crate::text::api_error(&e), "TokenReview failed");
+                UNAUTHORIZED
+            })?;
+        let status = reviewed.status.unwrap_or_default();
+        let user = (status.authenticated == Some(true)).then(|| status.user.unwrap_or_default());
+        self.tokens.keep(token.as_bytes(), user.clone(), TOKEN_TTL);
+        Ok(user)
+    }
+
+    /// Whether the access is allowed, from a kept answer or a
+    /// SubjectAccessReview; an API error refuses and is not kept.
+    async fn allowed(&self, spec: SubjectAccessReviewSpec) -> std::result::Result<bool, Refusal> {
+        let asked = serde_json::to_vec(&spec).map_err(|_| FORBIDDEN)?;
+        if let Some(known) = self.access.get(&asked) {
+            return Ok(known);
+        }
+        let access = SubjectAccessReview {
+            spec,
+            ..Default::default()
+        };
+        let decided = Api::<SubjectAccessReview>::all(self.client.clone())
+            .create(&PostParams::default(), &access)
+            .await
+            .map_err(|e| {
+                tracing::warn!(logger = "metrics", error = %crate::text::api_error(&e), "SubjectAccessReview failed");
+                FORBIDDEN
+            })?;
+        let allowed = decided.status.is_some_and(|s| s.allowed);
+        let ttl = if allowed { ALLOW_TTL } else { DENY_TTL };
+        self.access.keep(&asked, allowed, ttl);
+        Ok(allowed)
     }
 }
 
 /// Wraps `inner` so that only authorized clients reach it.
 fn guarded(inner: Handler, client: Client) -> Handler {
+    let reviewer = Arc::new(Reviewer::new(client));
     Arc::new(move |req: Request<Incoming>| {
         let inner = inner.clone();
-        let client = client.clone();
+        let reviewer = reviewer.clone();
         Box::pin(async move {
-            match authorize(&client, &req).await {
+            match reviewer.authorize(&req).await {
                 Ok(()) => inner(req).await,
                 Err((code, body)) => crate::server::text(code, body),
             }

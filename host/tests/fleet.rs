@@ -673,12 +673,13 @@ async fn soaking(env: &Env, name: &str) {
     assert_eq!(s.phase, None, "nothing started");
 }
 
-/// Cluster API deleting a node's Machine, and NVIDIA's maintenance
-/// operator holding a NodeMaintenance of it, each hold one-per-zone back,
-/// named in the reason (read from their own objects, whose CRDs appear
-/// after the operator started); once they let go, the maintenance starts.
+/// Cluster API deleting a node's Machine, NVIDIA's maintenance operator
+/// holding a NodeMaintenance of it, and kured's reboot lock naming it each
+/// hold one-per-zone back, named in the reason (read from their own
+/// objects, the CRDs appearing after the operator started); once they let
+/// go, the maintenance starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn one_per_zone_waits_while_cluster_api_or_nvidia_holds_a_node_of_the_zone() {
+async fn one_per_zone_waits_while_cluster_api_nvidia_or_kured_holds_a_node_of_the_zone() {
     let env = fleet_env(policy("one-per-zone", &[])).await;
     let ctx = env.ctx.clone().expect("the controller's context");
     env.apply(TOOL_CRDS).await;
@@ -697,6 +698,20 @@ async fn one_per_zone_waits_while_cluster_api_or_nvidia_holds_a_node_of_the_zone
             "nvidia default/upgrade-worker-4",
             "is taken by NVIDIA's maintenance operator (NodeMaintenance default/upgrade-worker-4)",
         ),
+        // kured's reboot lock as kured writes it on its own DaemonSet
+        // (no TTL: held until kured releases it).
+        (
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                "metadata": {"name": "kured", "namespace": "default",
+                    "annotations": {"weave.works/kured-node-lock":
+                        r#"{"nodeID":"worker-4","metadata":{"unschedulable":false},"created":"2026-12-05T07:00:00Z","TTL":0}"#}},
+                "spec": {"selector": {"matchLabels": {"name": "kured"}},
+                    "template": {"metadata": {"labels": {"name": "kured"}},
+                        "spec": {"nodeSelector": {"kured": "here"},
+                            "containers": [{"name": "kured", "image": "ghcr.io/kubereboot/kured"}]}}}}),
+            "kured default/kured",
+            "is taken by kured (its reboot lock on DaemonSet default/kured)",
+        ),
     ];
     for (i, (object, claim, says)) in tools.into_iter().enumerate() {
         let api_version = object["apiVersion"].as_str().unwrap().to_owned();
@@ -708,10 +723,10 @@ async fn one_per_zone_waits_while_cluster_api_or_nvidia_holds_a_node_of_the_zone
             version: version.into(),
             api_version: api_version.clone(),
             kind: kind.clone(),
-            plural: if kind == "Machine" {
-                "machines"
-            } else {
-                "nodemaintenances"
+            plural: match kind.as_str() {
+                "Machine" => "machines",
+                "DaemonSet" => "daemonsets",
+                _ => "nodemaintenances",
             }
             .into(),
         };
@@ -745,12 +760,23 @@ async fn one_per_zone_waits_while_cluster_api_or_nvidia_holds_a_node_of_the_zone
             reason.contains(&format!("worker-4 of zone zone-a {says}")),
             "{reason}"
         );
-        // The tool lets go.
+        // The tool lets go (kured: its lock's annotation removed, as
+        // kured releases it).
         if kind == "Machine" {
             api.patch(
                 &name,
                 &PatchParams::default(),
                 &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+        } else if kind == "DaemonSet" {
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"annotations": {"weave.works/kured-node-lock": null}}}),
+                ),
             )
             .await
             .unwrap();

@@ -235,6 +235,42 @@ async fn secure_metrics_serve_only_clients_the_cluster_authorizes() {
     let (code, _, body) = https_get(addr, &ca, Some("serviceaccount:default:prometheus")).await;
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("# TYPE "), "Prometheus text: {body}");
+    // The answers are kept as controller-runtime keeps them: scraped
+    // again and again, refused again and again, the cluster is asked
+    // once per token and access within their times.
+    cluster.record_audit(true);
+    for _ in 0..5 {
+        assert_eq!(
+            https_get(addr, &ca, Some("serviceaccount:default:prometheus"))
+                .await
+                .0,
+            200
+        );
+        assert_eq!(https_get(addr, &ca, Some("made-up")).await.0, 401);
+        assert_eq!(
+            https_get(addr, &ca, Some("serviceaccount:default:stranger"))
+                .await
+                .0,
+            403
+        );
+    }
+    assert_eq!(
+        https_get(addr, &ca, Some("made-up-too")).await.0,
+        401,
+        "another unknown token"
+    );
+    let reviews = |resource: &str| {
+        cluster
+            .audit()
+            .iter()
+            .filter(|r| r.verb == "create" && r.resource == resource)
+            .count()
+    };
+    assert_eq!(
+        (reviews("tokenreviews"), reviews("subjectaccessreviews")),
+        (1, 0),
+        "only the token not seen before is reviewed"
+    );
     cluster.stop().await;
 }
 

@@ -307,3 +307,42 @@ async fn a_park_reason_that_changes_every_call_floods_nothing() {
     assert_eq!(events.len(), 1, "{events:?}");
     env.stop().await;
 }
+
+/// A pod that never finishes terminating, deleted by force at every
+/// attempt of a policy that retries: one `ForcedPodRemoval` event per
+/// waiting-update interval, however many attempts delete it again.
+/// (Before: one event per attempt, every second for as long as it lasts.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_removal_repeated_by_every_retry_is_said_once_an_interval() {
+    let (_dir, store) = scenario::store();
+    let env = Env::start_tuned(2, store, |s| {
+        s.waiting_update_interval = Duration::from_secs(3600)
+    })
+    .await;
+    env.create_value(never_terminating("stuck", "worker-1"))
+        .await;
+    scenario::hostile_nm(&env, "nm-force", "worker-1", "tune:timeout=200,delete").await;
+    let deleted = || {
+        env.metrics
+            .controller
+            .pod_removals(nmo::controller::metrics::PodOutcome::Deleted)
+    };
+    wait_until(
+        "three attempts deleting the pod",
+        Duration::from_secs(60),
+        || async { deleted() >= 3 },
+    )
+    .await;
+    let forced: Vec<_> = env
+        .events_for("nm-force")
+        .await
+        .into_iter()
+        .filter(|(_, reason, _)| reason == "ForcedPodRemoval")
+        .collect();
+    assert_eq!(forced.len(), 1, "after {} deletions: {forced:?}", deleted());
+    assert!(
+        forced[0].2.contains("default/stuck"),
+        "the event names the pod: {forced:?}"
+    );
+    env.stop().await;
+}

@@ -34,6 +34,23 @@ pub enum Note {
     Notified { pod: PodReference, deadline: String },
 }
 
+impl Note {
+    /// What the note says, short of the policy's words: the pod as
+    /// `namespace/name` and, for a forced removal, how it was removed. A
+    /// note is said once per subject and interval, however many attempts
+    /// repeat it; a step up a ladder (deleted, then with grace period 0)
+    /// is a new subject.
+    pub fn subject(&self) -> String {
+        let key = |pod: &PodReference| format!("{}/{}", pod.namespace, pod.name);
+        match self {
+            Note::Forced { pod, how, .. } => format!("{} {how}", key(pod)),
+            Note::Surged { pod, .. }
+            | Note::SurgeFellBack { pod, .. }
+            | Note::Notified { pod, .. } => key(pod),
+        }
+    }
+}
+
 /// Where the drain's notes go.
 pub type Notes = tokio::sync::mpsc::UnboundedSender<Note>;
 

@@ -9,6 +9,11 @@
 //! - NVIDIA's maintenance operator: a `maintenance.nvidia.com/v1alpha1`
 //!   NodeMaintenance whose `spec.nodeName` is the node, for as long as it
 //!   exists (deleting it gives the node back); `nvidia <namespace>/<name>`.
+//! - kured: its reboot lock, the annotation `weave.works/kured-node-lock`
+//!   on its own DaemonSet (kured's default `--lock-annotation`, on
+//!   whichever DaemonSet carries it), naming the node that reboots (or,
+//!   with `--concurrency` above 1, the nodes), until the lock's TTL runs
+//!   out (a TTL of 0: until kured releases it); `kured <namespace>/<ds>`.
 //!
 //! An API that is not served is looked for again every
 //! [`Settings::tool_api_recheck`](super::Settings) (five minutes: its CRD
@@ -17,6 +22,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::follow::Change;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams};
@@ -31,10 +38,33 @@ pub const LOOK_AGAIN: Duration = Duration::from_secs(300);
 pub enum Tool {
     ClusterApi,
     Nvidia,
+    Kured,
+}
+
+/// kured's lock: the annotation on its DaemonSet (its default
+/// `--lock-annotation`).
+pub const KURED_LOCK: &str = "weave.works/kured-node-lock";
+
+/// Nodes read from one kured lock at most (its `--concurrency`).
+const KURED_LOCKS_READ: usize = 256;
+
+/// One node an object claims, until when (`None`: for as long as the
+/// object says so).
+#[derive(Debug, Clone)]
+struct Held {
+    node: String,
+    shown: String,
+    until: Option<Timestamp>,
+}
+
+impl Held {
+    fn valid(&self, now: Timestamp) -> bool {
+        self.until.is_none_or(|until| now < until)
+    }
 }
 
 impl Tool {
-    pub const ALL: [Tool; 2] = [Tool::ClusterApi, Tool::Nvidia];
+    pub const ALL: [Tool; 3] = [Tool::ClusterApi, Tool::Nvidia, Tool::Kured];
 
     fn resource(self) -> ApiResource {
         let (group, version, kind, plural) = match self {
@@ -45,6 +75,7 @@ impl Tool {
                 "NodeMaintenance",
                 "nodemaintenances",
             ),
+            Tool::Kured => ("apps", "v1", "DaemonSet", "daemonsets"),
         };
         ApiResource {
             group: group.into(),
@@ -59,18 +90,45 @@ impl Tool {
         match self {
             Tool::ClusterApi => "cluster-api",
             Tool::Nvidia => "nvidia",
+            Tool::Kured => "kured",
         }
     }
 
-    /// The node `obj` claims, if it claims one now.
-    fn node_of(self, obj: &DynamicObject) -> Option<String> {
+    /// The nodes `obj` claims.
+    fn held(self, obj: &DynamicObject) -> Vec<Held> {
         let text = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_owned);
+        let shown = self.shown(obj);
+        let until_removed = |node: Option<String>| {
+            node.map(|node| Held {
+                node,
+                shown: shown.clone(),
+                until: None,
+            })
+            .into_iter()
+            .collect()
+        };
         match self {
-            Tool::ClusterApi => {
-                obj.metadata.deletion_timestamp.as_ref()?;
-                text(&obj.data["status"]["nodeRef"]["name"])
-            }
-            Tool::Nvidia => text(&obj.data["spec"]["nodeName"]),
+            Tool::ClusterApi => until_removed(
+                obj.metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .and_then(|_| text(&obj.data["status"]["nodeRef"]["name"])),
+            ),
+            Tool::Nvidia => until_removed(text(&obj.data["spec"]["nodeName"])),
+            Tool::Kured => obj
+                .annotations()
+                .get(KURED_LOCK)
+                .map(|lock| {
+                    kured_locks(lock)
+                        .into_iter()
+                        .map(|(node, until)| Held {
+                            node,
+                            shown: shown.clone(),
+                            until,
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 
@@ -88,11 +146,11 @@ impl Tool {
 /// The claims, by tool and object.
 #[derive(Debug, Default)]
 pub struct ToolClaims {
-    by_object: Mutex<BTreeMap<(Tool, String), (String, String)>>,
+    by_object: Mutex<BTreeMap<(Tool, String), Vec<Held>>>,
 }
 
 impl ToolClaims {
-    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<(Tool, String), (String, String)>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<(Tool, String), Vec<Held>>> {
         self.by_object.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -121,19 +179,20 @@ impl ToolClaims {
                 let mut map = self.map();
                 map.retain(|(t, _), _| *t != tool);
                 for o in all {
-                    if let Some(node) = tool.node_of(&o) {
-                        map.insert(key(&o), (node, tool.shown(&o)));
+                    let held = tool.held(&o);
+                    if !held.is_empty() {
+                        map.insert(key(&o), held);
                     }
                 }
             }
-            Change::Applied(o) => match tool.node_of(&o) {
-                Some(node) => {
-                    self.map().insert(key(&o), (node, tool.shown(&o)));
-                }
-                None => {
+            Change::Applied(o) => {
+                let held = tool.held(&o);
+                if held.is_empty() {
                     self.map().remove(&key(&o));
+                } else {
+                    self.map().insert(key(&o), held);
                 }
-            },
+            }
             Change::Deleted(o) => {
                 self.map().remove(&key(&o));
             }
@@ -141,18 +200,57 @@ impl ToolClaims {
         .await;
     }
 
-    /// Every claimed node's claims.
+    /// Every claimed node's claims now (a lock whose TTL ran out claims
+    /// nothing, with no change to watch).
     pub fn by_node(&self) -> HashMap<String, Vec<String>> {
-        group(self.map().values().cloned())
+        group(self.map().values().flatten().cloned())
     }
 }
 
-fn group(claims: impl Iterator<Item = (String, String)>) -> HashMap<String, Vec<String>> {
+/// The claims by node, those still valid.
+fn group(claims: impl Iterator<Item = Held>) -> HashMap<String, Vec<String>> {
+    let now = Timestamp::now();
     let mut by_node: HashMap<String, Vec<String>> = HashMap::new();
-    for (node, shown) in claims {
-        by_node.entry(node).or_default().push(shown);
+    for held in claims.filter(|h| h.valid(now)) {
+        by_node.entry(held.node).or_default().push(held.shown);
     }
     by_node
+}
+
+/// The nodes a kured lock names, each until its TTL runs out: a single
+/// lock (`{"nodeID", "created", "TTL"}`, the TTL in nanoseconds as Go
+/// writes a `time.Duration`; 0: no end) or kured's multi-node lock
+/// (`{"maxOwners", "locks": [...]}`). What cannot be read is no claim.
+fn kured_locks(lock: &str) -> Vec<(String, Option<Timestamp>)> {
+    let Ok(value) = serde_json::from_str::<Value>(lock) else {
+        return Vec::new();
+    };
+    let locks = match value.get("locks") {
+        Some(Value::Array(locks)) => locks.iter().collect(),
+        Some(_) => Vec::new(),
+        None => vec![&value],
+    };
+    locks
+        .into_iter()
+        .take(KURED_LOCKS_READ)
+        .filter_map(|l| {
+            let node = l["nodeID"]
+                .as_str()
+                .filter(|n| !n.is_empty() && n.len() <= 253)?;
+            let ttl = l["TTL"].as_i64().unwrap_or(0);
+            let until = if ttl > 0 {
+                let created: Timestamp = l["created"].as_str()?.parse().ok()?;
+                Some(
+                    created
+                        .saturating_add(SignedDuration::from_nanos(ttl))
+                        .ok()?,
+                )
+            } else {
+                None
+            };
+            Some((node.to_owned(), until))
+        })
+        .collect()
 }
 
 /// Whether `api` is served (a list of one answers).
@@ -174,14 +272,56 @@ pub async fn list(client: &Client) -> kube::Result<HashMap<String, Vec<String>>>
     for tool in Tool::ALL {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &tool.resource());
         match api.list(&ListParams::default()).await {
-            Ok(list) => claims.extend(
-                list.items
-                    .iter()
-                    .filter_map(|o| Some((tool.node_of(o)?, tool.shown(o)))),
-            ),
+            Ok(list) => claims.extend(list.items.iter().flat_map(|o| tool.held(o))),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
     Ok(group(claims.into_iter()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kured's two lock forms as kured writes them; a TTL that ran out
+    /// claims nothing; what cannot be read claims nothing.
+    #[test]
+    fn kured_locks_as_kured_writes_them() {
+        let single = r#"{"nodeID":"worker-4","metadata":{"unschedulable":false},"created":"2026-12-05T07:00:00Z","TTL":0}"#;
+        assert_eq!(kured_locks(single), vec![("worker-4".to_owned(), None)]);
+        let multi = r#"{"maxOwners":2,"locks":[
+            {"nodeID":"worker-1","metadata":{"unschedulable":false},"created":"2026-12-05T07:00:00Z","TTL":1800000000000},
+            {"nodeID":"worker-2","metadata":{"unschedulable":true},"created":"2026-12-05T07:10:00Z","TTL":0}]}"#;
+        let read = kured_locks(multi);
+        assert_eq!(read.len(), 2);
+        assert_eq!(read[0].0, "worker-1");
+        assert_eq!(
+            read[0].1,
+            Some("2026-12-05T07:30:00Z".parse().unwrap()),
+            "created plus 30m"
+        );
+        assert_eq!(read[1], ("worker-2".to_owned(), None));
+        for unreadable in [
+            "",
+            "worker-4",
+            r#"{"nodeID":""}"#,
+            r#"{"locks":"worker-4"}"#,
+            r#"{"nodeID":"worker-4","TTL":5,"created":"yesterday"}"#,
+        ] {
+            assert_eq!(kured_locks(unreadable), vec![], "{unreadable:?}");
+        }
+        let expired = Held {
+            node: "worker-1".into(),
+            shown: "kured kube-system/kured".into(),
+            until: read[0].1,
+        };
+        assert!(!expired.valid("2026-12-05T07:30:00Z".parse().unwrap()));
+        assert!(expired.valid("2026-12-05T07:29:59Z".parse().unwrap()));
+        let many = format!(
+            r#"{{"maxOwners":9999,"locks":[{}]}}"#,
+            vec![r#"{"nodeID":"n","TTL":0}"#; 10_000].join(",")
+        );
+        assert_eq!(kured_locks(&many).len(), KURED_LOCKS_READ, "bounded");
+    }
 }

@@ -43,6 +43,11 @@ pub(super) struct Memory {
     admitted_here: bool,
     /// When its waiting reason was last written (status and event).
     reason_written: Option<Instant>,
+    /// When each per-pod event of its drain (a forced removal, a surge
+    /// fallen back) was last said, by reason and subject (the pod, and how
+    /// it was removed): a retry that does the same to the same pod says
+    /// it again only after an interval.
+    said: std::collections::HashMap<(&'static str, String), Instant>,
     /// Its next pass must look even if woken by our own write (a place
     /// freed for a waiting maintenance).
     forced: bool,
@@ -299,6 +304,25 @@ impl Context {
                 Some(at) if now.duration_since(at) < interval => false,
                 _ => {
                     m.reason_written = Some(now);
+                    true
+                }
+            }
+        })
+    }
+
+    /// Whether the drain's per-pod event `reason` about `subject` may be said
+    /// now (and, if so, notes that it is): the first always, then at most
+    /// one every [`Settings::waiting_update_interval`](super::Settings::waiting_update_interval),
+    /// whatever the policy's rule says this time.
+    pub(super) fn may_say(&self, uid: &str, reason: &'static str, subject: &str) -> bool {
+        let interval = self.settings.waiting_update_interval;
+        self.memory.with(uid, |m| {
+            let now = Instant::now();
+            m.said.retain(|_, at| now.duration_since(*at) < interval);
+            match m.said.entry((reason, subject.to_owned())) {
+                std::collections::hash_map::Entry::Occupied(_) => false,
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(now);
                     true
                 }
             }

@@ -624,12 +624,21 @@ impl Pass {
         let ctx = &self.ctx;
         let (notes, mut noted) = tokio::sync::mpsc::unbounded_channel();
         let events = {
-            let recorder = ctx.recorder.clone();
+            let ctx = ctx.clone();
+            let uid = self.uid.clone();
             let nm = self.writer.current().await;
             tokio::spawn(async move {
                 while let Some(note) = noted.recv().await {
                     let (type_, reason, message) = note_event(&note);
-                    finish::log_err(recorder.record(&nm, type_, reason, &message));
+                    // A retry that does the same to the same pod (a pod
+                    // that never finishes terminating, deleted again at
+                    // every attempt) says so once an interval.
+                    let subject = note.subject();
+                    if !ctx.may_say(&uid, reason, &subject) {
+                        tracing::debug!(logger = "controller", reason, subject = %subject, "said within the interval already; not said again");
+                        continue;
+                    }
+                    finish::log_err(ctx.recorder.record(&nm, type_, reason, &message));
                 }
             })
         };

@@ -563,7 +563,8 @@ impl Node {
     }
 
     /// Other tools' records that they are taking the node down
-    /// (`cluster-api <ns>/<machine>`, `nvidia <ns>/<name>`).
+    /// (`cluster-api <ns>/<machine>`, `nvidia <ns>/<name>`, `kured
+    /// <ns>/<daemonset>`).
     pub fn tool_claims(&self) -> Vec<String> {
         self.source.tool_claims()
     }
@@ -606,6 +607,10 @@ pub enum Claim {
     /// NVIDIA's maintenance operator has a NodeMaintenance of the node
     /// (`namespace/name`).
     Nvidia(String),
+    /// kured's reboot lock names the node: the annotation
+    /// `weave.works/kured-node-lock` on kured's DaemonSet
+    /// (`namespace/name`), as kured writes it by default.
+    KuredLock(String),
     /// Another tool's `NoSchedule` or `NoExecute` taint: its key.
     Taint(String),
     /// Cordoned (`spec.unschedulable`), by someone unknown: a person, or a
@@ -636,6 +641,7 @@ impl std::fmt::Display for Claim {
                 f,
                 "taken by NVIDIA's maintenance operator (NodeMaintenance {name})"
             ),
+            Claim::KuredLock(ds) => write!(f, "taken by kured (its reboot lock on DaemonSet {ds})"),
             Claim::Taint(key) => write!(f, "unschedulable, reason unknown (taint {key})"),
             Claim::Cordoned => f.write_str("unschedulable, reason unknown (cordoned)"),
         }
@@ -693,6 +699,7 @@ impl Node {
             match claim.split_once(' ') {
                 Some(("cluster-api", machine)) => return Some(Claim::ClusterApi(machine.into())),
                 Some(("nvidia", name)) => return Some(Claim::Nvidia(name.into())),
+                Some(("kured", ds)) => return Some(Claim::KuredLock(ds.into())),
                 _ => {}
             }
         }
@@ -1474,6 +1481,10 @@ mod claim_tests {
             (
                 n().claimed_by("nvidia default/upgrade-node-3"),
                 Some(Claim::Nvidia("default/upgrade-node-3".into())),
+            ),
+            (
+                n().claimed_by("kured kube-system/kured"),
+                Some(Claim::KuredLock("kube-system/kured".into())),
             ),
             (
                 n().with_taint("example.com/upgrade", TaintEffect::NoExecute),
