@@ -8,14 +8,18 @@
 //!   its work.
 //! - A pod annotated `nmo.medik8s.io/drain: wait` keeps the drain from
 //!   finishing while it runs (it blocks): the maintenance waits until the
-//!   pod completes or someone removes it. For a job that must finish.
+//!   pod completes or someone removes it, for `max-wait` at most (2h by
+//!   default): past it the pod is drained as the default policy drains
+//!   it. For a job that must finish. A tenant's annotation never holds a
+//!   node's maintenance for longer than the cluster operator allowed.
 //! - A NodeMaintenance annotated `nmo.medik8s.io/ignore-opt-outs: "true"`
 //!   drains everything the default policy would (an emergency: the node is
 //!   going away).
 //!
 //! Settings (`policies.yaml`): `annotation`, the pod annotation to read
 //! instead of `nmo.medik8s.io/drain` (a team that already marks its pods
-//! another way).
+//! another way); `max-wait`, how long a `wait` is honoured (`90m`, `6h`;
+//! 1s to 7 days).
 
 use nmo_policy_sdk::*;
 
@@ -26,6 +30,12 @@ pub const POD_ANNOTATION: &str = "nmo.medik8s.io/drain";
 pub const SETTING: &str = "annotation";
 /// The maintenance annotation that overrides every opt-out.
 pub const OVERRIDE: &str = "nmo.medik8s.io/ignore-opt-outs";
+/// The setting that bounds a `wait`.
+pub const MAX_WAIT: &str = "max-wait";
+/// How long a `wait` is honoured unless `max-wait` says otherwise.
+pub const DEFAULT_MAX_WAIT_MS: u64 = 2 * 60 * 60 * 1000;
+/// The longest `max-wait` allowed.
+pub const MAX_WAIT_LIMIT_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 
 struct OptOut;
 
@@ -48,16 +58,28 @@ fn valid_key(key: &str) -> bool {
         && name.ends_with(|c: char| c.is_ascii_alphanumeric())
 }
 
-fn action_for(pod: &Pod, key: &str) -> PodAction {
+fn action_for(pod: &Pod, key: &str, max_wait_ms: u64) -> PodAction {
     let default = defaults::pod_action(pod);
     if !matches!(default, PodAction::Evict(_) | PodAction::Delete(_)) || pod.is_finished() {
         return default;
     }
     match pod.annotation(key).as_deref() {
         Some("skip") => PodAction::skip(format!("opted out ({key}: skip)")),
+        Some("wait") if pod.history().pending_ms >= max_wait_ms => {
+            log(
+                Level::Warn,
+                &format!(
+                    "pod {} asked the drain to wait ({key}: wait); drained after {} (max-wait)",
+                    pod.key(),
+                    show_ms(max_wait_ms)
+                ),
+            );
+            default
+        }
         Some("wait") => PodAction::block(format!(
-            "pod {} asked the drain to wait for it ({key}: wait)",
-            pod.key()
+            "pod {} asked the drain to wait for it ({key}: wait), for {} at most",
+            pod.key(),
+            show_ms(max_wait_ms)
         )),
         _ => default,
     }
@@ -74,14 +96,25 @@ impl Policy for OptOut {
         }
         let settings = Settings::current();
         let key = settings.get(SETTING).unwrap_or(POD_ANNOTATION);
-        defaults::plan(&pods, |p| action_for(p, key))
+        let max_wait_ms = settings
+            .duration_ms(MAX_WAIT)
+            .ok()
+            .flatten()
+            .unwrap_or(DEFAULT_MAX_WAIT_MS);
+        defaults::plan(&pods, |p| action_for(p, key, max_wait_ms))
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {
-        settings.allow_only(&[SETTING])?;
-        match settings.get(SETTING) {
-            Some(key) if !valid_key(key) => Err(format!(
+        settings.allow_only(&[SETTING, MAX_WAIT])?;
+        if let Some(key) = settings.get(SETTING).filter(|k| !valid_key(k)) {
+            return Err(format!(
                 "setting {SETTING}: {key:?} is not an annotation key (prefix/name, e.g. example.com/drain)"
+            ));
+        }
+        match settings.duration_ms(MAX_WAIT)? {
+            Some(ms) if !(1_000..=MAX_WAIT_LIMIT_MS).contains(&ms) => Err(format!(
+                "setting {MAX_WAIT}: {} is outside 1s to 7 days",
+                show_ms(ms)
             )),
             _ => Ok(()),
         }
