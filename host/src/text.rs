@@ -132,15 +132,43 @@ pub fn is_clean(text: &str, max_bytes: usize) -> bool {
 /// What a Kubernetes client error says to a user: the API server's own
 /// message (`pods "web-1" not found`), not the client's debug dump of the
 /// whole Status; other errors as they display.
+/// An optimistic-concurrency conflict (`Operation cannot be fulfilled on
+/// deployments.apps "web": the object has been modified; please apply
+/// your changes...`) is said in words: `deployments.apps "web" was changed
+/// by another writer at the same moment`.
 pub fn api_error(e: &kube::Error) -> String {
     match e {
-        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        kube::Error::Api(status) if !status.message.is_empty() => {
+            conflict_in_words(&status.message).unwrap_or_else(|| status.message.clone())
+        }
         other => other.to_string(),
     }
 }
 
+/// The API server's conflict message, said in words (`None`: not one).
+fn conflict_in_words(message: &str) -> Option<String> {
+    let (what, _) = message
+        .strip_prefix("Operation cannot be fulfilled on ")?
+        .split_once(": the object has been modified")?;
+    Some(format!(
+        "{what} was changed by another writer at the same moment"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_conflict_is_said_in_words() {
+        assert_eq!(
+            super::conflict_in_words(
+                "Operation cannot be fulfilled on deployments.apps \"web\": the object has been modified; please apply your changes to the latest version and try again"
+            )
+            .as_deref(),
+            Some("deployments.apps \"web\" was changed by another writer at the same moment")
+        );
+        assert_eq!(super::conflict_in_words("pods \"web-1\" not found"), None);
+    }
+
     #[test]
     fn durations_read_as_gos() {
         use std::time::Duration;

@@ -346,3 +346,89 @@ async fn a_forced_removal_repeated_by_every_retry_is_said_once_an_interval() {
     );
     env.stop().await;
 }
+
+/// Several pods of one Deployment surged from one node: they wait on each
+/// other (one surge of an owner at a time), and `lastError` shows one
+/// steady text, the first waiting pod's, changing only when what it waits
+/// for changes. (Before: whichever pod spoke last, flapping between them
+/// at every look, a status write each time, and raw API conflicts.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_waiting_together_show_one_steady_text() {
+    let (_dir, store) = scenario::store();
+    let env = Env::start_store(2, store).await;
+    env.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: many, namespace: default}
+spec:
+  replicas: 8
+  selector: {matchLabels: {app: many}}
+  template:
+    metadata: {labels: {app: many}}
+    spec: {terminationGracePeriodSeconds: 5, containers: [{name: c, image: i}]}
+"#,
+    )
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(env.client().clone(), "default");
+    let on_worker_1 = || async {
+        pods.list(&kube::api::ListParams::default().labels("app=many"))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| {
+                scenario::is_ready(p)
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some("worker-1")
+            })
+            .count()
+    };
+    wait_until(
+        "three Ready pods on worker-1",
+        Duration::from_secs(60),
+        || async { on_worker_1().await >= 3 },
+    )
+    .await;
+    env.create_nm_with_policy("nm-many", "worker-1", Some("no-downtime"))
+        .await;
+    let mut seen: Vec<String> = Vec::new();
+    let started = Instant::now();
+    loop {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "not Succeeded: {seen:#?}"
+        );
+        let s = env
+            .nms()
+            .get("nm-many")
+            .await
+            .unwrap()
+            .status
+            .unwrap_or_default();
+        if let Some(e) = s.last_error.filter(|e| !e.is_empty()) {
+            if seen.last() != Some(&e) {
+                seen.push(e);
+            }
+        }
+        if s.phase == Some(MaintenancePhase::Succeeded) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        seen.iter().any(|e| e.contains("is surging pod")),
+        "the pods waited on each other: {seen:#?}"
+    );
+    for (i, e) in seen.iter().enumerate() {
+        assert!(
+            !seen[i + 1..].contains(e),
+            "{e:?} came back after another text replaced it: {seen:#?}"
+        );
+        assert!(
+            !e.contains("Operation cannot be fulfilled"),
+            "a raw API conflict: {seen:#?}"
+        );
+    }
+    env.stop().await;
+}

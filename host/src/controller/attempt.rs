@@ -133,7 +133,11 @@ pub(super) struct Attempt {
     /// uids whose eviction or deletion the API server accepted in this
     /// attempt (the drain then waits for them to go).
     pub accepted: Mutex<HashSet<String>>,
-    pub last_error: Mutex<String>,
+    /// What the drain waits for, pod by pod (`namespace/name` to the uid
+    /// and the text): the status shows the first pod's that is still on
+    /// the node, so several pods waiting at once show one steady text,
+    /// not whichever spoke last.
+    pub said: Mutex<BTreeMap<String, (String, String)>>,
     pub evicted: std::sync::atomic::AtomicUsize,
     pub deleted: std::sync::atomic::AtomicUsize,
     pub changed: tokio::sync::Notify,
@@ -145,10 +149,37 @@ impl Attempt {
         self.present.lock().await.contains(uid)
     }
 
-    /// What the drain waits for now (shown in the status).
-    pub async fn waiting_for(&self, what: String) {
-        *self.last_error.lock().await = what;
-        self.changed.notify_waiters();
+    /// What the drain waits for on pod `t` now. Wakes the drain's waiters
+    /// only when what the status shows changes (saying it wakes the one
+    /// who said it too).
+    pub async fn waiting_for(&self, t: &Target, what: String) {
+        let mut said = self.said.lock().await;
+        let before = self.first_present(&said).await;
+        said.insert(t.key(), (t.uid.clone(), what));
+        if self.first_present(&said).await != before {
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Pod `t` waits for nothing more (it was removed).
+    pub async fn waiting_over(&self, t: &Target) {
+        self.said.lock().await.remove(&t.key());
+    }
+
+    /// What the drain waits for, as the status shows it: the first pod's
+    /// text (by namespace and name) of those still on the node; empty
+    /// when none.
+    pub async fn waiting(&self) -> String {
+        let said = self.said.lock().await;
+        self.first_present(&said).await
+    }
+
+    async fn first_present(&self, said: &BTreeMap<String, (String, String)>) -> String {
+        let present = self.present.lock().await;
+        said.values()
+            .find(|(uid, _)| present.contains(uid))
+            .map(|(_, what)| what.clone())
+            .unwrap_or_default()
     }
 }
 

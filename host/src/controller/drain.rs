@@ -234,7 +234,7 @@ pub async fn execute(
         waits,
         pdb_blocked: Mutex::new(HashSet::new()),
         accepted: Mutex::new(HashSet::new()),
-        last_error: Mutex::new(String::new()),
+        said: Mutex::new(std::collections::BTreeMap::new()),
         evicted: Default::default(),
         deleted: Default::default(),
         changed: tokio::sync::Notify::new(),
@@ -330,7 +330,7 @@ pub async fn execute(
                     wave_targets.iter().all(|t| !present.contains(&t.uid)),
                 )
             };
-            let waiting = state.last_error.lock().await.clone();
+            let waiting = state.waiting().await;
             let now = Some((count, waiting.clone()));
             let urgent = wave_done || last_reported.as_ref().is_none_or(|(_, w)| *w != waiting);
             let mut report_due = now != last_reported;
@@ -444,7 +444,7 @@ pub async fn execute(
                 String::new()
             }
         );
-        let last = state.last_error.lock().await.clone();
+        let last = state.waiting().await;
         if !last.is_empty() {
             message.push_str(&format!(" (last error: {last})"));
         }
@@ -602,9 +602,12 @@ pub(super) async fn evict_or_delete(
                 metrics.pod_removal(PodOutcome::Pdb429);
                 ledger.refused(&t.uid);
                 state.pdb_blocked.lock().await.insert(t.uid.clone());
-                *state.last_error.lock().await =
-                    format!("evicting pod {}/{}: {}", t.namespace, t.name, e.message);
-                state.changed.notify_waiters();
+                state
+                    .waiting_for(
+                        t,
+                        format!("evicting pod {}/{}: {}", t.namespace, t.name, e.message),
+                    )
+                    .await;
                 // A budget the watch knows: its permit is the wait (the
                 // budget changing, or the fallback); otherwise kubectl's.
                 match permit {
@@ -625,11 +628,10 @@ pub(super) async fn evict_or_delete(
                     p.failed();
                 }
                 metrics.pod_removal(PodOutcome::Error);
-                *state.last_error.lock().await = format!(
+                state.waiting_for(t, format!(
                     "evicting pod {}/{}: changed by another writer at the same moment (its budget, most likely); trying again",
                     t.namespace, t.name
-                );
-                state.changed.notify_waiters();
+                )).await;
                 retries.api_error
             }
             Err(e) => {
@@ -637,13 +639,17 @@ pub(super) async fn evict_or_delete(
                     p.failed();
                 }
                 metrics.pod_removal(PodOutcome::Error);
-                *state.last_error.lock().await = format!(
-                    "evicting pod {}/{}: {}",
-                    t.namespace,
-                    t.name,
-                    crate::text::api_error(&e)
-                );
-                state.changed.notify_waiters();
+                state
+                    .waiting_for(
+                        t,
+                        format!(
+                            "evicting pod {}/{}: {}",
+                            t.namespace,
+                            t.name,
+                            crate::text::api_error(&e)
+                        ),
+                    )
+                    .await;
                 retries.api_error
             }
         };
@@ -739,12 +745,8 @@ pub(super) async fn removed(
     metrics.pod_removal(outcome);
     state.pdb_blocked.lock().await.remove(&t.uid);
     state.accepted.lock().await.insert(t.uid.clone());
-    // What the drain waited for, if it was this pod, is over.
-    let mut waiting = state.last_error.lock().await;
-    if waiting.starts_with(&format!("evicting pod {}/{}:", t.namespace, t.name)) {
-        waiting.clear();
-    }
-    drop(waiting);
+    // What the drain waited for on this pod is over.
+    state.waiting_over(t).await;
     tracing::info!(logger = "drain", pod = %format!("{}/{}", t.namespace, t.name), "pod removed from node");
 }
 

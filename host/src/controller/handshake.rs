@@ -96,7 +96,7 @@ pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notic
                 Err(kube::Error::Api(e)) if e.code == 404 => return false,
                 Err(e) => {
                     state
-                        .waiting_for(format!("asking pod {} to leave: {e}", t.key()))
+                        .waiting_for(t, format!("asking pod {} to leave: {e}", t.key()))
                         .await;
                     if Instant::now() + how.retries.api_error >= how.deadline {
                         return false;
@@ -160,7 +160,7 @@ pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notic
             rfc3339(deadline_ms)
         );
         if waiting != shown {
-            state.waiting_for(waiting.clone()).await;
+            state.waiting_for(t, waiting.clone()).await;
             shown = waiting;
         }
         // At most a second between looks: a change missed is seen soon.

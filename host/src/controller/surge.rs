@@ -256,10 +256,20 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
         }
         let waited = match look(how, t, rs).await {
             Ok(Step::Over(done)) => return done,
-            Ok(Step::Waiting(what)) => what,
-            Err(e) => format!("surging pod {}: {e}", t.key()),
+            Ok(Step::Waiting(what)) => Some(what),
+            // Two surges of one owner (or its controller) wrote it at the
+            // same moment: the next look sees the winner; what the surge
+            // waits for has not changed.
+            Err(kube::Error::Api(e)) if e.code == 409 => None,
+            Err(e) => Some(format!(
+                "surging pod {}: {}; trying again",
+                t.key(),
+                crate::text::api_error(&e)
+            )),
         };
-        state.waiting_for(waited).await;
+        if let Some(waited) = waited {
+            state.waiting_for(t, waited).await;
+        }
         tokio::time::sleep(POLL.min(how.deadline.saturating_duration_since(Instant::now()))).await;
     }
 }

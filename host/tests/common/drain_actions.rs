@@ -88,7 +88,7 @@ where
     }
 }
 
-fn is_ready(p: &Pod) -> bool {
+pub fn is_ready(p: &Pod) -> bool {
     p.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
