@@ -406,10 +406,10 @@ spec:
             .unwrap()
             .status
             .unwrap_or_default();
-        if let Some(e) = s.last_error.filter(|e| !e.is_empty()) {
-            if seen.last() != Some(&e) {
-                seen.push(e);
-            }
+        if let Some(e) = s.last_error.filter(|e| !e.is_empty())
+            && seen.last() != Some(&e)
+        {
+            seen.push(e);
         }
         if s.phase == Some(MaintenancePhase::Succeeded) {
             break;
