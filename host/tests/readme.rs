@@ -448,3 +448,86 @@ fn the_guides_scenario_reference_is_the_harnesss() {
         assert!(guide.contains(key), "{key} in the reference");
     }
 }
+
+/// `--workload FILE`: the demo drains your own workload, read from what
+/// `kubectl get … -o yaml` printed (a List): its Deployment and budget
+/// made again, the ReplicaSet and pods its controllers make left out, a
+/// bare pod bound to a node the demo lacks scheduled again. A file that
+/// cannot be used says which document and why, before anything starts.
+#[test]
+fn a_demo_drains_a_workload_from_a_manifest_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dump.yaml");
+    std::fs::write(
+        &file,
+        r#"apiVersion: v1
+kind: List
+items:
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata: {name: shop-web, namespace: store, uid: d1, resourceVersion: "77"}
+  spec:
+    replicas: 6
+    selector: {matchLabels: {app: shop-web}}
+    template:
+      metadata: {labels: {app: shop-web}}
+      spec: {containers: [{name: web, image: nginx}]}
+  status: {replicas: 6, readyReplicas: 6}
+- apiVersion: policy/v1
+  kind: PodDisruptionBudget
+  metadata: {name: shop-web, namespace: store}
+  spec: {maxUnavailable: 1, selector: {matchLabels: {app: shop-web}}}
+- apiVersion: apps/v1
+  kind: ReplicaSet
+  metadata: {name: shop-web-5f6c, namespace: store, ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: shop-web, uid: d1, controller: true}]}
+  spec: {replicas: 6, selector: {matchLabels: {app: shop-web}}}
+- apiVersion: v1
+  kind: Node
+  metadata: {name: ip-10-0-1-2}
+"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["demo", "--nodes", "3", "--workload"])
+        .arg(&file)
+        .output()
+        .expect("nmo runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "workload: 2 object(s) of your file",
+        "left out ReplicaSet shop-web-5f6c: made by Deployment/shop-web",
+        "left out Node ip-10-0-1-2",
+        "store/shop-web-",
+        "node worker-1 restored: unschedulable=false",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Pod\nmetadata: {namespace: x}\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["demo", "--workload"])
+        .arg(&file)
+        .output()
+        .expect("nmo runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("dump.yaml: document 1: no metadata.name"),
+        "{stderr}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("simulated cluster"),
+        "nothing started"
+    );
+}

@@ -28,6 +28,8 @@ pub struct DemoOptions {
     pub nodes: usize,
     pub pods: usize,
     pub keep_running: bool,
+    /// The user's own workload (`--workload`), instead of the demo's.
+    pub workload: Option<super::workload::Workload>,
 }
 
 /// The maintenance the demo creates.
@@ -469,7 +471,13 @@ async fn start_cluster(opts: &DemoOptions) -> anyhow::Result<SimCluster> {
     for i in 1..=opts.nodes {
         cluster.add_node(&format!("worker-{i}"))?;
     }
-    cluster.apply_yaml(&workload(opts.pods))?;
+    let placed = match &opts.workload {
+        Some(own) => create_own(&cluster, own)?,
+        None => {
+            cluster.apply_yaml(&workload(opts.pods))?;
+            opts.pods.min(20) - 3
+        }
+    };
     let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig()).await?;
     let pods_api = Api::<Pod>::all(client.clone());
     let started = Instant::now();
@@ -480,26 +488,60 @@ async fn start_cluster(opts: &DemoOptions) -> anyhow::Result<SimCluster> {
             .iter()
             .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             .count();
-        if running == pods.items.len() && running >= opts.pods.min(20) - 3
+        if running == pods.items.len() && running >= placed
             || started.elapsed() > Duration::from_secs(20)
         {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    cluster.apply_yaml(BARE_PODS)?;
+    if opts.workload.is_none() {
+        cluster.apply_yaml(BARE_PODS)?;
+    }
     let node1 = cluster.get("v1", "Node", None, "worker-1")?;
     cluster.create(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
         "name": "kube-proxy-worker-1", "namespace": "kube-system",
         "annotations": {"kubernetes.io/config.mirror": "demo", "kubernetes.io/config.source": "file"},
         "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": node1["metadata"]["uid"], "controller": true}]},
         "spec": {"nodeName": "worker-1", "containers": [{"name": "kube-proxy", "image": "kube-proxy:v1.32"}]}}))?;
+    let what = match &opts.workload {
+        Some(own) => format!(
+            "{} object(s) of your file, and a static pod",
+            own.objects.len()
+        ),
+        None => "Deployments web and api (with PDBs), StatefulSet db, DaemonSet node-exporter, a bare pod, an emptyDir pod, a static pod".into(),
+    };
     outln!(
-        "== simulated cluster at {} with {} nodes; workload: Deployments web and api (with PDBs), StatefulSet db, DaemonSet node-exporter, a bare pod, an emptyDir pod, a static pod",
+        "== simulated cluster at {} with {} nodes; workload: {what}",
         cluster.url(),
         opts.nodes
     );
     Ok(cluster)
+}
+
+/// Creates the user's workload: its namespaces, then its objects, each
+/// failure naming the object; says what of the file was left out. Returns
+/// how many pods to wait for at least (0: whatever its controllers make).
+fn create_own(cluster: &SimCluster, own: &super::workload::Workload) -> anyhow::Result<usize> {
+    for ns in &own.namespaces {
+        if cluster.get("v1", "Namespace", None, ns).is_err() {
+            cluster.create(serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}))?;
+        }
+    }
+    for obj in &own.objects {
+        cluster.create(obj.clone()).map_err(|e| {
+            anyhow::anyhow!(
+                "--workload: cannot create {} {}/{}: {e}",
+                obj["kind"].as_str().unwrap_or_default(),
+                obj["metadata"]["namespace"].as_str().unwrap_or("default"),
+                obj["metadata"]["name"].as_str().unwrap_or_default()
+            )
+        })?;
+    }
+    for left in &own.left_out {
+        outln!("  --workload: left out {left}");
+    }
+    Ok(0)
 }
 
 /// The plan, the maintenance and its live progress.

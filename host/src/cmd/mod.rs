@@ -21,6 +21,8 @@ macro_rules! out {
 #[cfg(feature = "demo")]
 mod demo;
 mod kubectl;
+#[cfg(feature = "demo")]
+mod workload;
 
 pub use kubectl::{Plugin, invoked_as_plugin, run_plugin};
 
@@ -218,6 +220,12 @@ pub enum Command {
         /// kubectl, until Ctrl-C.
         #[arg(long)]
         keep_running: bool,
+        /// Your own workload instead of the demo's: a manifest file (the
+        /// YAML you apply, or what `kubectl get deploy,sts,pdb,pods -o
+        /// yaml` prints); pods a controller of the file makes are made
+        /// again, a pod bound to a node the demo lacks is scheduled again.
+        #[arg(long, value_name = "FILE", conflicts_with = "pods")]
+        workload: Option<PathBuf>,
     },
     /// `plan`, `start`, `status`, `stop`: the same commands as `kubectl
     /// nm` (the binary, named kubectl-nm on PATH, is that plugin).
@@ -485,13 +493,22 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             nodes,
             pods,
             keep_running,
+            workload,
         }) => {
+            let nodes = usize::from(nodes);
+            let workload = workload
+                .map(|file| {
+                    let names = (1..=nodes).map(|i| format!("worker-{i}")).collect();
+                    workload::read(&file, &names)
+                })
+                .transpose()?;
             let opts = demo::DemoOptions {
                 policy: policy.as_deref().map(demo::policy_path).transpose()?,
                 policy_dir,
-                nodes: usize::from(nodes),
+                nodes,
                 pods: usize::from(pods),
                 keep_running,
+                workload,
             };
             let outcome = tokio::runtime::Runtime::new()?.block_on(demo::run(opts))?;
             Ok(outcome.exit_code())
