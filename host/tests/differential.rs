@@ -61,7 +61,7 @@ impl Which {
     fn first_node(self) -> usize {
         match self {
             Which::Go => 1,
-            Which::Nmo => 6,
+            Which::Nmo => 7,
         }
     }
     fn prefix(self) -> &'static str {
@@ -103,7 +103,7 @@ impl Run<'_> {
     fn norm(&self, text: &str) -> String {
         let mut out = text.replace(&format!("\"{}-", self.which.prefix()), "\"ns-");
         out = out.replace(&format!("{}-", self.which.prefix()), "ns-");
-        for i in (0..5).rev() {
+        for i in (0..6).rev() {
             out = out.replace(&self.node(i), &format!("node-{i}"));
         }
         // An aggregated error ([a, b]) lists its parts in the order the
@@ -568,6 +568,71 @@ impl Run<'_> {
         seen
     }
 
+    /// Restart mid-drain: a drain a budget holds, the operator killed
+    /// (SIGKILL: its node lost, an OOM) while it waits and started again
+    /// (`again`, ready on `probe`); then the budget relaxed. Run alone:
+    /// the operator is away meanwhile.
+    async fn restart(
+        &self,
+        operator: &mut tokio::process::Child,
+        again: impl FnOnce() -> tokio::process::Child,
+        probe: u16,
+    ) -> Seen {
+        let mut seen = Seen::default();
+        let (node, ns) = (self.node(5), self.namespace("restart").await);
+        for name in ["r-1", "r-2"] {
+            self.pod(&ns, name, &node, json!({})).await;
+        }
+        self.env
+            .cp
+            .apply(&format!(
+                "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: web, namespace: {ns}}}\n\
+                 spec: {{minAvailable: 2, selector: {{matchLabels: {{app: web}}}}}}\n"
+            ))
+            .await
+            .unwrap();
+        self.create_nm("restart", &node).await;
+        let draining = self
+            .wait_nm("restart", "started draining", |s| s["phase"] == "Running")
+            .await;
+        self.status(&mut seen, "restart/draining", &draining);
+        let _ = operator.start_kill();
+        let _ = operator.wait().await;
+        self.node_state(&mut seen, "restart/killed", &node).await;
+        *operator = again();
+        let started = Instant::now();
+        while !common::ready_on(probe).await {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "{:?} never ready again",
+                self.which
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let held = self
+            .wait_nm("restart", "said the attempt timed out", |s| {
+                s["lastError"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("global timeout reached"))
+            })
+            .await;
+        self.status(&mut seen, "restart/held", &held);
+        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+            self.env.admin.clone(),
+            &ns,
+        )
+        .delete("web", &DeleteParams::default())
+        .await
+        .unwrap();
+        let nm = self.wait_phase("restart", "Succeeded").await;
+        self.status(&mut seen, "restart/relaxed", &nm);
+        self.node_state(&mut seen, "restart/relaxed", &node).await;
+        self.end("restart").await;
+        self.node_state(&mut seen, "restart/ended", &node).await;
+        self.events(&mut seen, "restart", "restart", &node).await;
+        seen
+    }
+
     /// The node deleted under a maintenance that succeeded.
     async fn node_deleted(&self) -> Seen {
         let mut seen = Seen::default();
@@ -825,6 +890,16 @@ async fn observe(env: &RealEnv, which: Which, logs: &Path) -> Seen {
         seen.0.extend(s.0);
     }
     seen.0.extend(run.webhook(webhook).await.0);
+    let again = logs.join(format!("{}-restarted.log", which.prefix()));
+    seen.0.extend(
+        run.restart(
+            &mut operator,
+            || start_operator(env, which, &again, probe, metrics, webhook),
+            probe,
+        )
+        .await
+        .0,
+    );
     // Metrics: HTTPS on the Deployment's :8443, only for an authorized
     // client.
     let url = format!("https://127.0.0.1:{metrics}/metrics");
@@ -845,8 +920,11 @@ async fn observe(env: &RealEnv, which: Which, logs: &Path) -> Seen {
         unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     }
     let _ = tokio::time::timeout(Duration::from_secs(30), operator.wait()).await;
-    let text = std::fs::read_to_string(&log).unwrap_or_default()
-        + &std::fs::read_to_string(log.with_extension("out")).unwrap_or_default();
+    let text = [&log, &again]
+        .iter()
+        .flat_map(|l| [l.to_path_buf(), l.with_extension("out")])
+        .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+        .collect::<String>();
     for line in KEY_LOG_LINES {
         seen.put(
             &format!("logs/{line}"),
@@ -918,7 +996,7 @@ fn listed<'a>(table: &'a [(String, String)], key: &str) -> Option<&'a str> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nmo_and_the_go_operator_v0_21_0_differ_only_where_the_docs_say() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let env = RealEnv::start_bare(Options::workers(10)).await;
+    let env = RealEnv::start_bare(Options::workers(12)).await;
     env.cp
         .apply(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {LEASES}}}\n"
