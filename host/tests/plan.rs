@@ -595,6 +595,31 @@ async fn kubectl_nm_starts_every_node_a_selector_picks_as_a_group() {
         !ok && out.contains("group batch-1 has no NodeMaintenance"),
         "{out}"
     );
+
+    // Stopped by a node selector: the maintenances of the nodes it picks,
+    // whoever started them; every node refused without --all-nodes.
+    env.create_nm("by-hand", "worker-2").await;
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["stop", "-l", ""]).await;
+    assert!(!ok && out.contains("picks every node (4)"), "{out}");
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["stop", "-l", "pool=batch"]).await;
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("nodemaintenance.nodemaintenance.medik8s.io/by-hand deleted")
+            && out.matches(" deleted").count() == 1,
+        "{out}"
+    );
+    env.wait_gone("by-hand").await;
+    assert!(
+        env.nms().get_opt("outside").await.unwrap().is_some(),
+        "worker-4 is not picked"
+    );
+    let (ok, out) = kubectl_nm(bin, &kubeconfig, &["stop", "-l", "pool=batch"]).await;
+    assert!(
+        !ok && out.contains(
+            "none of the 2 node(s) the selector \"pool=batch\" picks has a NodeMaintenance"
+        ),
+        "{out}"
+    );
     env.stop().await;
 }
 

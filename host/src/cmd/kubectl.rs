@@ -234,11 +234,22 @@ pub enum PluginCommand {
     /// End NODE's maintenance, or a whole group's (deletes the
     /// NodeMaintenances; the nodes are restored).
     Stop {
-        #[arg(required_unless_present = "group", conflicts_with = "group")]
+        #[arg(
+            required_unless_present_any = ["group", "selector"],
+            conflicts_with_all = ["group", "selector"]
+        )]
         node: Option<String>,
         /// Every maintenance of this group (started together by start -l).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "selector")]
         group: Option<String>,
+        /// The maintenances of every node this label selector picks (as
+        /// kubectl's -l); a selector that picks every node is refused
+        /// unless --all-nodes says it is meant.
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
+        /// With -l: a selector that picks every node is meant.
+        #[arg(long, requires = "selector")]
+        all_nodes: bool,
         #[command(flatten)]
         cluster: ClusterArgs,
     },
@@ -293,8 +304,21 @@ pub fn run_plugin(plugin: Plugin) -> anyhow::Result<ExitCode> {
             PluginCommand::Stop {
                 node,
                 group,
+                selector,
+                all_nodes,
                 cluster,
-            } => stop(&cluster, node.as_deref(), group.as_deref()).await,
+            } => {
+                let which = match (node, group, selector) {
+                    (Some(node), _, _) => Ending::Node(node),
+                    (_, Some(group), _) => Ending::Group(group),
+                    (_, _, Some(selector)) => Ending::Selected {
+                        selector,
+                        all_nodes,
+                    },
+                    (None, None, None) => anyhow::bail!("name a node, --group or -l"),
+                };
+                stop(&cluster, &which).await
+            }
         }
     })
 }
@@ -507,35 +531,16 @@ struct Many {
 /// others go on; the exit code is 1 when any failed.
 async fn start_many(cluster: &ClusterArgs, many: Many) -> anyhow::Result<ExitCode> {
     let client = client(cluster).await?;
-    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
-    let picked = nodes
-        .list(&ListParams::default().labels(&many.selector))
-        .await?
-        .items;
-    if picked.is_empty() {
-        anyhow::bail!("no node matches the selector {:?}", many.selector);
-    }
-    let total = nodes
-        .list_metadata(&ListParams::default())
-        .await?
-        .items
-        .len();
-    if picked.len() >= total && !many.all_nodes {
-        anyhow::bail!(
-            "the selector {:?} picks every node ({total}): that is the whole cluster; say --all-nodes if it is meant",
-            many.selector
-        );
-    }
+    let picked = selected_nodes(&client, &many.selector, many.all_nodes).await?;
     let group = many
         .group
         .unwrap_or_else(|| format!("start-{}", Timestamp::now().as_second()));
     let api = Api::<NodeMaintenance>::all(client);
     let mut failed = 0;
-    for node in &picked {
-        let name = node.name_any();
+    for name in &picked {
         let nm = maintenance(
-            &name,
-            &name,
+            name,
+            name,
             many.reason.clone(),
             many.policy.clone(),
             Some(&group),
@@ -697,28 +702,48 @@ fn group_lines(lines: &[StatusLine]) -> Vec<String> {
         .collect()
 }
 
-async fn stop(
-    cluster: &ClusterArgs,
-    node: Option<&str>,
-    group: Option<&str>,
-) -> anyhow::Result<ExitCode> {
+/// Which maintenances `stop` ends.
+enum Ending {
+    /// The maintenance of one node.
+    Node(String),
+    /// Every maintenance of a group (`start -l`'s label).
+    Group(String),
+    /// The maintenances of every node a label selector picks.
+    Selected { selector: String, all_nodes: bool },
+}
+
+async fn stop(cluster: &ClusterArgs, which: &Ending) -> anyhow::Result<ExitCode> {
     let client = client(cluster).await?;
-    let api = Api::<NodeMaintenance>::all(client);
-    let params = match group {
-        Some(g) => ListParams::default().labels(&format!("{GROUP_LABEL}={g}")),
-        None => ListParams::default(),
+    let api = Api::<NodeMaintenance>::all(client.clone());
+    let params = match which {
+        Ending::Group(g) => ListParams::default().labels(&format!("{GROUP_LABEL}={g}")),
+        _ => ListParams::default(),
+    };
+    let picked = match which {
+        Ending::Selected {
+            selector,
+            all_nodes,
+        } => Some(selected_nodes(&client, selector, *all_nodes).await?),
+        _ => None,
     };
     let list = api.list(&params).await?;
     let mine: Vec<&NodeMaintenance> = list
         .items
         .iter()
-        .filter(|nm| node.is_none_or(|n| nm.spec.node_name == n))
+        .filter(|nm| match (which, &picked) {
+            (Ending::Node(n), _) => nm.spec.node_name == *n,
+            (_, Some(nodes)) => nodes.contains(&nm.spec.node_name),
+            _ => true,
+        })
         .collect();
     if mine.is_empty() {
-        match (node, group) {
-            (Some(n), _) => anyhow::bail!("node {n} has no NodeMaintenance"),
-            (None, Some(g)) => anyhow::bail!("group {g} has no NodeMaintenance"),
-            (None, None) => anyhow::bail!("name a node or --group"),
+        match which {
+            Ending::Node(n) => anyhow::bail!("node {n} has no NodeMaintenance"),
+            Ending::Group(g) => anyhow::bail!("group {g} has no NodeMaintenance"),
+            Ending::Selected { selector, .. } => anyhow::bail!(
+                "none of the {} node(s) the selector {selector:?} picks has a NodeMaintenance",
+                picked.as_ref().map_or(0, Vec::len)
+            ),
         }
     }
     for nm in mine {
@@ -729,6 +754,39 @@ async fn stop(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The nodes `selector` picks; none, or every node without `all_nodes`,
+/// is refused (as `start -l` refuses them).
+async fn selected_nodes(
+    client: &Client,
+    selector: &str,
+    all_nodes: bool,
+) -> anyhow::Result<Vec<String>> {
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    let picked: Vec<String> = nodes
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    if picked.is_empty() {
+        anyhow::bail!("no node matches the selector {selector:?}");
+    }
+    if !all_nodes {
+        let total = nodes
+            .list_metadata(&ListParams::default())
+            .await?
+            .items
+            .len();
+        if picked.len() == total {
+            anyhow::bail!(
+                "the selector {selector:?} picks every node ({total}): that is the whole cluster; say --all-nodes if it is meant"
+            );
+        }
+    }
+    Ok(picked)
 }
 
 /// An age as kubectl shows it: 42s, 5m, 3h, 2d.
