@@ -328,6 +328,30 @@ fn registry() -> policy::oci::Registry {
     policy::oci::Registry::new(policy::oci::RegistryConfig::for_user(Vec::new()))
 }
 
+/// The keys of a policies ConfigMap (`binaryData` and `data`) as files.
+pub fn configmap_files(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
+    let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (k, v) in cm.binary_data.iter().flatten() {
+        files.insert(k.clone(), v.0.clone());
+    }
+    for (k, v) in cm.data.iter().flatten() {
+        files.insert(k.clone(), v.clone().into_bytes());
+    }
+    files
+}
+
+/// A policy set from a ConfigMap's (or a directory's) files, loaded as the
+/// operator loads it: pulled policies fetched, every policy checked,
+/// `policies.yaml` read.
+pub fn load_files(
+    engine: &PolicyEngine,
+    files: BTreeMap<String, Vec<u8>>,
+) -> Result<(PolicySet, Snapshot)> {
+    let snap = Snapshot::from_files(files).with_pulled(&registry())?;
+    let set = PolicySet::load(engine, &snap, None)?;
+    Ok((set, snap))
+}
+
 /// Loads the policy set, saying where from.
 async fn load_set(
     client: Option<&Client>,
@@ -372,15 +396,7 @@ async fn load_set(
                     )),
                 ));
             };
-            let mut files: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-            for (k, v) in cm.binary_data.unwrap_or_default() {
-                files.insert(k, v.0);
-            }
-            for (k, v) in cm.data.unwrap_or_default() {
-                files.insert(k, v.into_bytes());
-            }
-            let snap = Snapshot::from_files(files).with_pulled(&registry())?;
-            let set = PolicySet::load(engine, &snap, None)?;
+            let (set, snap) = load_files(engine, configmap_files(&cm))?;
             let origin = Origin {
                 source: format!("ConfigMap {namespace}/{name}"),
                 pulled: snap.pulled(),

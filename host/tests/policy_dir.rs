@@ -754,7 +754,7 @@ fn a_deeply_nested_policies_yaml_is_refused_by_its_depth() {
 /// stay; a policy that fails its check, or one that would take the
 /// ConfigMap past 1 MiB, changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nmo_policy_add_adds_one_policy_and_keeps_the_others() {
+async fn nmo_policy_add_and_rm_change_one_policy_and_keep_the_others() {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::ConfigMap;
     let (cluster, client) = start_cluster(1).await;
@@ -831,6 +831,80 @@ async fn nmo_policy_add_adds_one_policy_and_keeps_the_others() {
     let after = api.get("node-maintenance-operator-policies").await.unwrap();
     assert_eq!(after.binary_data.unwrap().len(), 2);
     assert_eq!(api.get("full").await.unwrap().binary_data.unwrap().len(), 1);
+
+    // `nmo policy rm`: one policy out, the others kept; refused, nothing
+    // changed, when policies.yaml still names it or a maintenance that has
+    // not finished drains with it (unless --force).
+    let rm = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+            .args(["policy", "rm"])
+            .args(extra)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .unwrap();
+        (out.status.success(), common::printed(&out))
+    };
+    let (ok, out) = rm(&["default"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("without default, the operator would refuse the set")
+            && out.contains("nothing changed"),
+        "{out}"
+    );
+    let (ok, out) = rm(&["ghost"]);
+    assert!(
+        !ok && out.contains("has no policy ghost (it has: default, never-force)"),
+        "{out}"
+    );
+    let nms: kube::Api<nmo::crd::NodeMaintenance> = kube::Api::all(client.clone());
+    let nm = nmo::crd::NodeMaintenance::new(
+        "draining",
+        nmo::crd::NodeMaintenanceSpec {
+            node_name: "worker-1".into(),
+            reason: None,
+        },
+    );
+    nms.create(&Default::default(), &nm).await.unwrap();
+    nms.patch_status(
+        "draining",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"status": {
+            "phase": "Running", "policy": "never-force@sha256:0123456789ab"}})),
+    )
+    .await
+    .unwrap();
+    let (ok, out) = rm(&["never-force"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("maintenances that have not finished drain with never-force: draining")
+            && out.contains("nothing changed"),
+        "{out}"
+    );
+    assert_eq!(
+        api.get("node-maintenance-operator-policies")
+            .await
+            .unwrap()
+            .binary_data
+            .unwrap()
+            .len(),
+        2,
+        "nothing changed"
+    );
+    let (ok, out) = rm(&["never-force", "--force"]);
+    assert!(ok, "{out}");
+    assert!(
+        out.starts_with(
+            "configmap/node-maintenance-operator-policies patched: never-force.wasm removed"
+        ),
+        "{out}"
+    );
+    let after = api.get("node-maintenance-operator-policies").await.unwrap();
+    assert_eq!(
+        after.binary_data.unwrap().keys().collect::<Vec<_>>(),
+        ["default.wasm"]
+    );
+    assert_eq!(after.data.unwrap()["policies.yaml"], "default: default\n");
     cluster.stop().await;
 }
 

@@ -171,6 +171,114 @@ async fn policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `nmo policy rm`: one policy out of the operator's policies ConfigMap.
+#[derive(Debug, Clone, Args)]
+pub struct RmArgs {
+    /// The policy's name in the set (the ConfigMap key NAME.wasm).
+    pub name: String,
+    /// Remove it even though maintenances that have not finished name it
+    /// in `status.policy` (a running operator keeps the policy they
+    /// started with until they end; a restarted one would not have it).
+    #[arg(long)]
+    pub force: bool,
+    /// The operator's policies ConfigMap, NAMESPACE/NAME.
+    #[arg(
+        long,
+        default_value = "node-maintenance-operator-system/node-maintenance-operator-policies"
+    )]
+    pub policy_configmap: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `nmo policy rm`.
+pub fn run_policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Runtime::new()?.block_on(policy_rm(args))
+}
+
+/// Removes `NAME.wasm` from the ConfigMap, every other key kept; refused
+/// (nothing changed) when the set left would be one the operator refuses
+/// (`policies.yaml` naming it as the default, in a rule or its settings),
+/// or when maintenances that have not finished use it, unless `--force`.
+async fn policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Patch, PatchParams};
+    check_policy_name(&args.name)?;
+    let (namespace, cm_name) = args
+        .policy_configmap
+        .split_once('/')
+        .context("--policy-configmap is NAMESPACE/NAME")?;
+    let client = client(&args.cluster).await?;
+    let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+    let current = api.get(cm_name).await?;
+    let key = format!("{}.wasm", args.name);
+    let mut files = nmo::plan::configmap_files(&current);
+    if files.remove(&key).is_none() {
+        let there: Vec<String> = files
+            .keys()
+            .filter_map(|k| k.strip_suffix(".wasm").map(str::to_owned))
+            .collect();
+        anyhow::bail!(
+            "ConfigMap {namespace}/{cm_name} has no policy {} (it has: {})",
+            args.name,
+            if there.is_empty() {
+                "none".to_owned()
+            } else {
+                there.join(", ")
+            }
+        );
+    }
+    let engine = super::engine()?;
+    let left = nmo::plan::load_files(&engine, files).map_err(|e| {
+        anyhow::anyhow!(
+            "without {}, the operator would refuse the set: {e}; nothing changed (change policies.yaml first)",
+            args.name
+        )
+    })?;
+    let users: Vec<String> = Api::<NodeMaintenance>::all(client)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|nm| {
+            let s = nm.status.as_ref();
+            s.and_then(|s| s.policy.as_deref())
+                .is_some_and(|p| p.split('@').next() == Some(args.name.as_str()))
+                && !s.and_then(|s| s.phase.as_ref()).is_some_and(|p| {
+                    matches!(
+                        p,
+                        nmo::crd::MaintenancePhase::Succeeded | nmo::crd::MaintenancePhase::Failed
+                    )
+                })
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    if !users.is_empty() && !args.force {
+        anyhow::bail!(
+            "maintenances that have not finished drain with {}: {}; a restarted operator would not have it. Wait for them, or --force; nothing changed",
+            args.name,
+            users.join(", ")
+        );
+    }
+    let field = if current
+        .binary_data
+        .as_ref()
+        .is_some_and(|b| b.contains_key(&key))
+    {
+        "binaryData"
+    } else {
+        "data"
+    };
+    let patch = serde_json::json!({ field: { &key: null } });
+    api.patch(cm_name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    outln!(
+        "configmap/{cm_name} patched: {key} removed; the set left: {}",
+        left.0.summary()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `kubectl nm`: node maintenance with nmo.
 #[derive(Debug, Parser)]
 #[command(

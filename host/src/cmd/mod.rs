@@ -360,6 +360,11 @@ pub enum PolicyCommand {
     /// default, where each came from (a pulled one: its OCI reference).
     /// Each is loaded as the operator loads it.
     List(kubectl::ListArgs),
+    /// Remove one policy from the operator's policies ConfigMap, keeping
+    /// every other key; refused when the set left would be one the
+    /// operator refuses (policies.yaml still names it), or while
+    /// maintenances that have not finished drain with it (unless --force).
+    Rm(kubectl::RmArgs),
     /// Push a policy to an OCI registry as a Wasm artifact (checked first,
     /// as `nmo policy check` does) and print the reference pinned by
     /// digest that policies.yaml's `pull:` takes. Credentials: `docker
@@ -517,6 +522,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
         Some(Command::Policy(PolicyCommand::Add(args))) => kubectl::run_policy_add(&args),
         Some(Command::Policy(PolicyCommand::List(args))) => kubectl::run_policy_list(&args),
+        Some(Command::Policy(PolicyCommand::Rm(args))) => kubectl::run_policy_rm(&args),
         Some(Command::Policy(PolicyCommand::Push {
             file,
             reference,
