@@ -845,6 +845,42 @@ async fn nmo_policy_add_and_rm_change_one_policy_and_keep_the_others() {
             .unwrap();
         (out.status.success(), common::printed(&out))
     };
+    // `nmo policy inspect`: a policy of the ConfigMap, by name, as the
+    // operator loads it; a file, named as `add` names it.
+    let inspect = |what: &std::ffi::OsStr| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+            .args(["policy", "inspect"])
+            .arg(what)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .output()
+            .unwrap();
+        (out.status.success(), common::printed(&out))
+    };
+    let digest = {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(built_policy("never_force"));
+        d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    };
+    for what in [std::ffi::OsStr::new("never-force"), never_force.as_os_str()] {
+        let (ok, out) = inspect(what);
+        assert!(ok, "{out}");
+        for expected in [
+            "Name:       never-force".to_owned(),
+            format!("SHA-256:    {digest}"),
+            format!("Recorded:   never-force@sha256:{}", &digest[..12]),
+            "Contract:   medik8s:node-maintenance@0.3.0".to_owned(),
+            "Exports:    validate-settings, admit, plan-drain, on-failure".to_owned(),
+            "Self-check: passed".to_owned(),
+        ] {
+            assert!(out.contains(&expected), "missing {expected:?}:\n{out}");
+        }
+    }
+    let (ok, out) = inspect(std::ffi::OsStr::new("ghost"));
+    assert!(!ok && out.contains("has no ghost.wasm"), "{out}");
+    let (ok, out) = inspect(garbage.as_os_str());
+    assert!(!ok && out.contains("garbage"), "{out}");
+
     let (ok, out) = rm(&["default"]);
     assert!(!ok, "{out}");
     assert!(

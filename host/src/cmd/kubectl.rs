@@ -279,6 +279,116 @@ async fn policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `nmo policy inspect`: what a policy is.
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    /// A policy file (.wasm), `default` (the embedded default), or the
+    /// name of a policy in the operator's policies ConfigMap.
+    pub policy: PathBuf,
+    /// The operator's policies ConfigMap, NAMESPACE/NAME (for a name).
+    #[arg(
+        long,
+        default_value = "node-maintenance-operator-system/node-maintenance-operator-policies"
+    )]
+    pub policy_configmap: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// `nmo policy inspect`.
+pub fn run_policy_inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
+    tokio::runtime::Runtime::new()?.block_on(policy_inspect(args))
+}
+
+/// Loads the policy as the operator would and says what it is: its name,
+/// where it came from, its sha256 (and as `status.policy` shows it), its
+/// size, the contract version it was built against, what it imports and
+/// exports, and whether it passes the operator's self-check. Exit code 1
+/// when the self-check fails.
+async fn policy_inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
+    let engine = super::engine()?;
+    let given = &args.policy;
+    let (policy, source, size) = if given.as_os_str() == "default" {
+        let p = engine.default_policy()?;
+        let size = nmo::policy::DEFAULT_POLICY_WASM.len();
+        (p, "embedded in nmo".to_owned(), size)
+    } else if given.exists() {
+        // Named as `nmo policy add` names it in the set.
+        let name = given
+            .file_stem()
+            .map(|s| s.to_string_lossy().replace('_', "-"))
+            .unwrap_or_default();
+        let bytes = std::fs::read(given).with_context(|| format!("reading {}", given.display()))?;
+        let p = engine.load(&name, &bytes)?;
+        (p, given.display().to_string(), bytes.len())
+    } else {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let name = given.to_string_lossy().into_owned();
+        check_policy_name(&name).map_err(|_| {
+            anyhow::anyhow!("{name}: no such file, and no policy name (lowercase letters, digits and '-') to look for in the ConfigMap")
+        })?;
+        let (namespace, cm_name) = args
+            .policy_configmap
+            .split_once('/')
+            .context("--policy-configmap is NAMESPACE/NAME")?;
+        let client = client(&args.cluster).await?;
+        let cm = Api::<ConfigMap>::namespaced(client, namespace)
+            .get(cm_name)
+            .await?;
+        let key = format!("{name}.wasm");
+        let bytes = nmo::plan::configmap_files(&cm)
+            .remove(&key)
+            .with_context(|| format!("ConfigMap {namespace}/{cm_name} has no {key}"))?;
+        let p = engine.load(&name, &bytes)?;
+        (
+            p,
+            format!("ConfigMap {namespace}/{cm_name}, key {key}"),
+            bytes.len(),
+        )
+    };
+    let interface = policy.interface();
+    let check = nmo::policy::selfcheck::run(&policy);
+    let row = |label: &str, value: &str| outln!("{label:<12}{value}");
+    row("Name:", policy.name());
+    row("Source:", &source);
+    row("SHA-256:", policy.digest());
+    row(
+        "Recorded:",
+        &format!(
+            "{}@sha256:{} (as status.policy shows it)",
+            policy.name(),
+            &policy.digest()[..12]
+        ),
+    );
+    row("Size:", &format!("{size} bytes"));
+    row(
+        "Contract:",
+        &format!(
+            "{} (this nmo runs {})",
+            interface
+                .contract()
+                .map_or("(none named)".to_owned(), |v| format!(
+                    "medik8s:node-maintenance@{v}"
+                )),
+            nmo::policy::CONTRACT_VERSION
+        ),
+    );
+    row("Exports:", &interface.exports.join(", "));
+    row("Imports:", &interface.imports.join(", "));
+    match &check {
+        Ok(()) => row(
+            "Self-check:",
+            "passed (a sample drain and every kind of failure answered validly)",
+        ),
+        Err(e) => row("Self-check:", &format!("FAILED: {e}")),
+    }
+    Ok(if check.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// `kubectl nm`: node maintenance with nmo.
 #[derive(Debug, Parser)]
 #[command(

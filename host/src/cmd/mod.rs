@@ -365,6 +365,11 @@ pub enum PolicyCommand {
     /// operator refuses (policies.yaml still names it), or while
     /// maintenances that have not finished drain with it (unless --force).
     Rm(kubectl::RmArgs),
+    /// What a policy is (a file, `default`, or a name in the policies
+    /// ConfigMap): its sha256 as status.policy records it, its size, the
+    /// contract version it was built against, its imports and exports,
+    /// and whether it passes the operator's self-check (exit 1 if not).
+    Inspect(kubectl::InspectArgs),
     /// Push a policy to an OCI registry as a Wasm artifact (checked first,
     /// as `nmo policy check` does) and print the reference pinned by
     /// digest that policies.yaml's `pull:` takes. Credentials: `docker
@@ -523,6 +528,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Some(Command::Policy(PolicyCommand::Add(args))) => kubectl::run_policy_add(&args),
         Some(Command::Policy(PolicyCommand::List(args))) => kubectl::run_policy_list(&args),
         Some(Command::Policy(PolicyCommand::Rm(args))) => kubectl::run_policy_rm(&args),
+        Some(Command::Policy(PolicyCommand::Inspect(args))) => kubectl::run_policy_inspect(&args),
         Some(Command::Policy(PolicyCommand::Push {
             file,
             reference,

@@ -486,10 +486,41 @@ impl std::fmt::Debug for Policy {
     }
 }
 
+/// What a policy's component imports and exports, by name: the contract's
+/// interfaces with their version (`medik8s:node-maintenance/types@0.3.0`),
+/// WASI's, and its functions (`plan-drain`, `admit`...).
+#[derive(Debug, Clone, Default)]
+pub struct Interface {
+    pub imports: Vec<String>,
+    pub exports: Vec<String>,
+}
+
+impl Interface {
+    /// The contract version the policy was built against (from the
+    /// names of the contract's interfaces it uses).
+    pub fn contract(&self) -> Option<&str> {
+        self.imports
+            .iter()
+            .chain(&self.exports)
+            .filter_map(|n| n.strip_prefix("medik8s:node-maintenance/"))
+            .find_map(|rest| rest.split_once('@').map(|(_, v)| v))
+    }
+}
+
 impl Policy {
     /// The policy's name (file name, or `default`).
     pub fn name(&self) -> &str {
         &self.inner.name
+    }
+
+    /// What the policy's component imports and exports.
+    pub fn interface(&self) -> Interface {
+        let engine = &self.inner.engine.inner.engine;
+        let ty = self.inner.pre.instance_pre().component().component_type();
+        Interface {
+            imports: ty.imports(engine).map(|(n, _)| n.to_owned()).collect(),
+            exports: ty.exports(engine).map(|(n, _)| n.to_owned()).collect(),
+        }
     }
 
     /// The SHA-256 of the policy's bytes, in hex.

@@ -65,7 +65,7 @@ pub mod types {
 pub use cache::PolicyCache;
 pub use compile::{CompileLimits, worker_main as compile_worker_main};
 pub use decision::{Decision, decide};
-pub use engine::{EngineConfig, Policy, PolicyEngine};
+pub use engine::{EngineConfig, Interface, Policy, PolicyEngine};
 pub use error::{Error, Result};
 pub use inputs::{
     Fleet, FleetNodes, HISTORY_WINDOW, HISTORY_WINDOW_SETTING, History, MAX_HISTORY_WINDOW,
