@@ -455,12 +455,12 @@ impl Run<'_> {
         seen
     }
 
-    /// A drain a PodDisruptionBudget holds, then relaxed.
-    async fn budget(&self) -> Seen {
-        let mut seen = Seen::default();
-        let (node, ns) = (self.node(1), self.namespace("budget").await);
-        for name in ["web-1", "web-2"] {
-            self.pod(&ns, name, &node, json!({})).await;
+    /// The scenario's namespace with `pods` on `node` behind a budget
+    /// that allows no eviction (`minAvailable: 2`, named `web`).
+    async fn held_by_a_budget(&self, scenario: &str, node: &str, pods: [&str; 2]) -> String {
+        let ns = self.namespace(scenario).await;
+        for name in pods {
+            self.pod(&ns, name, node, json!({})).await;
         }
         self.env
             .cp
@@ -470,26 +470,46 @@ impl Run<'_> {
             ))
             .await
             .unwrap();
-        self.create_nm("budget", &node).await;
-        // The first attempt's end (30 s, both): what it says then. (While
-        // it runs, nmo's lastError says what the drain waits for; the Go
-        // operator's says nothing until the attempt ends.)
-        let held = self
-            .wait_nm("budget", "said the attempt timed out", |s| {
-                s["lastError"]
-                    .as_str()
-                    .is_some_and(|e| e.contains("global timeout reached"))
-            })
-            .await;
-        self.status(&mut seen, "budget/held", &held);
-        self.node_state(&mut seen, "budget/held", &node).await;
+        ns
+    }
+
+    /// The budget `held_by_a_budget` made, deleted.
+    async fn relax(&self, ns: &str) {
         Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
             self.env.admin.clone(),
-            &ns,
+            ns,
         )
         .delete("web", &DeleteParams::default())
         .await
         .unwrap();
+    }
+
+    /// Waits until the first 30 s attempt of `name` ended (both
+    /// operators then say `global timeout reached`).
+    async fn attempt_timed_out(&self, name: &str) -> Value {
+        self.wait_nm(name, "said the attempt timed out", |s| {
+            s["lastError"]
+                .as_str()
+                .is_some_and(|e| e.contains("global timeout reached"))
+        })
+        .await
+    }
+
+    /// A drain a PodDisruptionBudget holds, then relaxed.
+    async fn budget(&self) -> Seen {
+        let mut seen = Seen::default();
+        let node = self.node(1);
+        let ns = self
+            .held_by_a_budget("budget", &node, ["web-1", "web-2"])
+            .await;
+        self.create_nm("budget", &node).await;
+        // The first attempt's end (30 s, both): what it says then. (While
+        // it runs, nmo's lastError says what the drain waits for; the Go
+        // operator's says nothing until the attempt ends.)
+        let held = self.attempt_timed_out("budget").await;
+        self.status(&mut seen, "budget/held", &held);
+        self.node_state(&mut seen, "budget/held", &node).await;
+        self.relax(&ns).await;
         let nm = self.wait_phase("budget", "Succeeded").await;
         self.status(&mut seen, "budget/relaxed", &nm);
         self.end("budget").await;
@@ -579,18 +599,10 @@ impl Run<'_> {
         probe: u16,
     ) -> Seen {
         let mut seen = Seen::default();
-        let (node, ns) = (self.node(5), self.namespace("restart").await);
-        for name in ["r-1", "r-2"] {
-            self.pod(&ns, name, &node, json!({})).await;
-        }
-        self.env
-            .cp
-            .apply(&format!(
-                "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {{name: web, namespace: {ns}}}\n\
-                 spec: {{minAvailable: 2, selector: {{matchLabels: {{app: web}}}}}}\n"
-            ))
-            .await
-            .unwrap();
+        let node = self.node(5);
+        let ns = self
+            .held_by_a_budget("restart", &node, ["r-1", "r-2"])
+            .await;
         self.create_nm("restart", &node).await;
         let draining = self
             .wait_nm("restart", "started draining", |s| s["phase"] == "Running")
@@ -609,21 +621,9 @@ impl Run<'_> {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let held = self
-            .wait_nm("restart", "said the attempt timed out", |s| {
-                s["lastError"]
-                    .as_str()
-                    .is_some_and(|e| e.contains("global timeout reached"))
-            })
-            .await;
+        let held = self.attempt_timed_out("restart").await;
         self.status(&mut seen, "restart/held", &held);
-        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
-            self.env.admin.clone(),
-            &ns,
-        )
-        .delete("web", &DeleteParams::default())
-        .await
-        .unwrap();
+        self.relax(&ns).await;
         let nm = self.wait_phase("restart", "Succeeded").await;
         self.status(&mut seen, "restart/relaxed", &nm);
         self.node_state(&mut seen, "restart/relaxed", &node).await;

@@ -779,16 +779,22 @@ async fn nmo_policy_add_and_rm_change_one_policy_and_keep_the_others() {
         ..Default::default()
     };
     api.create(&Default::default(), &cm).await.unwrap();
-    let add = |file: &std::path::Path, extra: &[&str]| {
+    // `nmo policy VERB ARGS… --kubeconfig`: whether it succeeded, and
+    // what it printed.
+    let policy = |verb: &str, args: &[&std::ffi::OsStr]| {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-            .args(["policy", "add"])
-            .arg(file)
-            .args(extra)
+            .args(["policy", verb])
+            .args(args)
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .output()
             .unwrap();
         (out.status.success(), common::printed(&out))
+    };
+    let add = |file: &std::path::Path, extra: &[&str]| {
+        let mut args = vec![file.as_os_str()];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        policy("add", &args)
     };
     let never_force = dir.path().join("never_force.wasm");
     std::fs::write(&never_force, built_policy("never_force")).unwrap();
@@ -835,28 +841,13 @@ async fn nmo_policy_add_and_rm_change_one_policy_and_keep_the_others() {
     // `nmo policy rm`: one policy out, the others kept; refused, nothing
     // changed, when policies.yaml still names it or a maintenance that has
     // not finished drains with it (unless --force).
-    let rm = |extra: &[&str]| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-            .args(["policy", "rm"])
-            .args(extra)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .output()
-            .unwrap();
-        (out.status.success(), common::printed(&out))
+    let rm = |args: &[&str]| {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        policy("rm", &args)
     };
     // `nmo policy inspect`: a policy of the ConfigMap, by name, as the
     // operator loads it; a file, named as `add` names it.
-    let inspect = |what: &std::ffi::OsStr| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
-            .args(["policy", "inspect"])
-            .arg(what)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .output()
-            .unwrap();
-        (out.status.success(), common::printed(&out))
-    };
+    let inspect = |what: &std::ffi::OsStr| policy("inspect", &[what]);
     let digest = {
         use sha2::Digest;
         let d = sha2::Sha256::digest(built_policy("never_force"));

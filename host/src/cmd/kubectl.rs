@@ -71,6 +71,50 @@ pub struct PlanArgs {
     pub cluster: ClusterArgs,
 }
 
+/// The operator's policies ConfigMap in a cluster, as `nmo policy add`,
+/// `rm` and `inspect` name it.
+#[derive(Debug, Clone, Args)]
+pub struct PoliciesConfigMap {
+    /// The operator's policies ConfigMap, NAMESPACE/NAME.
+    #[arg(
+        long,
+        default_value = "node-maintenance-operator-system/node-maintenance-operator-policies"
+    )]
+    pub policy_configmap: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// A policies ConfigMap as read: the client, its API, its namespace and
+/// name, and the object.
+struct FetchedConfigMap {
+    client: Client,
+    api: Api<k8s_openapi::api::core::v1::ConfigMap>,
+    namespace: String,
+    name: String,
+    current: k8s_openapi::api::core::v1::ConfigMap,
+}
+
+impl PoliciesConfigMap {
+    /// Reads the ConfigMap from the cluster.
+    async fn fetch(&self) -> anyhow::Result<FetchedConfigMap> {
+        let (namespace, name) = self
+            .policy_configmap
+            .split_once('/')
+            .context("--policy-configmap is NAMESPACE/NAME")?;
+        let client = client(&self.cluster).await?;
+        let api = Api::namespaced(client.clone(), namespace);
+        let current = api.get(name).await?;
+        Ok(FetchedConfigMap {
+            client,
+            api,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            current,
+        })
+    }
+}
+
 /// `nmo policy add`: one policy into the operator's policies ConfigMap.
 #[derive(Debug, Clone, Args)]
 pub struct AddArgs {
@@ -80,14 +124,8 @@ pub struct AddArgs {
     /// file's name, without .wasm, `_` as `-`).
     #[arg(long)]
     pub name: Option<String>,
-    /// The operator's policies ConfigMap, NAMESPACE/NAME.
-    #[arg(
-        long,
-        default_value = "node-maintenance-operator-system/node-maintenance-operator-policies"
-    )]
-    pub policy_configmap: String,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub configmap: PoliciesConfigMap,
 }
 
 /// A policy's name is lowercase letters, digits and '-' (it is a
@@ -112,7 +150,6 @@ pub fn run_policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
-    use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Patch, PatchParams};
     let name = match &args.name {
         Some(n) => n.clone(),
@@ -129,14 +166,14 @@ async fn policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
     let engine = super::engine()?;
     let policy = engine.load(&name, &wasm)?;
     nmo::policy::selfcheck::run(&policy)?;
-    let (namespace, cm_name) = args
-        .policy_configmap
-        .split_once('/')
-        .context("--policy-configmap is NAMESPACE/NAME")?;
-    let client = client(&args.cluster).await?;
-    let api = Api::<ConfigMap>::namespaced(client, namespace);
+    let FetchedConfigMap {
+        api,
+        namespace,
+        name: cm_name,
+        current,
+        ..
+    } = args.configmap.fetch().await?;
     let key = format!("{name}.wasm");
-    let current = api.get(cm_name).await?;
     let others: usize = current
         .data
         .iter()
@@ -161,7 +198,7 @@ async fn policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
     // A merge patch of this one key: every other key stays as it is, and
     // no other field manager's fields are taken.
     let patch = serde_json::json!({"binaryData": {&key: k8s_openapi::ByteString(wasm.clone())}});
-    api.patch(cm_name, &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch(&cm_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     outln!(
         "configmap/{cm_name} patched: {key} ({} bytes, sha256 {}); {total} of {CONFIGMAP_LIMIT} bytes used",
@@ -181,14 +218,8 @@ pub struct RmArgs {
     /// started with until they end; a restarted one would not have it).
     #[arg(long)]
     pub force: bool,
-    /// The operator's policies ConfigMap, NAMESPACE/NAME.
-    #[arg(
-        long,
-        default_value = "node-maintenance-operator-system/node-maintenance-operator-policies"
-    )]
-    pub policy_configmap: String,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub configmap: PoliciesConfigMap,
 }
 
 /// `nmo policy rm`.
@@ -201,16 +232,15 @@ pub fn run_policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
 /// (`policies.yaml` naming it as the default, in a rule or its settings),
 /// or when maintenances that have not finished use it, unless `--force`.
 async fn policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
-    use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::{Patch, PatchParams};
     check_policy_name(&args.name)?;
-    let (namespace, cm_name) = args
-        .policy_configmap
-        .split_once('/')
-        .context("--policy-configmap is NAMESPACE/NAME")?;
-    let client = client(&args.cluster).await?;
-    let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-    let current = api.get(cm_name).await?;
+    let FetchedConfigMap {
+        client,
+        api,
+        namespace,
+        name: cm_name,
+        current,
+    } = args.configmap.fetch().await?;
     let key = format!("{}.wasm", args.name);
     let mut files = nmo::plan::configmap_files(&current);
     if files.remove(&key).is_none() {
@@ -270,7 +300,7 @@ async fn policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
         "data"
     };
     let patch = serde_json::json!({ field: { &key: null } });
-    api.patch(cm_name, &PatchParams::default(), &Patch::Merge(&patch))
+    api.patch(&cm_name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     outln!(
         "configmap/{cm_name} patched: {key} removed; the set left: {}",
@@ -285,14 +315,8 @@ pub struct InspectArgs {
     /// A policy file (.wasm), `default` (the embedded default), or the
     /// name of a policy in the operator's policies ConfigMap.
     pub policy: PathBuf,
-    /// The operator's policies ConfigMap, NAMESPACE/NAME (for a name).
-    #[arg(
-        long,
-        default_value = "node-maintenance-operator-system/node-maintenance-operator-policies"
-    )]
-    pub policy_configmap: String,
     #[command(flatten)]
-    pub cluster: ClusterArgs,
+    pub configmap: PoliciesConfigMap,
 }
 
 /// `nmo policy inspect`.
@@ -322,21 +346,18 @@ async fn policy_inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         let p = engine.load(&name, &bytes)?;
         (p, given.display().to_string(), bytes.len())
     } else {
-        use k8s_openapi::api::core::v1::ConfigMap;
         let name = given.to_string_lossy().into_owned();
         check_policy_name(&name).map_err(|_| {
             anyhow::anyhow!("{name}: no such file, and no policy name (lowercase letters, digits and '-') to look for in the ConfigMap")
         })?;
-        let (namespace, cm_name) = args
-            .policy_configmap
-            .split_once('/')
-            .context("--policy-configmap is NAMESPACE/NAME")?;
-        let client = client(&args.cluster).await?;
-        let cm = Api::<ConfigMap>::namespaced(client, namespace)
-            .get(cm_name)
-            .await?;
+        let FetchedConfigMap {
+            namespace,
+            name: cm_name,
+            current,
+            ..
+        } = args.configmap.fetch().await?;
         let key = format!("{name}.wasm");
-        let bytes = nmo::plan::configmap_files(&cm)
+        let bytes = nmo::plan::configmap_files(&current)
             .remove(&key)
             .with_context(|| format!("ConfigMap {namespace}/{cm_name} has no {key}"))?;
         let p = engine.load(&name, &bytes)?;
