@@ -238,6 +238,21 @@ async fn sigterm_mid_drain_ends_within_the_grace_period() {
     env.stop();
 }
 
+/// A cluster whose waiting-update interval is an hour, a pod `stuck` on
+/// worker-1 that never finishes terminating, and the maintenance `name`
+/// of worker-1 decided by the hostile policy with `knobs`.
+async fn hostile_on_a_stuck_pod(name: &str, knobs: &str) -> (tempfile::TempDir, Env) {
+    let (dir, store) = scenario::store();
+    let env = Env::start_tuned(2, store, |s| {
+        s.waiting_update_interval = Duration::from_secs(3600)
+    })
+    .await;
+    env.create_value(never_terminating("stuck", "worker-1"))
+        .await;
+    scenario::hostile_nm(&env, name, "worker-1", knobs).await;
+    (dir, env)
+}
+
 /// A policy that parks at every call with a new reason (one naming the
 /// time, say) and the soonest recheck: the status's reason and the
 /// `ParkedMaintenance` events follow at most once per waiting-update
@@ -245,14 +260,7 @@ async fn sigterm_mid_drain_ends_within_the_grace_period() {
 /// call, 57 a minute.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_park_reason_that_changes_every_call_floods_nothing() {
-    let (_dir, store) = scenario::store();
-    let env = Env::start_tuned(2, store, |s| {
-        s.waiting_update_interval = Duration::from_secs(3600)
-    })
-    .await;
-    env.create_value(never_terminating("stuck", "worker-1"))
-        .await;
-    scenario::hostile_nm(&env, "nm-churn", "worker-1", "tune:timeout=200,park-churn").await;
+    let (_dir, env) = hostile_on_a_stuck_pod("nm-churn", "tune:timeout=200,park-churn").await;
     let first = env
         .wait_status("nm-churn", "parked", |s| s.parked.is_some())
         .await
@@ -314,14 +322,7 @@ async fn a_park_reason_that_changes_every_call_floods_nothing() {
 /// (Before: one event per attempt, every second for as long as it lasts.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_removal_repeated_by_every_retry_is_said_once_an_interval() {
-    let (_dir, store) = scenario::store();
-    let env = Env::start_tuned(2, store, |s| {
-        s.waiting_update_interval = Duration::from_secs(3600)
-    })
-    .await;
-    env.create_value(never_terminating("stuck", "worker-1"))
-        .await;
-    scenario::hostile_nm(&env, "nm-force", "worker-1", "tune:timeout=200,delete").await;
+    let (_dir, env) = hostile_on_a_stuck_pod("nm-force", "tune:timeout=200,delete").await;
     let deleted = || {
         env.metrics
             .controller
