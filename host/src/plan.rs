@@ -631,6 +631,56 @@ fn detail(action: &Action, pod: &Pod) -> Option<String> {
 }
 
 impl Report {
+    /// What this plan decides otherwise than `baseline` (another policy's
+    /// plan of the same node), one line a pod (`shop/db-0: evict, wave 0
+    /// → surge, wave 1`) and one for the attempt's timeout or concurrency
+    /// when they differ; empty when every pod is decided alike.
+    pub fn differences(&self, baseline: &Report) -> Vec<String> {
+        let decided = |p: &PodPlan| {
+            let mut d = format!("{}, wave {}", p.action, p.wave);
+            if let Some(g) = p
+                .grace_period_seconds
+                .filter(|_| matches!(p.action.as_str(), "evict" | "delete"))
+            {
+                d.push_str(&format!(", grace {g}s"));
+            }
+            d
+        };
+        let mut out = Vec::new();
+        if self.attempt_timeout_seconds != baseline.attempt_timeout_seconds
+            || self.max_concurrent_removals != baseline.max_concurrent_removals
+        {
+            out.push(format!(
+                "attempt: {}s, {} removal(s) at once → {}s, {} at once",
+                baseline.attempt_timeout_seconds,
+                baseline.max_concurrent_removals,
+                self.attempt_timeout_seconds,
+                self.max_concurrent_removals
+            ));
+        }
+        for pod in &self.pods {
+            let was = baseline
+                .pods
+                .iter()
+                .find(|b| b.namespace == pod.namespace && b.name == pod.name);
+            let now = decided(pod);
+            let before = was.map_or_else(|| "(not planned)".to_owned(), decided);
+            if now != before {
+                let why = pod
+                    .reason
+                    .as_deref()
+                    .or(pod.detail.as_deref())
+                    .map(|r| format!(" ({})", crate::text::clean(r, 120)))
+                    .unwrap_or_default();
+                out.push(format!(
+                    "{}/{}: {before} → {now}{why}",
+                    pod.namespace, pod.name
+                ));
+            }
+        }
+        out
+    }
+
     /// The table `nmo plan` prints by default.
     pub fn table(&self) -> String {
         use std::fmt::Write;

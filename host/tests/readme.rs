@@ -400,6 +400,8 @@ fn a_demo_with_a_policy_directory_decides_with_it() {
     for expected in [
         "== nmo demo: policy directory",
         "default never-force",
+        "== what never-force changes against the default policy (2 of ",
+        "shop/debug-shell: evict, wave 0, grace 30s → block, wave 0 (pod shop/debug-shell has no controller",
         "the drain now waits only for pods the policy blocks on",
         "node worker-1 restored: unschedulable=false",
     ] {

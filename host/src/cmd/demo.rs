@@ -142,6 +142,17 @@ spec:
     spec: {{containers: [{{name: db, image: "postgres:17"}}]}}
 ---
 apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: queue, namespace: shop}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: queue}}}}
+  template:
+    metadata: {{labels: {{app: queue}}}}
+    # On worker-1's local disk: a stateful pod the drain always meets.
+    spec: {{nodeSelector: {{kubernetes.io/hostname: worker-1}}, containers: [{{name: broker, image: "rabbitmq:4"}}]}}
+---
+apiVersion: apps/v1
 kind: DaemonSet
 metadata: {{name: node-exporter, namespace: kube-system}}
 spec:
@@ -509,7 +520,7 @@ async fn start_cluster(opts: &DemoOptions) -> anyhow::Result<SimCluster> {
             "{} object(s) of your file, and a static pod",
             own.objects.len()
         ),
-        None => "Deployments web and api (with PDBs), StatefulSet db, DaemonSet node-exporter, a bare pod, an emptyDir pod, a static pod".into(),
+        None => "Deployments web and api (with PDBs), StatefulSets db and queue (queue on worker-1), DaemonSet node-exporter, a bare pod, an emptyDir pod, a static pod".into(),
     };
     outln!(
         "== simulated cluster at {} with {} nodes; workload: {what}",
@@ -623,7 +634,7 @@ async fn show_plan(
             node: Some("worker-1".into()),
             maintenance: None,
             policy: None,
-            source,
+            source: source.clone(),
         },
     )
     .await?;
@@ -631,7 +642,51 @@ async fn show_plan(
     for line in report.table().lines() {
         outln!("   {line}");
     }
+    if !matches!(source, nmo::plan::Source::Embedded) {
+        show_changes(client, engine, &report).await?;
+    }
     Ok(report)
+}
+
+/// What the policy decides otherwise than the embedded default would, pod
+/// by pod, on the same cluster.
+async fn show_changes(
+    client: &Client,
+    engine: &PolicyEngine,
+    report: &nmo::plan::Report,
+) -> anyhow::Result<()> {
+    let baseline = nmo::plan::plan(
+        client,
+        engine,
+        &nmo::plan::Request {
+            node: Some("worker-1".into()),
+            maintenance: None,
+            policy: None,
+            source: nmo::plan::Source::Embedded,
+        },
+    )
+    .await?;
+    let changes = report.differences(&baseline);
+    if changes.is_empty() {
+        outln!(
+            "== {} decides every pod of worker-1 as the default policy does (its difference is elsewhere: admission, failures, or pods this workload lacks)",
+            report.policy.name
+        );
+    } else {
+        outln!(
+            "== what {} changes against the default policy ({} of {} pods):",
+            report.policy.name,
+            changes
+                .iter()
+                .filter(|c| !c.starts_with("attempt:"))
+                .count(),
+            report.pods.len()
+        );
+        for c in changes {
+            outln!("   {c}");
+        }
+    }
+    Ok(())
 }
 
 /// Shows the drain live until the maintenance ends, only pods the policy
