@@ -41,12 +41,11 @@ pub(super) struct Memory {
     next: Option<(Instant, Next)>,
     /// This process admitted it (the cache may not show it admitted yet).
     admitted_here: bool,
-    /// When its waiting reason was last written (status and event).
-    reason_written: Option<Instant>,
-    /// When each per-pod event of its drain (a forced removal, a surge
-    /// fallen back) was last said, by reason and subject (the pod, and how
-    /// it was removed): a retry that does the same to the same pod says
-    /// it again only after an interval.
+    /// When each reason was last said, by what it is and its subject: the
+    /// policy's waiting or park reason (status and event), and each per-pod
+    /// event of its drain (a forced removal, a surge fallen back: the pod,
+    /// and how it was removed). A reason said again within an interval is
+    /// not said.
     said: std::collections::HashMap<(&'static str, String), Instant>,
     /// Its next pass must look even if woken by our own write (a place
     /// freed for a waiting maintenance).
@@ -293,27 +292,18 @@ impl Context {
             .with(uid, |m| m.next = Some((Instant::now(), next)));
     }
 
-    /// Whether a waiting maintenance's new reason may be written now (and,
-    /// if so, notes that it is): the first always, then at most one every
-    /// [`Settings::waiting_update_interval`](super::Settings::waiting_update_interval).
+    /// Whether a waiting or parked maintenance's new reason may be written
+    /// now (and, if so, notes that it is): the first always, then at most
+    /// one every [`Settings::waiting_update_interval`](super::Settings::waiting_update_interval)
+    /// (the throttle every reason a policy gives shares, [`Self::may_say`]).
     pub(super) fn may_write_reason(&self, uid: &str) -> bool {
-        let interval = self.settings.waiting_update_interval;
-        self.memory.with(uid, |m| {
-            let now = Instant::now();
-            match m.reason_written {
-                Some(at) if now.duration_since(at) < interval => false,
-                _ => {
-                    m.reason_written = Some(now);
-                    true
-                }
-            }
-        })
+        self.may_say(uid, "the policy's reason", "")
     }
 
-    /// Whether the drain's per-pod event `reason` about `subject` may be said
-    /// now (and, if so, notes that it is): the first always, then at most
-    /// one every [`Settings::waiting_update_interval`](super::Settings::waiting_update_interval),
-    /// whatever the policy's rule says this time.
+    /// Whether `reason` about `subject` may be said now (and, if so, notes
+    /// that it is): the first always, then at most one every
+    /// [`Settings::waiting_update_interval`](super::Settings::waiting_update_interval),
+    /// whatever the policy's words are this time.
     pub(super) fn may_say(&self, uid: &str, reason: &'static str, subject: &str) -> bool {
         let interval = self.settings.waiting_update_interval;
         self.memory.with(uid, |m| {
