@@ -17,7 +17,7 @@ fn repo() -> PathBuf {
 
 /// Builds the image once per test process (the script is quick when
 /// nothing changed) and returns its OCI archive.
-fn archive() -> PathBuf {
+pub(crate) fn archive() -> PathBuf {
     static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(path) = built.as_ref() {

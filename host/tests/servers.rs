@@ -545,3 +545,55 @@ async fn the_probes_answer_while_many_policies_compile() {
     operator.kill().await.unwrap();
     cluster.stop().await;
 }
+
+/// As a pod, the webhook's certificate usually arrives after the operator
+/// started: cert-manager issues the Secret the Deployment mounts
+/// (optional), and the kubelet fills the folder a minute later. The
+/// operator used to switch the webhook off for good when the folder was
+/// empty at start, so every admission through the Service was refused
+/// (found running `deploy/default` on a real node). It now starts the
+/// webhook when the certificate appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_starts_when_its_certificate_arrives_after_the_operator() {
+    let (cluster, _client) = common::start_cluster(1).await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    let (certs, _) = common::webhook_cert();
+    let ca = std::fs::read_to_string(certs.path().join("tls.crt")).unwrap();
+    let mounted = work.path().join("serving-certs");
+    std::fs::create_dir(&mounted).unwrap();
+    let (probe, hook) = (common::free_port(), common::free_port());
+    let mut operator = spawn_operator(
+        &kubeconfig,
+        probe,
+        &[
+            format!("--webhook-bind-address=127.0.0.1:{hook}"),
+            format!("--webhook-cert-dir={}", mounted.display()),
+            format!("--policy-dir={}", work.path().join("none").display()),
+        ],
+    );
+    common::wait_until("the operator ready", Duration::from_secs(60), || {
+        common::ready_on(probe)
+    })
+    .await;
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{hook}").parse().unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "nothing answers on the webhook's port without a certificate"
+    );
+    for f in ["tls.crt", "tls.key"] {
+        std::fs::copy(certs.path().join(f), mounted.join(f)).unwrap();
+    }
+    common::wait_until(
+        "the webhook serving its certificate",
+        Duration::from_secs(30),
+        || {
+            let ca = ca.clone();
+            async move { tls_connect(addr, &ca).await.is_ok() }
+        },
+    )
+    .await;
+    operator.kill().await.unwrap();
+    cluster.stop().await;
+}

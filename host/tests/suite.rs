@@ -33,6 +33,7 @@ mod prometheus;
 mod readme;
 mod real_cluster;
 mod real_deploy;
+mod real_node;
 mod reliability;
 mod restore;
 mod surfaces;

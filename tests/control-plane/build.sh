@@ -18,7 +18,7 @@ root="${NMO_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nmo-control-pla
 key="$(cd "$here" && cat versions.env build.sh $(find . -name '*.go' -o -name '*.yaml' | sort) | sha256sum | cut -c1-16)"
 dir="$root/$key"
 bin="$dir/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane)
 
 complete() {
   for b in "${want[@]}"; do [[ -s "$bin/$b" ]] || return 1; done
@@ -81,12 +81,23 @@ step "Kubernetes: resolving modules"
 (cd "$k" && quiet go get -tool \
   "k8s.io/kubernetes/cmd/kube-apiserver@$KUBERNETES_VERSION" \
   "k8s.io/kubernetes/cmd/kube-controller-manager@$KUBERNETES_VERSION" \
-  "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION")
+  "k8s.io/kubernetes/cmd/kube-scheduler@$KUBERNETES_VERSION" \
+  "k8s.io/kubernetes/cmd/kubelet@$KUBERNETES_VERSION" \
+  "k8s.io/kubernetes/cmd/kube-proxy@$KUBERNETES_VERSION")
 v=k8s.io/component-base/version
 kld="$ld -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean -X $v.buildDate=1970-01-01T00:00:00Z"
-step "Kubernetes: building kube-apiserver, kube-controller-manager, kube-scheduler"
+step "Kubernetes: building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy"
 (cd "$k" && go build -trimpath -ldflags "$kld" -o "$out/" \
-  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+
+# The pod sandbox's process for the real node's containerd (node/pause).
+p="$dir.tmp/src/pause"
+mkdir -p "$p"
+cp "$here/node/pause/main.go" "$p/"
+printf 'module nmo.invalid/control-plane/pause\n\ngo 1.26.0\n' >"$p/go.mod"
+step "pause: building"
+(cd "$p" && go build -trimpath -ldflags "$ld" -o "$out/pause" .)
 
 # etcd, from its server module's own main package.
 e="$dir.tmp/src/etcd"

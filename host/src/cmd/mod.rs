@@ -766,28 +766,55 @@ async fn start_servers(
     }
     if let Some(addr) = server::parse_bind(&cli.webhook_bind_address)? {
         let cert_dir = webhook_cert_dir(cli);
-        if cert_dir.join(nmo::tls::cert_files(&cert_dir)[0]).exists() {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            let validator = nmo::webhook::Validator::new(client.clone())
-                .await
-                .with_policies(ctx.policies.clone())
-                .with_lease_namespace(&ctx.settings.lease_namespace)
-                .with_metrics(metrics.webhook.clone());
-            let dir = cert_dir.clone();
-            tokio::spawn(async move {
-                if let Err(e) = nmo::webhook::serve(listener, &dir, validator).await {
-                    tracing::error!(logger = "webhook", error = %e, "webhook server stopped");
-                }
-            });
-            tracing::info!(logger = "setup", address = %addr, cert_dir = %cert_dir.display(), "serving the validating webhook");
+        let validator = nmo::webhook::Validator::new(client.clone())
+            .await
+            .with_policies(ctx.policies.clone())
+            .with_lease_namespace(&ctx.settings.lease_namespace)
+            .with_metrics(metrics.webhook.clone());
+        if has_webhook_cert(&cert_dir) {
+            serve_webhook(addr, cert_dir, validator).await?;
         } else {
+            // As a pod, the certificate's Secret is often issued after the
+            // pod started (cert-manager): the kubelet fills the mounted
+            // folder later, and the webhook starts then.
             tracing::warn!(
                 logger = "setup",
-                cert_dir = %cli.webhook_cert_dir.display(),
-                "no webhook certificate: the validating webhook is off"
+                cert_dir = %cert_dir.display(),
+                "no webhook certificate yet: the validating webhook starts when it appears"
             );
+            tokio::spawn(async move {
+                while !has_webhook_cert(&cert_dir) {
+                    tokio::time::sleep(WEBHOOK_CERT_POLL).await;
+                }
+                if let Err(e) = serve_webhook(addr, cert_dir, validator).await {
+                    tracing::error!(logger = "webhook", error = %e, "the validating webhook could not start");
+                }
+            });
         }
     }
+    Ok(())
+}
+
+/// How often a missing webhook certificate is looked for.
+const WEBHOOK_CERT_POLL: Duration = Duration::from_secs(1);
+
+fn has_webhook_cert(cert_dir: &std::path::Path) -> bool {
+    cert_dir.join(nmo::tls::cert_files(cert_dir)[0]).exists()
+}
+
+/// Binds the webhook's address and serves it in the background.
+async fn serve_webhook(
+    addr: std::net::SocketAddr,
+    cert_dir: PathBuf,
+    validator: nmo::webhook::Validator,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(logger = "setup", address = %addr, cert_dir = %cert_dir.display(), "serving the validating webhook");
+    tokio::spawn(async move {
+        if let Err(e) = nmo::webhook::serve(listener, &cert_dir, validator).await {
+            tracing::error!(logger = "webhook", error = %e, "webhook server stopped");
+        }
+    });
     Ok(())
 }
 

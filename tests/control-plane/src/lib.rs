@@ -17,6 +17,7 @@
 //! ```
 
 mod binaries;
+mod node;
 mod pki;
 mod ports;
 mod process;
@@ -33,6 +34,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 pub use binaries::{Binaries, versions};
+pub use node::{APISERVER_ADDRESS, CLUSTER_CIDR, SERVICE_RANGE, isolated, node_address};
 pub use pki::TokenUser;
 pub use ports::free_port;
 use process::Process;
@@ -75,6 +77,8 @@ pub enum ControlPlaneError {
     Kubeconfig(String),
     #[error("kubectl {args}: {output}")]
     Kubectl { args: String, output: String },
+    #[error("real node: {0}")]
+    Node(String),
 }
 
 impl std::fmt::Debug for ControlPlaneError {
@@ -120,6 +124,12 @@ pub struct Options {
     pub nodes: Vec<NodeSpec>,
     /// The API server writes an audit log (every request, metadata level).
     pub audit: bool,
+    /// Real nodes (a kubelet with containerd each, and kube-proxy), Ready
+    /// before `start` returns. Only inside [`isolated`]: their addresses
+    /// and the API server's then live in the test's own network namespace.
+    pub real_nodes: Vec<String>,
+    /// Image archives imported into every real node's containerd.
+    pub images: Vec<PathBuf>,
 }
 
 impl Options {
@@ -147,6 +157,7 @@ pub struct AuditRecord {
 /// A running control plane. Dropping it stops every process it started.
 pub struct ControlPlane {
     // Declared first: dropped (stopped) before the folder goes.
+    real: Option<node::RealNodes>,
     processes: Vec<Process>,
     dir: tempfile::TempDir,
     bin: Binaries,
@@ -163,6 +174,8 @@ const ADMIN: &str = "admin";
 const KCM: &str = "system:kube-controller-manager";
 const SCHEDULER: &str = "system:kube-scheduler";
 const KWOK: &str = "kwok";
+const KUBELET: &str = "kubelet";
+const KUBE_PROXY: &str = "system:kube-proxy";
 
 impl ControlPlane {
     /// Builds what is missing (with a line saying so), starts etcd, the API
@@ -185,6 +198,8 @@ impl ControlPlane {
                 (KCM, &[]),
                 (SCHEDULER, &[]),
                 (KWOK, &["system:masters"]),
+                (KUBELET, &["system:masters"]),
+                (KUBE_PROXY, &[]),
             ],
         )?;
         let admin = pki.tokens[0].clone();
@@ -194,6 +209,7 @@ impl ControlPlane {
         let routes = proxy::Routes::default();
         let proxy = tokio::spawn(proxy::serve(listener, routes.clone()));
         let mut cp = ControlPlane {
+            real: None,
             processes: Vec::new(),
             dir,
             bin,
@@ -206,7 +222,9 @@ impl ControlPlane {
             proxy,
         };
         cp.start_etcd().await?;
-        cp.start_apiserver(opts.audit, proxy_addr).await?;
+        let real = !opts.real_nodes.is_empty();
+        cp.start_apiserver(opts.audit, (!real).then_some(proxy_addr))
+            .await?;
         // The API server's port is known now.
         for user in &pki.tokens[1..] {
             cp.write_kubeconfig(&format!("{}.kubeconfig", short(&user.user)), &user.token)?;
@@ -219,7 +237,22 @@ impl ControlPlane {
         for node in &opts.nodes {
             cp.add_node(&client, node).await?;
         }
-        let names: Vec<&str> = opts.nodes.iter().map(|n| n.name.as_str()).collect();
+        if real {
+            let wiring = node::Wiring {
+                bin: &cp.bin,
+                dir: cp.dir.path(),
+                kubelet_kubeconfig: cp.dir.path().join("kubelet.kubeconfig"),
+                proxy_kubeconfig: cp.dir.path().join("kube-proxy.kubeconfig"),
+                images: &opts.images,
+            };
+            cp.real = Some(node::RealNodes::start(&wiring, &opts.real_nodes).await?);
+        }
+        let names: Vec<&str> = opts
+            .nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .chain(opts.real_nodes.iter().map(String::as_str))
+            .collect();
         cp.wait_nodes_ready(&client, &names).await?;
         cp.wait_default_service_account(&client).await?;
         cp.started = begun.elapsed();
@@ -503,7 +536,18 @@ impl ControlPlane {
         for p in &mut self.processes {
             p.check_running()?;
         }
+        if let Some(r) = &mut self.real {
+            r.check_running()?;
+        }
         Ok(())
+    }
+
+    /// Stops real node `name`'s kubelet (its pods keep running, as when a
+    /// kubelet dies).
+    pub fn stop_kubelet(&mut self, name: &str) {
+        if let Some(r) = &mut self.real {
+            r.stop_kubelet(name);
+        }
     }
 
     /// The pids of the running components, by name.
@@ -511,6 +555,7 @@ impl ControlPlane {
         self.processes
             .iter()
             .map(|p| (p.name.clone(), p.pid()))
+            .chain(self.real.iter().flat_map(|r| r.pids()))
             .collect()
     }
 
@@ -518,7 +563,9 @@ impl ControlPlane {
     pub fn logs_tail(&self, lines: usize) -> String {
         self.processes
             .iter()
-            .map(|p| process::tail(&p.log, lines))
+            .map(|p| p.log.as_path())
+            .chain(self.real.iter().flat_map(|r| r.logs()))
+            .map(|log| process::tail(log, lines))
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -529,6 +576,9 @@ impl ControlPlane {
     }
 
     fn stop_all(&mut self) {
+        if let Some(r) = self.real.take() {
+            r.stop();
+        }
         self.proxy.abort();
         while let Some(mut p) = self.processes.pop() {
             p.stop(Duration::from_secs(5));
@@ -603,7 +653,7 @@ impl ControlPlane {
     async fn start_apiserver(
         &mut self,
         audit: bool,
-        proxy: PathBuf,
+        proxy: Option<PathBuf>,
     ) -> Result<(), ControlPlaneError> {
         let d = self.dir.path();
         let etcd = std::fs::read_to_string(d.join("etcd.url"))
@@ -611,8 +661,6 @@ impl ControlPlane {
         let f = |name: &str| d.join(name).display().to_string();
         let mut args = vec![
             format!("--etcd-servers={etcd}"),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--advertise-address=127.0.0.1".to_owned(),
             format!("--tls-cert-file={}", f("serving.crt")),
             format!("--tls-private-key-file={}", f("serving.key")),
             format!("--client-ca-file={}", f("ca.crt")),
@@ -621,13 +669,42 @@ impl ControlPlane {
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_owned(),
             format!("--service-account-key-file={}", f("sa.pub")),
             format!("--service-account-signing-key-file={}", f("sa.key")),
-            "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
+            format!("--service-cluster-ip-range={}", node::SERVICE_RANGE),
             "--allow-privileged=true".to_owned(),
-            // No kubelet serves the address an Endpoints object would name.
-            "--endpoint-reconciler-type=none".to_owned(),
             "--profiling=false".to_owned(),
             "--v=0".to_owned(),
         ];
+        if audit {
+            let policy = d.join("audit-policy.yaml");
+            std::fs::write(
+                &policy,
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
+            )
+            .map_err(|e| ControlPlaneError::io(&policy, e))?;
+            let log = d.join("audit.log");
+            args.push(format!("--audit-policy-file={}", policy.display()));
+            args.push(format!("--audit-log-path={}", log.display()));
+            args.push("--audit-log-format=json".to_owned());
+            args.push("--audit-log-mode=blocking".to_owned());
+            self.audit_log = Some(log);
+        }
+        let Some(proxy) = proxy else {
+            // Real nodes: the API server listens on the nodes' network too
+            // (the `kubernetes` Service's endpoint) and reaches Services
+            // and kubelets directly, through kube-proxy's rules.
+            args.extend([
+                "--bind-address=0.0.0.0".to_owned(),
+                format!("--advertise-address={}", node::APISERVER_ADDRESS),
+                "--kubelet-preferred-address-types=InternalIP".to_owned(),
+            ]);
+            return self.spawn_apiserver(args).await;
+        };
+        args.extend([
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".to_owned(),
+            // No kubelet serves the address an Endpoints object would name.
+            "--endpoint-reconciler-type=none".to_owned(),
+        ]);
         // The cluster network: through the harness's CONNECT proxy.
         let egress = d.join("egress.yaml");
         std::fs::write(
@@ -643,20 +720,10 @@ impl ControlPlane {
             "--egress-selector-config-file={}",
             egress.display()
         ));
-        if audit {
-            let policy = d.join("audit-policy.yaml");
-            std::fs::write(
-                &policy,
-                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n",
-            )
-            .map_err(|e| ControlPlaneError::io(&policy, e))?;
-            let log = d.join("audit.log");
-            args.push(format!("--audit-policy-file={}", policy.display()));
-            args.push(format!("--audit-log-path={}", log.display()));
-            args.push("--audit-log-format=json".to_owned());
-            args.push("--audit-log-mode=blocking".to_owned());
-            self.audit_log = Some(log);
-        }
+        self.spawn_apiserver(args).await
+    }
+
+    async fn spawn_apiserver(&mut self, args: Vec<String>) -> Result<(), ControlPlaneError> {
         let ports = self
             .spawn_listening("kube-apiserver", 1, |p| {
                 let mut all = args.clone();

@@ -136,21 +136,24 @@ impl Drop for Process {
 /// sockets among its open files.
 fn listens_on(pid: u32, port: u16) -> bool {
     let wanted = format!(":{port:04X}");
-    let listening: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .filter_map(|f| std::fs::read_to_string(f).ok())
-        .flat_map(|t| {
-            t.lines()
-                .skip(1)
-                .filter_map(|l| {
-                    let f: Vec<&str> = l.split_whitespace().collect();
-                    // local_address, state 0A (LISTEN), inode.
-                    (f.len() > 9 && f[1].ends_with(&wanted) && f[3] == "0A")
-                        .then(|| format!("socket:[{}]", f[9]))
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
+    let listening: Vec<String> = [
+        format!("/proc/{pid}/net/tcp"),
+        format!("/proc/{pid}/net/tcp6"),
+    ]
+    .iter()
+    .filter_map(|f| std::fs::read_to_string(f).ok())
+    .flat_map(|t| {
+        t.lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                // local_address, state 0A (LISTEN), inode.
+                (f.len() > 9 && f[1].ends_with(&wanted) && f[3] == "0A")
+                    .then(|| format!("socket:[{}]", f[9]))
+            })
+            .collect::<Vec<_>>()
+    })
+    .collect();
     if listening.is_empty() {
         return false;
     }

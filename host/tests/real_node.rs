@@ -1,0 +1,327 @@
+//! The operator as shipped, run as a user runs it: the image built here
+//! from the repository's Dockerfile (`deploy/image/build.sh`), imported
+//! into a real node's containerd, and `deploy/default` applied with the
+//! README's overlay (only the image changed). The pods run under the
+//! kubelet: the image's user, the read-only root, the policies ConfigMap
+//! and the webhook Secret mounted, the in-cluster configuration from the
+//! projected token and the `kubernetes` Service, the probes as the kubelet
+//! calls them. The API server calls the webhook through its Service (the
+//! cluster IP, kube-proxy's rules), the metrics are read over HTTPS
+//! through theirs.
+//!
+//! Everything runs inside the test's own network namespace
+//! (`nmo_control_plane::isolated`): no address of a pod, a node or a
+//! Service exists outside it. A kwok node (tainted, so the operator's
+//! replicas stay on the real node) holds the workload to drain.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use kube::api::{Api, ListParams};
+use nmo_control_plane::{ControlPlane, NodeSpec, Options, isolated};
+
+const NS: &str = "node-maintenance-operator-system";
+const REAL: &str = "real-1";
+const KWOK: &str = "worker-1";
+
+async fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> String {
+    cp.kubectl(args, stdin)
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", cp.logs_tail(20)))
+}
+
+/// The README's overlay, pointed at the image imported into the node.
+fn user_overlay(dir: &std::path::Path) -> PathBuf {
+    // Beside a checkout, as the README has it (kustomize takes relative
+    // paths only).
+    std::os::unix::fs::symlink(crate::common::real::deploy_dir(), dir.join("deploy")).unwrap();
+    let overlay = dir.join("my-nmo");
+    std::fs::create_dir_all(&overlay).unwrap();
+    std::fs::write(
+        overlay.join("kustomization.yaml"),
+        "resources: [../deploy/default]\nimages:\n- {name: nmo, newName: localhost/nmo, newTag: dev}\n",
+    )
+    .unwrap();
+    overlay
+}
+
+/// The operator's pods, once both replicas are Ready on the real node.
+async fn operator_ready(cp: &mut ControlPlane) -> Vec<Pod> {
+    let client = cp.client().await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let ready = cp
+        .wait_for(
+            "both operator replicas Ready (the kubelet's readiness probe)",
+            Duration::from_secs(180),
+            || {
+                let deployments = deployments.clone();
+                async move {
+                    deployments
+                        .get("node-maintenance-operator-controller-manager")
+                        .await
+                        .ok()
+                        .and_then(|d| d.status)
+                        .is_some_and(|s| {
+                            s.ready_replicas == Some(2) && s.updated_replicas == Some(2)
+                        })
+                }
+            },
+        )
+        .await;
+    if let Err(e) = ready {
+        let described = cp
+            .kubectl(&["describe", "pods", "-n", NS], None)
+            .await
+            .unwrap_or_else(|e| e.to_string());
+        panic!("{e}\n{described}");
+    }
+    pods.list(&ListParams::default().labels("control-plane=controller-manager"))
+        .await
+        .unwrap()
+        .items
+}
+
+fn maintenance(name: &str, node: &str) -> String {
+    format!(
+        "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\n\
+         metadata: {{name: {name}}}\nspec: {{nodeName: {node}, reason: real node test}}\n"
+    )
+}
+
+/// GETs `url` with curl (the metrics over HTTPS), with `token` if any;
+/// returns the HTTP status and the body.
+fn curl(url: &str, token: Option<&str>) -> (u16, String) {
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sk", "--max-time", "10", "-w", "\n%{http_code}", url]);
+    if let Some(t) = token {
+        cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
+    }
+    let out = cmd.output().expect("curl (Debian: apt-get install curl)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[test]
+fn deploy_default_runs_as_pods_on_a_real_node_and_serves_through_its_services() {
+    let image = crate::image::archive();
+    isolated(move || async move {
+        let begun = Instant::now();
+        let mut cp = ControlPlane::start(Options {
+            nodes: vec![NodeSpec::new(KWOK)],
+            real_nodes: vec![REAL.to_owned()],
+            images: vec![image],
+            ..Options::default()
+        })
+        .await
+        .expect("the control plane with a real node starts");
+        eprintln!("control plane with a real node Ready in {:?}", cp.time_to_ready());
+        // The kwok node takes only the workload (which tolerates this).
+        kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
+        cp.start_cert_manager().await.unwrap();
+
+        // The user's install: the README's overlay, kubectl's own kustomize.
+        let work = tempfile::tempdir().unwrap();
+        let overlay = user_overlay(work.path());
+        kubectl_ok(
+            &cp,
+            &["apply", "--server-side", "-k", &overlay.display().to_string()],
+            None,
+        )
+        .await;
+        let pods = operator_ready(&mut cp).await;
+        eprintln!("operator Ready as pods after {:?}", begun.elapsed());
+        assert_eq!(pods.len(), 2, "{pods:?}");
+        for p in &pods {
+            let spec = p.spec.as_ref().unwrap();
+            assert_eq!(spec.node_name.as_deref(), Some(REAL), "{:?}", p.metadata.name);
+            let status = p.status.as_ref().unwrap();
+            let c = &status.container_statuses.as_ref().unwrap()[0];
+            assert_eq!(c.image, "localhost/nmo:dev");
+            assert_eq!(c.restart_count, 0, "{c:?}");
+            assert!(c.ready);
+        }
+
+        // The workload on the kwok node.
+        let client = cp.client().await.unwrap();
+        kubectl_ok(
+            &cp,
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: default}}\n\
+                 spec:\n  replicas: 3\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n\
+                 \x20   metadata: {{labels: {{app: web}}}}\n    spec:\n      nodeSelector: {{kubernetes.io/hostname: {KWOK}}}\n\
+                 \x20     tolerations: [{{key: kwok, operator: Exists}}]\n\
+                 \x20     containers: [{{name: web, image: web:1}}]\n"
+            )),
+        )
+        .await;
+
+        // The API server calls the webhook through its Service: the first
+        // maintenance is admitted, a second of the same node refused with
+        // the operator's own words.
+        // kube-proxy writes a Service's rules a moment after its endpoints
+        // become ready: until then the call is refused, and so is the
+        // maintenance (the webhook fails closed), as on any cluster.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match cp.kubectl(&["create", "-f", "-"], Some(&maintenance("nm-kwok", KWOK))).await {
+                Ok(_) => break,
+                Err(e) if e.to_string().contains("failed calling webhook") && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!(
+                    "the first maintenance is admitted: {e}\n{}\n{}",
+                    cp.kubectl(&["get", "endpointslices,svc,pods", "-A", "-o", "wide"], None)
+                        .await
+                        .unwrap_or_else(|e| e.to_string()),
+                    service_rules()
+                ),
+            }
+        }
+        let dup = cp
+            .kubectl(&["create", "-f", "-"], Some(&maintenance("nm-dup", KWOK)))
+            .await
+            .expect_err("a second maintenance of the node is refused");
+        let dup = dup.to_string();
+        assert!(
+            dup.contains("denied the request") && dup.contains(KWOK),
+            "refused by the webhook: {dup}"
+        );
+
+        // The operator (as a pod, in-cluster configuration) drains it.
+        cp.wait_for("nm-kwok Succeeded", Duration::from_secs(120), || async {
+            cp_phase(&client, "nm-kwok").await.as_deref() == Some("Succeeded")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let nodes: Api<Node> = Api::all(client.clone());
+        let node = nodes.get(KWOK).await.unwrap();
+        assert_eq!(node.spec.as_ref().unwrap().unschedulable, Some(true));
+        eprintln!("maintenance Succeeded after {:?}", begun.elapsed());
+
+        // The metrics over HTTPS through their Service: a token bound to
+        // the metrics-reader role reads them, no token is refused.
+        let services: Api<Service> = Api::namespaced(client.clone(), NS);
+        let svc = services
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|s| s.metadata.name.as_deref().is_some_and(|n| n.contains("metrics")))
+            .expect("a metrics Service");
+        let ip = svc.spec.unwrap().cluster_ip.unwrap();
+        kubectl_ok(&cp, &["create", "serviceaccount", "scraper", "-n", "default"], None).await;
+        kubectl_ok(
+            &cp,
+            &[
+                "create",
+                "clusterrolebinding",
+                "scraper-reads-nmo",
+                "--clusterrole=node-maintenance-operator-metrics-reader",
+                "--serviceaccount=default:scraper",
+            ],
+            None,
+        )
+        .await;
+        let token = cp.service_account_token("default", "scraper").await.unwrap();
+        let url = format!("https://{ip}:8443/metrics");
+        let (code, _) = curl(&url, None);
+        assert!(code == 401 || code == 403, "no token: HTTP {code}");
+        let mut read = (0, String::new());
+        cp.wait_for("the metrics read with a reader's token", Duration::from_secs(30), || {
+            read = curl(&url, Some(&token));
+            let ok = read.0 == 200;
+            async move { ok }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}: HTTP {}", read.0));
+        assert!(
+            read.1.contains("nodemaintenance_drain_duration")
+                || read.1.contains("controller_runtime_reconcile_total"),
+            "{}",
+            &read.1[..read.1.len().min(2000)]
+        );
+
+        // Deleting the maintenance gives the node back.
+        kubectl_ok(&cp, &["delete", "nodemaintenance", "nm-kwok", "--wait=true", "--timeout=60s"], None).await;
+        let node = nodes.get(KWOK).await.unwrap();
+        assert_ne!(node.spec.as_ref().unwrap().unschedulable, Some(true));
+
+        // An image that is not there: the new pod says why in its events.
+        kubectl_ok(
+            &cp,
+            &[
+                "set",
+                "image",
+                "-n",
+                NS,
+                "deployment/node-maintenance-operator-controller-manager",
+                "manager=localhost/nmo:not-built",
+            ],
+            None,
+        )
+        .await;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let events = cp_events(&client).await;
+            if events.contains("localhost/nmo:not-built") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no event names the missing image:\n{events}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        eprintln!("real node test done in {:?}", begun.elapsed());
+        cp.stop();
+    })
+    .expect("a network namespace of the test's own");
+}
+
+/// kube-proxy's NAT rules in the test's namespace (for a failure's message).
+fn service_rules() -> String {
+    std::process::Command::new("iptables-save")
+        .args(["-t", "nat"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| format!("iptables-save: {e}"))
+}
+
+async fn cp_phase(client: &kube::Client, name: &str) -> Option<String> {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "nodemaintenance.medik8s.io",
+            "v1beta1",
+            "NodeMaintenance",
+        )),
+    );
+    let nm = api.get(name).await.ok()?;
+    nm.data["status"]["phase"].as_str().map(str::to_owned)
+}
+
+/// The operator namespace's Warning events, one line each.
+async fn cp_events(client: &kube::Client) -> String {
+    use k8s_openapi::api::core::v1::Event;
+    let api: Api<Event> = Api::namespaced(client.clone(), NS);
+    api.list(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {}: {}",
+                        e.type_.as_deref().unwrap_or(""),
+                        e.reason.as_deref().unwrap_or(""),
+                        e.message.as_deref().unwrap_or("")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
