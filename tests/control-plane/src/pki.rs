@@ -30,8 +30,8 @@ pub(crate) fn random_token() -> Result<String, ControlPlaneError> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Writes `ca.crt`, `serving.crt`/`serving.key` (127.0.0.1, localhost and
-/// the in-cluster names), `sa.key`/`sa.pub` and `tokens.csv` into `dir`.
+/// Writes `ca.crt`, `serving.crt`/`serving.key` (127.0.0.1, localhost, the
+/// in-cluster names and addresses), `sa.key`/`sa.pub` and `tokens.csv` into `dir`.
 pub(crate) fn write(dir: &Path, users: &[(&str, &[&str])]) -> Result<Pki, ControlPlaneError> {
     let ca_key = KeyPair::generate()?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
@@ -51,6 +51,11 @@ pub(crate) fn write(dir: &Path, users: &[(&str, &[&str])]) -> Result<Pki, Contro
     let mut serving = CertificateParams::new(vec![
         "127.0.0.1".to_owned(),
         "localhost".to_owned(),
+        // In-cluster clients on a real node dial the `kubernetes`
+        // Service's cluster IP (the range's first address), or the
+        // address the API server advertises.
+        "10.96.0.1".to_owned(),
+        crate::node::APISERVER_ADDRESS.to_owned(),
         "kubernetes".to_owned(),
         "kubernetes.default".to_owned(),
         "kubernetes.default.svc".to_owned(),
