@@ -325,3 +325,135 @@ async fn cp_events(client: &kube::Client) -> String {
         })
         .unwrap_or_default()
 }
+
+/// The leader's replica: the Lease holder's identity is `<pod>_<pid>`.
+async fn leader_pod(client: &kube::Client) -> Option<String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let lease = leases
+        .get_opt(nmo::controller::leader::LOCK_NAME)
+        .await
+        .ok()??;
+    let holder = lease.spec?.holder_identity?;
+    holder.rsplit_once('_').map(|(pod, _)| pod.to_owned())
+}
+
+/// Two real nodes, a replica on each: a maintenance of the node that hosts
+/// the leader. The leader drains its own node: its workload and its own
+/// pod, evicted through the operator's PodDisruptionBudget; the other
+/// replica takes the lock and finishes; the replacement runs on the other
+/// node. Deleting the maintenance gives the node back.
+#[test]
+fn the_operator_drains_the_node_it_runs_on_and_its_other_replica_finishes() {
+    let image = crate::image::archive();
+    isolated(move || async move {
+        let begun = Instant::now();
+        let mut cp = ControlPlane::start(Options {
+            nodes: vec![NodeSpec::new(KWOK)],
+            real_nodes: vec![REAL.to_owned(), "real-2".to_owned()],
+            images: vec![image],
+            ..Options::default()
+        })
+        .await
+        .expect("the control plane with two real nodes starts");
+        eprintln!("control plane with two real nodes Ready in {:?}", cp.time_to_ready());
+        kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
+        cp.start_cert_manager().await.unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let overlay = user_overlay(work.path());
+        kubectl_ok(
+            &cp,
+            &["apply", "--server-side", "-k", &overlay.display().to_string()],
+            None,
+        )
+        .await;
+        let pods = operator_ready(&mut cp).await;
+        let on: Vec<String> = pods
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        assert!(
+            on.contains(&REAL.to_owned()) && on.contains(&"real-2".to_owned()),
+            "one replica on each real node (the Deployment's spread): {on:?}"
+        );
+        // A real workload on both nodes.
+        kubectl_ok(
+            &cp,
+            &["apply", "-f", "-"],
+            Some(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: sleepers, namespace: default}\n\
+                 spec:\n  replicas: 2\n  selector: {matchLabels: {app: sleepers}}\n  template:\n\
+                 \x20   metadata: {labels: {app: sleepers}}\n    spec:\n\
+                 \x20     topologySpreadConstraints: [{maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule, labelSelector: {matchLabels: {app: sleepers}}}]\n\
+                 \x20     containers: [{name: c, image: 'localhost/pause:nmo', imagePullPolicy: Never}]\n",
+            ),
+        )
+        .await;
+        kubectl_ok(
+            &cp,
+            &["rollout", "status", "deployment/sleepers", "--timeout=120s"],
+            None,
+        )
+        .await;
+        let client = cp.client().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let leader = loop {
+            if let Some(l) = leader_pod(&client).await {
+                break l;
+            }
+            assert!(Instant::now() < deadline, "no leader");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        let node = pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(&leader))
+            .and_then(|p| p.spec.as_ref()?.node_name.clone())
+            .expect("the leader is one of the replicas");
+        eprintln!("leader {leader} on {node}; maintenance of {node}");
+
+        kubectl_ok(&cp, &["create", "-f", "-"], Some(&maintenance("nm-own", &node))).await;
+        let done = cp
+            .wait_for("nm-own Succeeded", Duration::from_secs(180), || async {
+                cp_phase(&client, "nm-own").await.as_deref() == Some("Succeeded")
+            })
+            .await;
+        if let Err(e) = done {
+            let state = cp
+                .kubectl(&["get", "nm,pods,lease", "-A", "-o", "wide"], None)
+                .await
+                .unwrap_or_else(|e| e.to_string());
+            panic!("{e}\n{state}");
+        }
+        eprintln!("own node drained after {:?}", begun.elapsed());
+        let new_leader = leader_pod(&client).await.expect("a leader");
+        assert_ne!(new_leader, leader, "the other replica took the lock");
+        let all: Api<Pod> = Api::all(client.clone());
+        let left: Vec<String> = all
+            .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        assert!(left.is_empty(), "pods left on {node}: {left:?}");
+        // The Deployment is whole again, on the other node.
+        let pods = operator_ready(&mut cp).await;
+        for p in &pods {
+            assert_ne!(p.spec.as_ref().unwrap().node_name.as_deref(), Some(node.as_str()));
+        }
+
+        kubectl_ok(
+            &cp,
+            &["delete", "nodemaintenance", "nm-own", "--wait=true", "--timeout=60s"],
+            None,
+        )
+        .await;
+        let nodes: Api<Node> = Api::all(client.clone());
+        let n = nodes.get(&node).await.unwrap();
+        assert_ne!(n.spec.as_ref().unwrap().unschedulable, Some(true));
+        cp.stop();
+    })
+    .expect("a network namespace of the test's own");
+}
