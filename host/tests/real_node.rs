@@ -105,8 +105,70 @@ fn curl(url: &str, token: Option<&str>) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
+/// How the user installs the operator.
+#[derive(Clone, Copy, Debug)]
+enum Install {
+    /// `kubectl apply --server-side -k` of the README's overlay.
+    Kustomize,
+    /// `helm install` of deploy/helm with the image set.
+    Helm,
+}
+
+/// Installs the operator as a user does, from `dir` (a scratch folder).
+async fn install(cp: &ControlPlane, how: Install, dir: &std::path::Path) {
+    match how {
+        Install::Kustomize => {
+            let overlay = user_overlay(dir);
+            kubectl_ok(
+                cp,
+                &[
+                    "apply",
+                    "--server-side",
+                    "-k",
+                    &overlay.display().to_string(),
+                ],
+                None,
+            )
+            .await;
+        }
+        Install::Helm => {
+            let chart = crate::common::real::deploy_dir().join("helm/node-maintenance-operator");
+            let out = std::process::Command::new(cp.binaries().path("helm"))
+                .args(["install", "nmo"])
+                .arg(&chart)
+                .args([
+                    "--namespace",
+                    NS,
+                    "--create-namespace",
+                    "--set",
+                    "image.repository=localhost/nmo",
+                    "--set",
+                    "image.tag=dev",
+                    "--kubeconfig",
+                ])
+                .arg(cp.kubeconfig_path())
+                .output()
+                .expect("the control plane's helm");
+            assert!(
+                out.status.success(),
+                "helm install: {}",
+                crate::common::printed(&out)
+            );
+        }
+    }
+}
+
 #[test]
 fn deploy_default_runs_as_pods_on_a_real_node_and_serves_through_its_services() {
+    runs_as_pods(Install::Kustomize);
+}
+
+#[test]
+fn the_helm_chart_runs_as_pods_on_a_real_node_and_serves_through_its_services() {
+    runs_as_pods(Install::Helm);
+}
+
+fn runs_as_pods(how: Install) {
     let image = crate::image::archive();
     isolated(move || async move {
         let begun = Instant::now();
@@ -123,17 +185,11 @@ fn deploy_default_runs_as_pods_on_a_real_node_and_serves_through_its_services() 
         kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
         cp.start_cert_manager().await.unwrap();
 
-        // The user's install: the README's overlay, kubectl's own kustomize.
+        // The user's install.
         let work = tempfile::tempdir().unwrap();
-        let overlay = user_overlay(work.path());
-        kubectl_ok(
-            &cp,
-            &["apply", "--server-side", "-k", &overlay.display().to_string()],
-            None,
-        )
-        .await;
+        install(&cp, how, work.path()).await;
         let pods = operator_ready(&mut cp).await;
-        eprintln!("operator Ready as pods after {:?}", begun.elapsed());
+        eprintln!("{how:?}: operator Ready as pods after {:?}", begun.elapsed());
         assert_eq!(pods.len(), 2, "{pods:?}");
         for p in &pods {
             let spec = p.spec.as_ref().unwrap();
@@ -360,13 +416,7 @@ fn the_operator_drains_the_node_it_runs_on_and_its_other_replica_finishes() {
         kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
         cp.start_cert_manager().await.unwrap();
         let work = tempfile::tempdir().unwrap();
-        let overlay = user_overlay(work.path());
-        kubectl_ok(
-            &cp,
-            &["apply", "--server-side", "-k", &overlay.display().to_string()],
-            None,
-        )
-        .await;
+        install(&cp, Install::Kustomize, work.path()).await;
         let pods = operator_ready(&mut cp).await;
         let on: Vec<String> = pods
             .iter()
