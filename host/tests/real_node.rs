@@ -308,6 +308,62 @@ fn runs_as_pods(how: Install) {
         let node = nodes.get(KWOK).await.unwrap();
         assert_ne!(node.spec.as_ref().unwrap().unschedulable, Some(true));
 
+        // A policies ConfigMap that is not valid: a replica started on it
+        // exits, and its log (read through the kubelet) says which file
+        // and why.
+        let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+        let name = configmaps
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .find(|n| n.ends_with("policies"))
+            .expect("the policies ConfigMap");
+        kubectl_ok(&cp, &["delete", "configmap", &name, "-n", NS], None).await;
+        kubectl_ok(
+            &cp,
+            &["create", "configmap", &name, "-n", NS, "--from-literal=broken.wasm=not a policy"],
+            None,
+        )
+        .await;
+        let victim = pods[0].metadata.name.clone().unwrap();
+        kubectl_ok(&cp, &["delete", "pod", "-n", NS, &victim, "--wait=false"], None).await;
+        let pod_api: Api<Pod> = Api::namespaced(client.clone(), NS);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let crashed = loop {
+            let list = pod_api
+                .list(&ListParams::default().labels("control-plane=controller-manager"))
+                .await
+                .unwrap();
+            let restarted = list.items.iter().find(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|c| c[0].restart_count > 0 || c[0].last_state.as_ref().is_some_and(|l| l.terminated.is_some()))
+            });
+            if let Some(p) = restarted {
+                break p.metadata.name.clone().unwrap();
+            }
+            assert!(Instant::now() < deadline, "no replica exited on the broken policies");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        // The replica in back-off: its log is its last run's.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let log = loop {
+            let log = cp
+                .kubectl(&["logs", "-n", NS, &crashed], None)
+                .await
+                .unwrap_or_else(|e| e.to_string());
+            if log.contains("policy broken") && log.contains("not a WebAssembly file") {
+                break log;
+            }
+            assert!(Instant::now() < deadline, "the log never names the broken policy:\n{log}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        eprintln!("a broken policy says why: {}", log.lines().last().unwrap_or_default());
+
         // An image that is not there: the new pod says why in its events.
         kubectl_ok(
             &cp,
