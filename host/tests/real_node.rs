@@ -173,7 +173,7 @@ fn runs_as_pods(how: Install) {
     isolated(move || async move {
         let begun = Instant::now();
         let mut cp = ControlPlane::start(Options {
-            nodes: vec![NodeSpec::new(KWOK)],
+            nodes: vec![NodeSpec::new(KWOK).max_pods(1100)],
             real_nodes: vec![REAL.to_owned()],
             images: vec![image],
             ..Options::default()
@@ -211,6 +211,7 @@ fn runs_as_pods(how: Install) {
                  spec:\n  replicas: 3\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n\
                  \x20   metadata: {{labels: {{app: web}}}}\n    spec:\n      nodeSelector: {{kubernetes.io/hostname: {KWOK}}}\n\
                  \x20     tolerations: [{{key: kwok, operator: Exists}}]\n\
+                 \x20     terminationGracePeriodSeconds: 1\n\
                  \x20     containers: [{{name: web, image: web:1}}]\n"
             )),
         )
@@ -308,6 +309,10 @@ fn runs_as_pods(how: Install) {
         let node = nodes.get(KWOK).await.unwrap();
         assert_ne!(node.spec.as_ref().unwrap().unschedulable, Some(true));
 
+        if matches!(how, Install::Kustomize) {
+            memory_through_a_large_drain(&mut cp, &client).await;
+        }
+
         // A policies ConfigMap that is not valid: a replica started on it
         // exits, and its log (read through the kubelet) says which file
         // and why.
@@ -391,6 +396,147 @@ fn runs_as_pods(how: Install) {
         cp.stop();
     })
     .expect("a network namespace of the test's own");
+}
+
+/// The operator's containers' working set as the kubelet measures it
+/// (`/metrics/resource`, what `kubectl top` and the memory limit see), in
+/// bytes, the largest of its replicas.
+async fn operator_working_set(cp: &ControlPlane) -> u64 {
+    let text = cp
+        .kubectl(
+            &[
+                "get",
+                "--raw",
+                &format!("/api/v1/nodes/{REAL}/proxy/metrics/resource"),
+            ],
+            None,
+        )
+        .await
+        .unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("container_memory_working_set_bytes{container=\"manager\""))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .fold(0, |m, v| m.max(v as u64))
+}
+
+/// A 1,000-pod drain of the kwok node, the operator's memory read from
+/// the kubelet all along: it stays inside its Deployment's limit.
+async fn memory_through_a_large_drain(cp: &mut ControlPlane, client: &kube::Client) {
+    const PODS: usize = 1000;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
+    let limit = deployments
+        .get("node-maintenance-operator-controller-manager")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.template.spec)
+        .and_then(|s| s.containers[0].resources.clone())
+        .and_then(|r| r.limits)
+        .and_then(|l| l.get("memory").cloned())
+        .expect("a memory limit");
+    let limit_bytes = parse_quantity(&limit.0);
+    kubectl_ok(
+        cp,
+        &[
+            "scale",
+            "deployment/web",
+            "-n",
+            "default",
+            &format!("--replicas={PODS}"),
+        ],
+        None,
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let running = || async {
+        pods.list(&ListParams::default().labels("app=web"))
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let scaling = Instant::now();
+    loop {
+        let n = running().await;
+        if n >= PODS {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never {PODS} pods running on {KWOK} ({n})"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "{PODS} pods running on {KWOK} after {:?}",
+        scaling.elapsed()
+    );
+    let before = operator_working_set(cp).await;
+    let started = Instant::now();
+    kubectl_ok(
+        cp,
+        &["create", "-f", "-"],
+        Some(&maintenance("nm-many", KWOK)),
+    )
+    .await;
+    let mut peak = before;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while cp_phase(client, "nm-many").await.as_deref() != Some("Succeeded") {
+        assert!(
+            Instant::now() < deadline,
+            "the {PODS}-pod drain never ended"
+        );
+        peak = peak.max(operator_working_set(cp).await);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let drained = started.elapsed();
+    peak = peak.max(operator_working_set(cp).await);
+    eprintln!(
+        "{PODS}-pod drain in {drained:?}; operator working set (kubelet) {} MiB before, {} MiB at most, limit {}",
+        before >> 20,
+        peak >> 20,
+        limit.0
+    );
+    assert!(before > 0, "the kubelet reports the operator's memory");
+    assert!(
+        peak < limit_bytes,
+        "the operator's working set {peak} passed its limit {}",
+        limit.0
+    );
+    kubectl_ok(
+        cp,
+        &[
+            "delete",
+            "nodemaintenance",
+            "nm-many",
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    )
+    .await;
+}
+
+/// `512Mi`, `1Gi`, `100M` → bytes (the forms a memory limit takes here).
+fn parse_quantity(q: &str) -> u64 {
+    let (n, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len()));
+    let n: u64 = n.parse().expect("a memory quantity");
+    n * match unit {
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "k" => 1000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        _ => 1,
+    }
 }
 
 /// kube-proxy's NAT rules in the test's namespace (for a failure's message).

@@ -101,6 +101,8 @@ impl ControlPlaneError {
 pub struct NodeSpec {
     pub name: String,
     pub labels: BTreeMap<String, String>,
+    /// How many pods it takes (its `pods` capacity; 110 as a kubelet's).
+    pub max_pods: u32,
 }
 
 impl NodeSpec {
@@ -108,7 +110,14 @@ impl NodeSpec {
         NodeSpec {
             name: name.into(),
             labels: BTreeMap::new(),
+            max_pods: 110,
         }
+    }
+
+    /// Takes up to `n` pods.
+    pub fn max_pods(mut self, n: u32) -> Self {
+        self.max_pods = n;
+        self
     }
 
     pub fn label(mut self, key: &str, value: &str) -> Self {
@@ -350,7 +359,8 @@ impl ControlPlane {
         })
     }
 
-    /// Creates a fake node kwok manages (32 CPUs, 256 GiB, 110 pods).
+    /// Creates a fake node kwok manages (32 CPUs, 256 GiB, 110 pods unless
+    /// the spec says otherwise).
     pub async fn add_node(
         &self,
         client: &Client,
@@ -363,7 +373,7 @@ impl ControlPlane {
             ("type".to_owned(), "kwok".to_owned()),
         ]);
         labels.extend(node.labels.clone());
-        let resources = json!({"cpu": "32", "memory": "256Gi", "pods": "110"});
+        let resources = json!({"cpu": "32", "memory": "256Gi", "pods": node.max_pods.to_string()});
         let obj: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {
