@@ -309,8 +309,9 @@ fn runs_as_pods(how: Install) {
         let node = nodes.get(KWOK).await.unwrap();
         assert_ne!(node.spec.as_ref().unwrap().unschedulable, Some(true));
 
-        if matches!(how, Install::Kustomize) {
-            memory_through_a_large_drain(&mut cp, &client).await;
+        match how {
+            Install::Kustomize => memory_through_a_large_drain(&mut cp, &client).await,
+            Install::Helm => rolling_update_in_the_middle_of_a_drain(&mut cp, &client).await,
         }
 
         // A policies ConfigMap that is not valid: a replica started on it
@@ -333,9 +334,18 @@ fn runs_as_pods(how: Install) {
             None,
         )
         .await;
-        let victim = pods[0].metadata.name.clone().unwrap();
-        kubectl_ok(&cp, &["delete", "pod", "-n", NS, &victim, "--wait=false"], None).await;
         let pod_api: Api<Pod> = Api::namespaced(client.clone(), NS);
+        // One that is not already going (a rollout's old pods may be).
+        let victim = pod_api
+            .list(&ListParams::default().labels("control-plane=controller-manager"))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|p| p.metadata.deletion_timestamp.is_none())
+            .and_then(|p| p.metadata.name)
+            .expect("a running replica");
+        kubectl_ok(&cp, &["delete", "pod", "-n", NS, &victim, "--wait=false"], None).await;
         let deadline = Instant::now() + Duration::from_secs(120);
         let crashed = loop {
             let list = pod_api
@@ -516,6 +526,115 @@ async fn memory_through_a_large_drain(cp: &mut ControlPlane, client: &kube::Clie
             "delete",
             "nodemaintenance",
             "nm-many",
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    )
+    .await;
+}
+
+/// A maintenance held by a PodDisruptionBudget while the operator's
+/// Deployment rolls (`kubectl rollout restart`: a new ReplicaSet, its pods
+/// replacing the old one by one, the lock changing hands): nothing of the
+/// maintenance is lost, and once the budget allows, the new leader
+/// finishes it.
+async fn rolling_update_in_the_middle_of_a_drain(cp: &mut ControlPlane, client: &kube::Client) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let running = || async {
+        pods.list(&ListParams::default().labels("app=web"))
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|p| {
+                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while running().await < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the workload never came back to {KWOK}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    kubectl_ok(
+        cp,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
+             spec: {minAvailable: 3, selector: {matchLabels: {app: web}}}\n",
+        ),
+    )
+    .await;
+    let leader_before = leader_pod(client).await;
+    kubectl_ok(
+        cp,
+        &["create", "-f", "-"],
+        Some(&maintenance("nm-roll", KWOK)),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cp_phase(client, "nm-roll").await.as_deref() != Some("Running") {
+        assert!(Instant::now() < deadline, "nm-roll never Running");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    kubectl_ok(
+        cp,
+        &[
+            "rollout",
+            "restart",
+            "-n",
+            NS,
+            "deployment/node-maintenance-operator-controller-manager",
+        ],
+        None,
+    )
+    .await;
+    kubectl_ok(
+        cp,
+        &[
+            "rollout",
+            "status",
+            "-n",
+            NS,
+            "deployment/node-maintenance-operator-controller-manager",
+            "--timeout=180s",
+        ],
+        None,
+    )
+    .await;
+    let phase = cp_phase(client, "nm-roll").await;
+    assert_eq!(
+        phase.as_deref(),
+        Some("Running"),
+        "held by the budget through the rollout"
+    );
+    kubectl_ok(cp, &["delete", "pdb", "web", "-n", "default"], None).await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while cp_phase(client, "nm-roll").await.as_deref() != Some("Succeeded") {
+        assert!(
+            Instant::now() < deadline,
+            "nm-roll never Succeeded after the rollout"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let leader_after = leader_pod(client).await;
+    assert!(
+        leader_after.is_some() && leader_after != leader_before,
+        "a replica of the new ReplicaSet leads: {leader_before:?} -> {leader_after:?}"
+    );
+    eprintln!("rolled in the middle of a drain; {leader_before:?} -> {leader_after:?}");
+    kubectl_ok(
+        cp,
+        &[
+            "delete",
+            "nodemaintenance",
+            "nm-roll",
             "--wait=true",
             "--timeout=60s",
         ],
