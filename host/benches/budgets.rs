@@ -123,7 +123,7 @@ enum Kind {
 /// A running cluster of either kind.
 enum Cluster {
     Sim(SimCluster),
-    Real(ControlPlane),
+    Real(Box<ControlPlane>),
 }
 
 impl Cluster {
@@ -145,6 +145,7 @@ impl Cluster {
                 let cp = ControlPlane::start(Options {
                     nodes: nodes.iter().map(NodeSpec::new).collect(),
                     audit: true,
+                    ..Options::default()
                 })
                 .await
                 .expect("the real control plane starts");
@@ -154,7 +155,7 @@ impl Cluster {
                 let client = nmo::client::client_from_kubeconfig(&cp.kubeconfig())
                     .await
                     .unwrap();
-                (Cluster::Real(cp), client)
+                (Cluster::Real(Box::new(cp)), client)
             }
         }
     }

@@ -163,6 +163,7 @@ async fn drain_curve(real: bool) -> Curve {
         let cp = ControlPlane::start(Options {
             nodes: nodes.collect(),
             audit: false,
+            ..Options::default()
         })
         .await
         .expect("the real control plane starts");

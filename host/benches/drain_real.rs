@@ -65,6 +65,7 @@ async fn main() {
     let cp = ControlPlane::start(Options {
         nodes: nodes.iter().map(|n| NodeSpec::new(*n)).collect(),
         audit: true,
+        ..Options::default()
     })
     .await
     .expect("the real control plane starts");
