@@ -32,6 +32,9 @@ FROM ${BINARIES} AS binaries
 
 FROM ${RUNTIME}
 COPY --from=binaries /out/nmo /nmo
+# /manager -> nmo: the Go operator's Deployments (its OLM bundle's) run
+# /manager; with this image swapped in, they run nmo.
+COPY --from=binaries /out/links/ /
 # Every shipped policy (the default and each example), for reference, for
 # `nmo policy test` in the image and for `nmo policy add`; the operator
 # reads its policies from the mounted ConfigMap at /etc/nmo/policies

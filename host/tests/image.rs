@@ -168,6 +168,12 @@ fn the_image_carries_what_the_deployment_runs() {
         binary.permissions().mode() & 0o001 != 0,
         "/nmo is executable by any user"
     );
+    // The Go operator's Deployments run `/manager`: with this image
+    // swapped in, that is nmo.
+    assert_eq!(
+        std::fs::read_link(image.path("/manager")).expect("/manager in the image"),
+        Path::new("nmo")
+    );
 
     // Every shipped policy, as this repository builds it.
     let shipped = shipped_policies();

@@ -49,12 +49,18 @@ fn user_overlay(dir: &std::path::Path) -> PathBuf {
 
 /// The operator's pods, once both replicas are Ready on the real node.
 async fn operator_ready(cp: &mut ControlPlane) -> Vec<Pod> {
+    replicas_ready(cp, NS, 2).await
+}
+
+/// The operator's pods in `ns`, once `want` replicas are Ready (and
+/// updated) through the kubelet's readiness probe.
+async fn replicas_ready(cp: &mut ControlPlane, ns: &str, want: i32) -> Vec<Pod> {
     let client = cp.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), NS);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let ready = cp
         .wait_for(
-            "both operator replicas Ready (the kubelet's readiness probe)",
+            "the operator's replicas Ready (the kubelet's readiness probe)",
             Duration::from_secs(180),
             || {
                 let deployments = deployments.clone();
@@ -65,7 +71,7 @@ async fn operator_ready(cp: &mut ControlPlane) -> Vec<Pod> {
                         .ok()
                         .and_then(|d| d.status)
                         .is_some_and(|s| {
-                            s.ready_replicas == Some(2) && s.updated_replicas == Some(2)
+                            s.ready_replicas == Some(want) && s.updated_replicas == Some(want)
                         })
                 }
             },
@@ -73,7 +79,7 @@ async fn operator_ready(cp: &mut ControlPlane) -> Vec<Pod> {
         .await;
     if let Err(e) = ready {
         let described = cp
-            .kubectl(&["describe", "pods", "-n", NS], None)
+            .kubectl(&["describe", "pods", "-n", ns], None)
             .await
             .unwrap_or_else(|e| e.to_string());
         panic!("{e}\n{described}");
@@ -827,4 +833,93 @@ fn the_operator_drains_the_node_it_runs_on_and_its_other_replica_finishes() {
         cp.stop();
     })
     .expect("a network namespace of the test's own");
+}
+
+/// The Go operator v0.21.0's own Deployment, as its OLM bundle's
+/// ClusterServiceVersion installs it (command `/manager`, its arguments,
+/// its 100Mi memory limit, its permissions), with only the image changed
+/// to nmo's: the pod runs nmo, becomes Ready through the kubelet's probes
+/// without a restart, leads, and drains a node. (Without OLM there is no
+/// webhook certificate: the webhook waits for one, as documented.)
+#[test]
+fn the_go_operators_own_deployment_with_the_image_swapped_runs_nmo() {
+    let image = crate::image::archive();
+    isolated(move || async move {
+        let mut cp = ControlPlane::start(Options {
+            nodes: vec![NodeSpec::new(KWOK)],
+            real_nodes: vec![REAL.to_owned()],
+            images: vec![image],
+            ..Options::default()
+        })
+        .await
+        .expect("the control plane with a real node starts");
+        kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
+        let crd = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-crd.yaml")).unwrap();
+        cp.apply(&crd).await.unwrap();
+        let text = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-csv.yaml")).unwrap();
+        let csv: serde_json::Value = nmo::yaml::documents::<serde_json::Value>(&text).unwrap().remove(0);
+        let install = &csv["spec"]["install"]["spec"];
+        let ns = "medik8s-operators";
+        let sa = install["deployments"][0]["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let mut deployment = install["deployments"][0]["spec"].clone();
+        deployment["template"]["spec"]["containers"][0]["image"] = "localhost/nmo:dev".into();
+        let objects = serde_json::json!([
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "go-nmo"},
+             "rules": install["clusterPermissions"][0]["rules"]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "go-nmo"},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "go-nmo"},
+             "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "go-nmo", "namespace": ns},
+             "rules": install["permissions"][0]["rules"]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "go-nmo", "namespace": ns},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "go-nmo"},
+             "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]},
+            {"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": install["deployments"][0]["name"], "namespace": ns}, "spec": deployment},
+        ]);
+        let yaml: String = objects
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| format!("---\n{o}\n"))
+            .collect();
+        kubectl_ok(&cp, &["apply", "--server-side", "-f", "-"], Some(&yaml)).await;
+        let pods = replicas_ready(&mut cp, ns, 1).await;
+        let status = pods[0].status.as_ref().unwrap();
+        let c = &status.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(c.restart_count, 0, "{c:?}");
+
+        let client = cp.client().await.unwrap();
+        kubectl_ok(&cp, &["create", "-f", "-"], Some(&maintenance("nm-swap", KWOK))).await;
+        cp.wait_for("nm-swap Succeeded", Duration::from_secs(120), || async {
+            cp_phase(&client, "nm-swap").await.as_deref() == Some("Succeeded")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let memory = operator_working_set(&cp).await;
+        eprintln!("the Go Deployment running nmo: working set {} MiB (its limit 100Mi)", memory >> 20);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let p = pods.get(pods_name(&pods_first(&pods).await).as_str()).await.unwrap();
+        let c = &p.status.unwrap().container_statuses.unwrap()[0];
+        assert_eq!(c.restart_count, 0, "no restart (an OOM kill at 100Mi, say): {c:?}");
+        cp.stop();
+    })
+    .expect("a network namespace of the test's own");
+}
+
+async fn pods_first(pods: &Api<Pod>) -> Pod {
+    pods.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .remove(0)
+}
+
+fn pods_name(p: &Pod) -> String {
+    p.metadata.name.clone().unwrap()
 }
