@@ -32,6 +32,27 @@ async fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> St
         .unwrap_or_else(|e| panic!("{e}\n{}", cp.logs_tail(20)))
 }
 
+/// The control plane with the kwok node (tainted: it takes only the
+/// workload, which tolerates this) and the real nodes `real`, the image
+/// imported into each.
+async fn start(real: &[&str], image: PathBuf) -> ControlPlane {
+    let cp = ControlPlane::start(Options {
+        nodes: vec![NodeSpec::new(KWOK).max_pods(1100)],
+        real_nodes: real.iter().map(|n| n.to_string()).collect(),
+        images: vec![image],
+        ..Options::default()
+    })
+    .await
+    .expect("the control plane with real nodes starts");
+    eprintln!(
+        "control plane with {} real node(s) Ready in {:?}",
+        real.len(),
+        cp.time_to_ready()
+    );
+    kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
+    cp
+}
+
 /// The README's overlay, pointed at the image imported into the node.
 fn user_overlay(dir: &std::path::Path) -> PathBuf {
     // Beside a checkout, as the README has it (kustomize takes relative
@@ -178,17 +199,7 @@ fn runs_as_pods(how: Install) {
     let image = crate::image::archive();
     isolated(move || async move {
         let begun = Instant::now();
-        let mut cp = ControlPlane::start(Options {
-            nodes: vec![NodeSpec::new(KWOK).max_pods(1100)],
-            real_nodes: vec![REAL.to_owned()],
-            images: vec![image],
-            ..Options::default()
-        })
-        .await
-        .expect("the control plane with a real node starts");
-        eprintln!("control plane with a real node Ready in {:?}", cp.time_to_ready());
-        // The kwok node takes only the workload (which tolerates this).
-        kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
+        let mut cp = start(&[REAL], image).await;
         cp.start_cert_manager().await.unwrap();
 
         // The user's install.
@@ -463,20 +474,7 @@ async fn memory_through_a_large_drain(cp: &mut ControlPlane, client: &kube::Clie
         None,
     )
     .await;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let running = || async {
-        pods.list(&ListParams::default().labels("app=web"))
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    };
+    let running = || web_running(client);
     let deadline = Instant::now() + Duration::from_secs(300);
     let scaling = Instant::now();
     loop {
@@ -546,20 +544,7 @@ async fn memory_through_a_large_drain(cp: &mut ControlPlane, client: &kube::Clie
 /// maintenance is lost, and once the budget allows, the new leader
 /// finishes it.
 async fn rolling_update_in_the_middle_of_a_drain(cp: &mut ControlPlane, client: &kube::Client) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let running = || async {
-        pods.list(&ListParams::default().labels("app=web"))
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|p| {
-                        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    };
+    let running = || web_running(client);
     let deadline = Instant::now() + Duration::from_secs(120);
     while running().await < 3 {
         assert!(
@@ -584,11 +569,7 @@ async fn rolling_update_in_the_middle_of_a_drain(cp: &mut ControlPlane, client: 
         Some(&maintenance("nm-roll", KWOK)),
     )
     .await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while cp_phase(client, "nm-roll").await.as_deref() != Some("Running") {
-        assert!(Instant::now() < deadline, "nm-roll never Running");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_phase(client, "nm-roll", "Running", Duration::from_secs(60)).await;
     kubectl_ok(
         cp,
         &[
@@ -621,14 +602,7 @@ async fn rolling_update_in_the_middle_of_a_drain(cp: &mut ControlPlane, client: 
         "held by the budget through the rollout"
     );
     kubectl_ok(cp, &["delete", "pdb", "web", "-n", "default"], None).await;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while cp_phase(client, "nm-roll").await.as_deref() != Some("Succeeded") {
-        assert!(
-            Instant::now() < deadline,
-            "nm-roll never Succeeded after the rollout"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_phase(client, "nm-roll", "Succeeded", Duration::from_secs(120)).await;
     let leader_after = leader_pod(client).await;
     assert!(
         leader_after.is_some() && leader_after != leader_before,
@@ -661,6 +635,29 @@ fn parse_quantity(q: &str) -> u64 {
         "M" => 1_000_000,
         "G" => 1_000_000_000,
         _ => 1,
+    }
+}
+
+/// How many of the workload's pods (`app=web`) run.
+async fn web_running(client: &kube::Client) -> usize {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.list(&ListParams::default().labels("app=web"))
+        .await
+        .map(|l| {
+            l.items
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Waits until maintenance `name` is in `phase`, failing after `limit`.
+async fn wait_phase(client: &kube::Client, name: &str, phase: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while cp_phase(client, name).await.as_deref() != Some(phase) {
+        assert!(Instant::now() < deadline, "{name} never {phase}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -731,16 +728,7 @@ fn the_operator_drains_the_node_it_runs_on_and_its_other_replica_finishes() {
     let image = crate::image::archive();
     isolated(move || async move {
         let begun = Instant::now();
-        let mut cp = ControlPlane::start(Options {
-            nodes: vec![NodeSpec::new(KWOK)],
-            real_nodes: vec![REAL.to_owned(), "real-2".to_owned()],
-            images: vec![image],
-            ..Options::default()
-        })
-        .await
-        .expect("the control plane with two real nodes starts");
-        eprintln!("control plane with two real nodes Ready in {:?}", cp.time_to_ready());
-        kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
+        let mut cp = start(&[REAL, "real-2"], image).await;
         cp.start_cert_manager().await.unwrap();
         let work = tempfile::tempdir().unwrap();
         install(&cp, Install::Kustomize, work.path()).await;
@@ -845,15 +833,7 @@ fn the_operator_drains_the_node_it_runs_on_and_its_other_replica_finishes() {
 fn the_go_operators_own_deployment_with_the_image_swapped_runs_nmo() {
     let image = crate::image::archive();
     isolated(move || async move {
-        let mut cp = ControlPlane::start(Options {
-            nodes: vec![NodeSpec::new(KWOK)],
-            real_nodes: vec![REAL.to_owned()],
-            images: vec![image],
-            ..Options::default()
-        })
-        .await
-        .expect("the control plane with a real node starts");
-        kubectl_ok(&cp, &["taint", "node", KWOK, "kwok=fake:NoSchedule"], None).await;
+        let mut cp = start(&[REAL], image).await;
         let crd = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-crd.yaml")).unwrap();
         cp.apply(&crd).await.unwrap();
         let text = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-csv.yaml")).unwrap();
@@ -896,30 +876,14 @@ fn the_go_operators_own_deployment_with_the_image_swapped_runs_nmo() {
 
         let client = cp.client().await.unwrap();
         kubectl_ok(&cp, &["create", "-f", "-"], Some(&maintenance("nm-swap", KWOK))).await;
-        cp.wait_for("nm-swap Succeeded", Duration::from_secs(120), || async {
-            cp_phase(&client, "nm-swap").await.as_deref() == Some("Succeeded")
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        wait_phase(&client, "nm-swap", "Succeeded", Duration::from_secs(120)).await;
         let memory = operator_working_set(&cp).await;
         eprintln!("the Go Deployment running nmo: working set {} MiB (its limit 100Mi)", memory >> 20);
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let p = pods.get(pods_name(&pods_first(&pods).await).as_str()).await.unwrap();
+        let p = pods.list(&ListParams::default()).await.unwrap().items.remove(0);
         let c = &p.status.unwrap().container_statuses.unwrap()[0];
         assert_eq!(c.restart_count, 0, "no restart (an OOM kill at 100Mi, say): {c:?}");
         cp.stop();
     })
     .expect("a network namespace of the test's own");
-}
-
-async fn pods_first(pods: &Api<Pod>) -> Pod {
-    pods.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .remove(0)
-}
-
-fn pods_name(p: &Pod) -> String {
-    p.metadata.name.clone().unwrap()
 }
