@@ -134,7 +134,8 @@ pub struct Cli {
     pub webhook_bind_address: String,
 
     /// Directory with the webhook's tls.crt and tls.key (re-read when they
-    /// change). Without them the webhook stays off, with one warning.
+    /// change). Without them, one warning, and the webhook starts when
+    /// they appear (a Secret mounted after the pod started).
     #[arg(long, default_value = DEFAULT_WEBHOOK_CERT_DIR)]
     pub webhook_cert_dir: PathBuf,
 

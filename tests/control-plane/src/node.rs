@@ -125,11 +125,9 @@ fn enter_new_network() -> Result<(), ControlPlaneError> {
         &["route", "add", SERVICE_RANGE, "dev", "nodes0"],
         "ip",
     )?;
-    run(
-        "sysctl",
-        &["-qw", "net.ipv4.ip_forward=1"],
-        "sysctl (Debian: procps)",
-    )?;
+    // Per namespace: /proc/sys/net answers for the opening thread's.
+    let forward = Path::new("/proc/sys/net/ipv4/ip_forward");
+    std::fs::write(forward, "1").map_err(|e| ControlPlaneError::io(forward, e))?;
     Ok(())
 }
 
