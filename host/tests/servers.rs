@@ -322,6 +322,24 @@ fn spawn_operator(
         .unwrap()
 }
 
+/// A simulated cluster, a scratch folder with its kubeconfig, and a
+/// webhook certificate (its folder, and its PEM as the CA to trust).
+async fn webhook_fixture() -> (
+    nmo_sim::SimCluster,
+    tempfile::TempDir,
+    std::path::PathBuf,
+    tempfile::TempDir,
+    String,
+) {
+    let (cluster, _client) = common::start_cluster(1).await;
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    let (certs, _) = common::webhook_cert();
+    let ca = std::fs::read_to_string(certs.path().join("tls.crt")).unwrap();
+    (cluster, work, kubeconfig, certs, ca)
+}
+
 /// Peak and current resident memory of a process, in MiB.
 fn memory_mib(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -347,12 +365,7 @@ async fn slow_large_bodies_cannot_grow_the_webhook_past_its_limit() {
     use tokio::io::AsyncWriteExt;
     const CONNECTIONS: usize = 220;
     const BODY: usize = 3 << 20;
-    let (cluster, _client) = common::start_cluster(1).await;
-    let work = tempfile::tempdir().unwrap();
-    let kubeconfig = work.path().join("kubeconfig");
-    cluster.write_kubeconfig(&kubeconfig).unwrap();
-    let (certs, _) = common::webhook_cert();
-    let ca = std::fs::read_to_string(certs.path().join("tls.crt")).unwrap();
+    let (cluster, work, kubeconfig, certs, ca) = webhook_fixture().await;
     let (probe, hook) = (common::free_port(), common::free_port());
     let mut operator = spawn_operator(
         &kubeconfig,
@@ -555,12 +568,7 @@ async fn the_probes_answer_while_many_policies_compile() {
 /// webhook when the certificate appears.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_starts_when_its_certificate_arrives_after_the_operator() {
-    let (cluster, _client) = common::start_cluster(1).await;
-    let work = tempfile::tempdir().unwrap();
-    let kubeconfig = work.path().join("kubeconfig");
-    cluster.write_kubeconfig(&kubeconfig).unwrap();
-    let (certs, _) = common::webhook_cert();
-    let ca = std::fs::read_to_string(certs.path().join("tls.crt")).unwrap();
+    let (cluster, work, kubeconfig, certs, ca) = webhook_fixture().await;
     let mounted = work.path().join("serving-certs");
     std::fs::create_dir(&mounted).unwrap();
     let (probe, hook) = (common::free_port(), common::free_port());
