@@ -559,6 +559,45 @@ async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str
         &json!({"spec": {"template": {"spec": {"nodeName": null}}}}),
     )
     .unwrap();
+    // A Deployment's pod on worker-3 too (placed while the other workers
+    // and master-0 are cordoned, then they are not), whose replacement takes a second
+    // to be Ready: its surge watches the Deployment meanwhile.
+    let cordon = |node: &str, on: bool| {
+        c.patch(
+            "v1",
+            "Node",
+            None,
+            node,
+            &json!({"spec": {"unschedulable": on}}),
+        )
+        .unwrap();
+    };
+    for node in ["worker-1", "worker-2", "master-0"] {
+        cordon(node, true);
+    }
+    c.create(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "api", "namespace": "default"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}},
+                 "template": {"metadata": {"labels": {"app": "api"},
+                                           "annotations": {"sim.nmo.medik8s.io/startup-seconds": "20"}},
+                              "spec": {"containers": [{"name": "c", "image": "api"}]}}}}))
+    .unwrap();
+    let started = Instant::now();
+    while !c
+        .list("v1", "Pod")
+        .unwrap()
+        .iter()
+        .any(|p| p["metadata"]["labels"]["app"] == "api" && p["spec"]["nodeName"] == "worker-3")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "api pod not placed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for node in ["worker-1", "worker-2", "master-0"] {
+        cordon(node, false);
+    }
     // An attachment the volume wait watches go.
     c.create(
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",

@@ -387,3 +387,90 @@ async fn many_drains_at_once_share_the_removals_in_flight() {
     controller.abort();
     cluster.stop().await;
 }
+
+/// A surge waiting for its replacement looks at its owner when the owner
+/// or its pods change, not on a clock. Before, each surge read the pod's
+/// ReplicaSet and Deployment and listed the Deployment's pods every
+/// 500 ms for as long as it waited (up to its attempt's 5 minutes, and
+/// again at the next attempt): 6 requests a second for a replacement
+/// that takes an hour to be Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surge_waiting_for_its_replacement_reads_nothing_while_nothing_changes() {
+    let (_dir, store) = common::drain_actions::store();
+    let env = Env::start_store(2, store).await;
+    // Pods that take a simulated day (over an hour here) to be Ready:
+    // the replacement is never Ready while the test looks.
+    env.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: slow, namespace: default}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: slow}}
+  template:
+    metadata:
+      labels: {app: slow}
+      annotations: {sim.nmo.medik8s.io/startup-seconds: "86400"}
+    spec: {containers: [{name: c, image: i}]}
+"#,
+    )
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), "default");
+    let placed = || async {
+        pods.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find_map(|p| p.spec.and_then(|s| s.node_name))
+    };
+    wait_until(
+        "the Deployment's pod placed",
+        Duration::from_secs(30),
+        || async { placed().await.is_some() },
+    )
+    .await;
+    let node = placed().await.unwrap();
+    env.create_nm_with_policy("nm-slow", &node, Some("no-downtime"))
+        .await;
+    env.wait_status("nm-slow", "waiting for the replacement", |s| {
+        s.last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("waiting for a Ready replacement"))
+    })
+    .await;
+    env.cluster.record_audit(true);
+    let start = operator_requests(&env);
+    let started = Instant::now();
+    // Long enough for the old clock (a look every 500 ms) to show many
+    // times over; the deadline is the wait's bound, not its verdict.
+    wait_until(
+        "three seconds of waiting",
+        Duration::from_secs(30),
+        || async { started.elapsed() >= Duration::from_secs(3) },
+    )
+    .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let end = operator_requests(&env);
+    let delta = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
+    let reads = delta("get deployments") + delta("get replicasets") + delta("list pods");
+    println!(
+        "a surge waiting {elapsed:.1} s for its replacement: {reads} reads of its owner; {end:?}"
+    );
+    assert!(
+        reads <= 3,
+        "{reads} reads of the owner in {elapsed:.1} s while nothing changed: {end:?}"
+    );
+    // Still waiting, and still says so.
+    let status = env.nms().get("nm-slow").await.unwrap().status.unwrap();
+    assert_eq!(status.phase, Some(nmo::crd::MaintenancePhase::Running));
+    assert!(
+        status
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("waiting for a Ready replacement")),
+        "{status:?}"
+    );
+    env.stop().await;
+}

@@ -245,16 +245,28 @@ enum Step {
 /// Surges the pod `t`: raises its owner's replicas, waits for a Ready
 /// replacement elsewhere and for its budgets, then has the owner remove
 /// it. Returns when the owner removes the pod, the pod is gone, the
-/// attempt runs out, or the owner allows no surge.
+/// attempt runs out, or the owner allows no surge. Between looks it
+/// waits for its owner or the owner's pods to change ([`Changes`]), not
+/// on a clock.
 pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Surged {
     let Some(("ReplicaSet", rs)) = t.controller.as_ref().map(|(k, n)| (k.as_str(), n)) else {
         return Surged::Evict("no ReplicaSet controls the pod".into());
     };
+    let mut changes: Option<Changes> = None;
     loop {
         if !state.has(&t.uid).await || Instant::now() >= how.deadline {
             return Surged::Done;
         }
-        let waited = match look(how, t, rs).await {
+        let looked = match owner(how.client, &t.namespace, rs).await {
+            Ok(owner) => {
+                if changes.is_none() {
+                    changes = Changes::of(how.client, &t.namespace, &owner);
+                }
+                look(how, t, &owner).await
+            }
+            Err(e) => Err(e),
+        };
+        let waited = match looked {
             Ok(Step::Over(done)) => return done,
             Ok(Step::Waiting(what)) => Some(what),
             // Two surges of one owner (or its controller) wrote it at the
@@ -267,17 +279,84 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
                 crate::text::api_error(&e)
             )),
         };
+        let failed = waited
+            .as_deref()
+            .is_some_and(|w| w.ends_with("; trying again"));
         if let Some(waited) = waited {
             state.waiting_for(t, waited).await;
         }
-        tokio::time::sleep(POLL.min(how.deadline.saturating_duration_since(Instant::now()))).await;
+        match changes.as_mut() {
+            Some(c) if !failed => c.next(how.deadline, state, &t.uid).await,
+            _ => {
+                tokio::time::sleep(POLL.min(how.deadline.saturating_duration_since(Instant::now())))
+                    .await
+            }
+        }
+    }
+}
+
+/// What a waiting surge watches: its owner (by name) and the owner's pods
+/// (by its selector), through kube-runtime's watcher. A look is taken
+/// when either changes: a surge waiting an hour for its replacement
+/// makes no request while nothing happens. While a watch fails (an RBAC
+/// that does not let the operator watch the owner's kind, an API outage)
+/// the surge looks every [`POLL`] instead.
+struct Changes {
+    events: futures::stream::BoxStream<'static, bool>,
+}
+
+impl Changes {
+    /// The watches of `owner` and its pods; `None` when its selector
+    /// cannot be read (the look then evicts instead).
+    fn of(client: &Client, namespace: &str, owner: &Owner) -> Option<Self> {
+        use futures::StreamExt;
+        use kube::runtime::watcher;
+        let selector = owner.selector()?;
+        let config = || watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS);
+        let by_name = config().fields(&format!("metadata.name={}", owner.object.name_any()));
+        let itself = watcher(owner.api.clone(), by_name).map(|e| e.is_ok());
+        let pods = watcher(
+            Api::<Pod>::namespaced(client.clone(), namespace),
+            config().labels(&selector),
+        )
+        .map(|e| e.is_ok());
+        Some(Self {
+            events: futures::stream::select(itself, pods).boxed(),
+        })
+    }
+
+    /// Waits for the next change (what else arrived with it is the same
+    /// change), for the pod `uid` to leave the node, or for `deadline`.
+    async fn next(&mut self, deadline: Instant, state: &Attempt, uid: &str) {
+        use futures::{FutureExt, StreamExt};
+        let changed = async {
+            match self.events.next().await {
+                Some(true) => {}
+                // The watch failed (it is tried again at the next look).
+                Some(false) | None => tokio::time::sleep(POLL).await,
+            }
+            while let Some(Some(_)) = self.events.next().now_or_never() {}
+        };
+        let gone = async {
+            loop {
+                let notified = state.changed.notified();
+                if !state.has(uid).await {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        tokio::select! {
+            () = changed => {}
+            () = gone => {}
+            () = tokio::time::sleep_until(deadline) => {}
+        }
     }
 }
 
 /// One look: start the surge, or see how far it is, or finish it.
-async fn look(how: Removal<'_>, t: &Target, rs: &str) -> kube::Result<Step> {
+async fn look(how: Removal<'_>, t: &Target, owner: &Owner) -> kube::Result<Step> {
     let client = how.client;
-    let owner = owner(client, &t.namespace, rs).await?;
     let Some(selector) = owner.selector() else {
         return Ok(Step::Over(Surged::Evict(format!(
             "{} has no selector the host can read",
@@ -296,7 +375,7 @@ async fn look(how: Removal<'_>, t: &Target, rs: &str) -> kube::Result<Step> {
                 )));
             }
             // A surge whose pod or maintenance went: undone, then ours.
-            undo(&owner, &other).await?;
+            undo(owner, &other).await?;
             return Ok(Step::Waiting(format!(
                 "surging pod {}: undid a stale surge of {}",
                 t.key(),
