@@ -474,3 +474,61 @@ spec:
     );
     env.stop().await;
 }
+
+/// A policy that retries as soon as the contract allows (`block-now`: a
+/// pod blocked, a 1 ms attempt, `retry-after-ms: 0`, floored at 1 s) on
+/// a drain that fails the same way each time: the status is renewed
+/// (`lastUpdate`) at most once per `waiting_update_interval` (2 s here),
+/// as every reason a policy gives is. Before, every retry wrote it: one
+/// status write a second per maintenance for as long as it failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_at_once_renews_the_status_at_most_once_an_interval() {
+    let (cluster, client) = start_cluster(2).await;
+    cluster
+        .create(bare("held", "worker-1", serde_json::json!({}), 30))
+        .unwrap();
+    let metrics = metrics();
+    let policies = policy_store_counted(HOSTILE, metrics.policy.clone());
+    let (_, controller) =
+        start_controller_counted(&client, policies, metrics.controller.clone(), |s| {
+            s.waiting_update_interval = Duration::from_secs(2);
+        });
+    let env = Env {
+        cluster,
+        client,
+        controller,
+        metrics,
+        ctx: None,
+    };
+    env.create_nm_with_reason("hammer", "worker-1", "block-now")
+        .await;
+    env.wait_status("hammer", "the blocked pod reported", |s| {
+        s.last_error.is_some()
+    })
+    .await;
+    env.cluster.record_audit(true);
+    let start = operator_requests(&env);
+    let verdicts_before = policy_calls(&env.metrics.policy, Decision::OnFailure);
+    let started = Instant::now();
+    // Long enough for a write a retry (one a second) to show.
+    wait_until(
+        "six seconds of retries",
+        Duration::from_secs(30),
+        || async { started.elapsed() >= Duration::from_secs(6) },
+    )
+    .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let end = operator_requests(&env);
+    let delta = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
+    let writes = delta("update nodemaintenances/status");
+    let retries = policy_calls(&env.metrics.policy, Decision::OnFailure) - verdicts_before;
+    let allowed = (elapsed / 2.0).ceil() as usize + 1;
+    println!("retries at once over {elapsed:.1} s: {retries} retries, {writes} status writes");
+    // The retries did go on (the 1 s floor), the writes did not follow.
+    assert!(retries >= 4, "{retries} retries in {elapsed:.1} s");
+    assert!(
+        writes <= allowed,
+        "{writes} status writes for {retries} identical retries in {elapsed:.1} s: {end:?}"
+    );
+    env.stop().await;
+}

@@ -67,11 +67,19 @@ pub(super) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Ne
         .chain(&outcome.waited)
         .cloned()
         .collect();
+    // lastUpdate says when the status last changed; a retry that finds
+    // the same pods left with the same error renews it at most once per
+    // interval, however soon the policy retries (the throttle every
+    // reason a policy gives shares).
+    let renew = pass.ctx.may_say(&pass.uid, "a failed attempt", "");
     pass.writer
         .update(|s| {
+            let before = s.clone();
             set_pending(s, &waited);
             s.last_error = Some(message.clone());
-            s.last_update = Some(now());
+            if renew || *s != before {
+                s.last_update = Some(now());
+            }
         })
         .await?;
     let to_wit = |v: &[PodReference]| {
