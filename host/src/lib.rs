@@ -33,6 +33,7 @@ pub mod policy;
 pub mod registry;
 pub mod secure_metrics;
 pub mod server;
+pub mod task;
 pub mod telemetry;
 pub mod text;
 pub mod tls;

@@ -5,6 +5,7 @@ mod cmd;
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    let mut logged = false;
     let result = if cmd::invoked_as_plugin() {
         // `kubectl nm …`: a command a person reads; only errors are logged.
         nmo::telemetry::init_command(nmo::telemetry::ZapLevel::Error);
@@ -14,6 +15,7 @@ fn main() -> std::process::ExitCode {
         if cli.command.is_none() || cli.is_demo() {
             // The operator, and the demo (which runs it): their logs.
             nmo::telemetry::init(cli.log_level(), cli.log_format());
+            logged = cli.command.is_none();
         } else {
             nmo::telemetry::init_command(cli.log_level());
         }
@@ -21,6 +23,12 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(code) => code,
+        // The operator's last word is a line of its log, as the others
+        // are (a log pipeline reads JSON); a command's is for a person.
+        Err(e) if logged => {
+            tracing::error!(logger = "setup", error = %cmd::error_text(&e), "the operator stopped");
+            std::process::ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("{}", cmd::error_text(&e));
             std::process::ExitCode::FAILURE

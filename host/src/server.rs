@@ -288,7 +288,7 @@ where
                 });
             }
             Err(e) => {
-                tracing::debug!(logger = "server", error = %e, wait = ?backoff, "accept failed; backing off");
+                tracing::debug!(logger = "server", error = %e, wait = %crate::text::duration(backoff), "accept failed; backing off");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
             }

@@ -3,7 +3,7 @@
 //! control plane, through the same scenarios, with everything a user or a
 //! tool can observe recorded: each NodeMaintenance's status fields,
 //! finalizer and owner references; its Events (type, reason, message,
-//! source); the Node (cordon, taints, the exclude-remediation label); the
+//! source, count); the Node (cordon, taints, the exclude-remediation label); the
 //! node Lease; the probes' answers; the validating webhook's answers to
 //! the AdmissionReviews the API server would send, as sent; the metric
 //! family names; the Go operator's key log lines.
@@ -325,14 +325,18 @@ impl Run<'_> {
     }
 
     /// The Events of the maintenance `name` and of `node`, recorded by
-    /// the operator: `type reason: message (source)`, each once.
+    /// the operator: `type reason: message (source)`, and how many times
+    /// each was said (`event-counts`, in the same order).
     async fn events(&self, seen: &mut Seen, key: &str, name: &str, node: &str) {
         let events: Vec<Event> = Api::<Event>::all(self.env.admin.clone())
             .list(&ListParams::default())
             .await
             .unwrap()
             .items;
-        let mut lines = BTreeSet::new();
+        // How many times each was said, however it was stored: the
+        // recorder's count (a repeat within its window raises the count of
+        // one Event), the events.k8s.io series', or Events of their own.
+        let mut said: BTreeMap<String, i32> = BTreeMap::new();
         for e in events {
             let o = &e.involved_object;
             let ours = (o.kind.as_deref() == Some("NodeMaintenance")
@@ -346,17 +350,32 @@ impl Run<'_> {
             if !ours || source != "NodeMaintenance" {
                 continue;
             }
-            lines.insert(format!(
-                "{} {} {}: {} ({source})",
-                o.kind.clone().unwrap_or_default(),
-                e.type_.unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-                self.norm(&e.message.unwrap_or_default())
-            ));
+            let count = e
+                .series
+                .as_ref()
+                .and_then(|s| s.count)
+                .or(e.count)
+                .unwrap_or(1);
+            *said
+                .entry(format!(
+                    "{} {} {}: {} ({source})",
+                    o.kind.clone().unwrap_or_default(),
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    self.norm(&e.message.unwrap_or_default())
+                ))
+                .or_default() += count;
         }
         seen.put(
             &format!("{key}/events"),
-            lines.into_iter().collect::<Vec<_>>().join(" | "),
+            said.keys().cloned().collect::<Vec<_>>().join(" | "),
+        );
+        seen.put(
+            &format!("{key}/event-counts"),
+            said.values()
+                .map(i32::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
         );
     }
 
@@ -925,6 +944,15 @@ async fn observe(env: &RealEnv, which: Which, logs: &Path) -> Seen {
         .flat_map(|l| [l.to_path_buf(), l.with_extension("out")])
         .map(|l| std::fs::read_to_string(l).unwrap_or_default())
         .collect::<String>();
+    if which == Which::Nmo {
+        // Values in the JSON log are as a person or a log pipeline reads
+        // them, never Rust's debug form (`"phase":"Some(Running)"`).
+        let debug: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("Some(") || l.contains("\":\"None\""))
+            .collect();
+        assert!(debug.is_empty(), "Rust debug values in the log: {debug:#?}");
+    }
     for line in KEY_LOG_LINES {
         seen.put(
             &format!("logs/{line}"),

@@ -295,3 +295,115 @@ async fn a_leader_shutting_down_releases_the_lock() {
     b.abort();
     c.stop().await;
 }
+
+/// A leader cut off from the API server (its connection stalls past the
+/// renew deadline) stops acting, stands for the lock again in the same
+/// process, and leads again when it may: the outage is ridden out, with
+/// no exit. Before, `lead` did not exist and the operator returned the
+/// lost leadership as an error and exited (the pod restarted, its webhook
+/// and probes down meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_stands_again_and_leads_when_it_may() {
+    use std::sync::Mutex;
+    use std::time::Instant;
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    let proxy = StallingProxy::start(c.addr()).await;
+    let direct = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+        .await
+        .unwrap();
+    let via_proxy = nmo::client::client_from_kubeconfig(
+        &c.kubeconfig()
+            .replace(&c.url(), &format!("http://{}", proxy.addr)),
+    )
+    .await
+    .unwrap();
+    // Who acted when: (replica, from, until).
+    type Log = Arc<Mutex<Vec<(&'static str, Instant, Option<Instant>)>>>;
+    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    let term = |id: &'static str, log: Log| async move {
+        let at = {
+            let mut log = log.lock().unwrap();
+            log.push((id, Instant::now(), None));
+            log.len() - 1
+        };
+        struct Done(Log, usize);
+        impl Drop for Done {
+            fn drop(&mut self) {
+                self.0.lock().unwrap()[self.1].2 = Some(Instant::now());
+            }
+        }
+        let _done = Done(log.clone(), at);
+        std::future::pending::<()>().await;
+        Ok(())
+    };
+    let terms = |log: &Log, id: &str| log.lock().unwrap().iter().filter(|t| t.0 == id).count();
+    let wait_for = |what: &'static str, check: Box<dyn Fn() -> bool + Send>| async move {
+        let started = Instant::now();
+        while !check() {
+            assert!(started.elapsed() < Duration::from_secs(15), "never {what}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let a = {
+        let elector = Elector::new(via_proxy, "default", "replica-a", timings());
+        let log = log.clone();
+        tokio::spawn(async move {
+            elector
+                .lead(|| term("replica-a", log.clone()), std::future::pending())
+                .await
+        })
+    };
+    let l = log.clone();
+    wait_for("A leading", Box::new(move || terms(&l, "replica-a") == 1)).await;
+    // B leads until told to stop (then it releases the lock).
+    let (stop_b, stopped_b) = tokio::sync::oneshot::channel::<()>();
+    let b = {
+        let elector = Elector::new(direct, "default", "replica-b", timings());
+        let log = log.clone();
+        tokio::spawn(async move {
+            elector
+                .run(async move {
+                    let mut log_entry = Box::pin(term("replica-b", log));
+                    tokio::select! {
+                        r = &mut log_entry => r,
+                        _ = stopped_b => Ok(()),
+                    }
+                })
+                .await
+        })
+    };
+    proxy.stalled.store(true, Ordering::SeqCst);
+    let l = log.clone();
+    wait_for(
+        "B taking over",
+        Box::new(move || terms(&l, "replica-b") == 1),
+    )
+    .await;
+    proxy.stalled.store(false, Ordering::SeqCst);
+    // A is a standby now, in the same call: it did not return.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!a.is_finished(), "A's lead returned: {:?}", a.await);
+    assert_eq!(terms(&log, "replica-a"), 1, "A leads while B does");
+    stop_b.send(()).unwrap();
+    b.await.unwrap().unwrap();
+    let l = log.clone();
+    wait_for(
+        "A leading again",
+        Box::new(move || terms(&l, "replica-a") == 2),
+    )
+    .await;
+    let log = log.lock().unwrap().clone();
+    let (a1, b1, a2) = (&log[0], &log[1], &log[2]);
+    assert_eq!((a1.0, b1.0, a2.0), ("replica-a", "replica-b", "replica-a"));
+    let a1_until = a1.2.expect("A's first term ended");
+    let b1_until = b1.2.expect("B's term ended");
+    assert!(a1_until < b1.1, "A and B acted at once");
+    assert!(b1_until <= a2.1, "B and A acted at once");
+    println!(
+        "cut off: A stopped, B led {:?}, A led again {:?} after B released",
+        b1_until - b1.1,
+        a2.1 - b1_until
+    );
+    a.abort();
+    c.stop().await;
+}

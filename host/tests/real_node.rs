@@ -328,7 +328,10 @@ fn runs_as_pods(how: Install) {
 
         match how {
             Install::Kustomize => memory_through_a_large_drain(&mut cp, &client).await,
-            Install::Helm => rolling_update_in_the_middle_of_a_drain(&mut cp, &client).await,
+            Install::Helm => {
+                rolling_update_in_the_middle_of_a_drain(&mut cp, &client).await;
+                an_api_outage_mid_drain_is_ridden_out(&mut cp, &client).await;
+            }
         }
 
         // A policies ConfigMap that is not valid: a replica started on it
@@ -615,6 +618,150 @@ async fn rolling_update_in_the_middle_of_a_drain(cp: &mut ControlPlane, client: 
             "delete",
             "nodemaintenance",
             "nm-roll",
+            "--wait=true",
+            "--timeout=60s",
+        ],
+        None,
+    )
+    .await;
+}
+
+/// The operator's replicas' restart counts, by pod.
+async fn operator_restarts(client: &kube::Client) -> std::collections::BTreeMap<String, i32> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    pods.list(&ListParams::default().labels("control-plane=controller-manager"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let restarts = p
+                .status
+                .and_then(|s| s.container_statuses)
+                .map_or(0, |c| c.iter().map(|c| c.restart_count).sum());
+            (p.metadata.name.unwrap_or_default(), restarts)
+        })
+        .collect()
+}
+
+/// How long the API server is stopped: past the leader's renew deadline
+/// (10 s), short of the node lease's 40 s.
+const OUTAGE: Duration = Duration::from_secs(15);
+
+/// The API server stops answering (SIGSTOP: every connection hangs) for
+/// longer than the leader's renew deadline, in the middle of a drain a
+/// budget holds. The leader stops acting and stands for the lock again;
+/// no replica exits (the restart counts stay as they were: before, the
+/// leader exited on the lost leadership and the kubelet restarted it);
+/// once the API server is back a replica leads and finishes the drain
+/// when the budget is relaxed.
+async fn an_api_outage_mid_drain_is_ridden_out(cp: &mut ControlPlane, client: &kube::Client) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while web_running(client).await < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the workload never came back to {KWOK}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    kubectl_ok(
+        cp,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
+             spec: {minAvailable: 3, selector: {matchLabels: {app: web}}}\n",
+        ),
+    )
+    .await;
+    kubectl_ok(
+        cp,
+        &["create", "-f", "-"],
+        Some(&maintenance("nm-outage", KWOK)),
+    )
+    .await;
+    wait_phase(client, "nm-outage", "Running", Duration::from_secs(60)).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        if let Some(l) = leader_pod(client).await {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no replica leads");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let restarts = operator_restarts(client).await;
+    let apiserver = cp
+        .pids()
+        .into_iter()
+        .find(|(name, _)| name == "kube-apiserver")
+        .map(|(_, pid)| pid)
+        .expect("the API server's pid");
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &apiserver.to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {apiserver}");
+    };
+    signal("-STOP");
+    // The outage's length is the scenario, not a verdict: nothing is
+    // decided by it.
+    tokio::time::sleep(OUTAGE).await;
+    signal("-CONT");
+    cp.wait_for(
+        "the API server answering again",
+        Duration::from_secs(60),
+        || async { cp_phase(client, "nm-outage").await.is_some() },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // The leader lost the lock past its renew deadline and stood again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = cp
+            .kubectl(&["logs", "-n", NS, &leader], None)
+            .await
+            .unwrap_or_else(|e| e.to_string());
+        if log.contains("standing for the lock again") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader never said it stood again after the outage:\n{}",
+            log.lines().rev().take(20).collect::<Vec<_>>().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while leader_pod(client).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no replica leads after the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        cp_phase(client, "nm-outage").await.as_deref(),
+        Some("Running"),
+        "held by the budget through the outage"
+    );
+    kubectl_ok(cp, &["delete", "pdb", "web", "-n", "default"], None).await;
+    wait_phase(client, "nm-outage", "Succeeded", Duration::from_secs(120)).await;
+    assert_eq!(
+        operator_restarts(client).await,
+        restarts,
+        "no replica exited over the outage"
+    );
+    eprintln!(
+        "an API outage of {OUTAGE:?} mid-drain ridden out; leader before {leader}, after {:?}",
+        leader_pod(client).await
+    );
+    kubectl_ok(
+        cp,
+        &[
+            "delete",
+            "nodemaintenance",
+            "nm-outage",
             "--wait=true",
             "--timeout=60s",
         ],

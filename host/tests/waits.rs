@@ -349,10 +349,11 @@ async fn a_forced_removal_repeated_by_every_retry_is_said_once_an_interval() {
 }
 
 /// Several pods of one Deployment surged from one node: they wait on each
-/// other (one surge of an owner at a time), and `lastError` shows one
-/// steady text, the first waiting pod's, changing only when what it waits
-/// for changes. (Before: whichever pod spoke last, flapping between them
-/// at every look, a status write each time, and raw API conflicts.)
+/// other (one surge of an owner at a time: its replicas never more than
+/// one above), and `lastError` shows one steady text, the first waiting
+/// pod's, changing only when what it waits for changes. (Before:
+/// whichever pod spoke last, flapping between them at every look, a
+/// status write each time, and raw API conflicts.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_waiting_together_show_one_steady_text() {
     let (_dir, store) = scenario::store();
@@ -366,12 +367,18 @@ spec:
   replicas: 8
   selector: {matchLabels: {app: many}}
   template:
-    metadata: {labels: {app: many}}
+    metadata:
+      labels: {app: many}
+      # A replacement takes a second to be Ready: the status is written
+      # while the surges wait.
+      annotations: {sim.nmo.medik8s.io/startup-seconds: "20"}
     spec: {terminationGracePeriodSeconds: 5, containers: [{name: c, image: i}]}
 "#,
     )
     .await;
     let pods: Api<k8s_openapi::api::core::v1::Pod> =
+        Api::namespaced(env.client().clone(), "default");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(env.client().clone(), "default");
     let on_worker_1 = || async {
         pods.list(&kube::api::ListParams::default().labels("app=many"))
@@ -394,12 +401,21 @@ spec:
     env.create_nm_with_policy("nm-many", "worker-1", Some("no-downtime"))
         .await;
     let mut seen: Vec<String> = Vec::new();
+    let mut most_replicas = 0;
     let started = Instant::now();
     loop {
         assert!(
             started.elapsed() < Duration::from_secs(120),
             "not Succeeded: {seen:#?}"
         );
+        let replicas = deployments
+            .get("many")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.replicas)
+            .unwrap_or(0);
+        most_replicas = most_replicas.max(replicas);
         let s = env
             .nms()
             .get("nm-many")
@@ -417,9 +433,13 @@ spec:
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert_eq!(
+        most_replicas, 9,
+        "one surge at a time (8 replicas, one more while a pod is surged): {seen:#?}"
+    );
     assert!(
-        seen.iter().any(|e| e.contains("is surging pod")),
-        "the pods waited on each other: {seen:#?}"
+        seen.iter().any(|e| e.contains("surging pod")),
+        "the status said what the drain waited for: {seen:#?}"
     );
     for (i, e) in seen.iter().enumerate() {
         assert!(

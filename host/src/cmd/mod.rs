@@ -660,7 +660,15 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
                 nmo::controller::leader::Elector::new(client, &ns, identity, Default::default())
                     .with_metrics(ctx.metrics.clone());
             tracing::info!(logger = "setup", namespace = %ns, "waiting for leadership");
-            elector.run(nmo::controller::run(ctx)).await?;
+            // Leadership lost (an API outage past the renew deadline):
+            // the controller stops acting and the replica stands again,
+            // without exiting.
+            elector
+                .lead(
+                    || nmo::controller::run(ctx.clone()),
+                    nmo::controller::stop_signal(),
+                )
+                .await?;
         } else {
             tracing::info!(logger = "setup", "starting the NodeMaintenance controller");
             nmo::controller::run(ctx).await?;

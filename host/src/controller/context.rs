@@ -283,6 +283,17 @@ impl Context {
             .is_some()
     }
 
+    /// The controller stopped running in this process (leadership lost,
+    /// or its run ended): back to a standby replica's state, no cache and
+    /// nothing synced (readiness answers as a standby's does), nothing
+    /// remembered of any maintenance.
+    pub(super) fn stand_by(&self) {
+        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.synced.store(false, Ordering::Relaxed);
+        self.watch_ok.store(true, Ordering::Relaxed);
+        self.forget_all();
+    }
+
     /// Whether the controller's cache has synced.
     pub fn synced(&self) -> bool {
         self.synced.load(Ordering::Relaxed)

@@ -239,7 +239,7 @@ pub async fn execute(
         deleted: Default::default(),
         changed: tokio::sync::Notify::new(),
     });
-    let watch = tokio::spawn(follow(events, state.clone()));
+    let watch = crate::task::spawn(follow(events, state.clone()));
     let limit = plan
         .max_concurrent_evictions
         .map_or(HOST_MAX_CONCURRENT, |n| {
@@ -301,7 +301,7 @@ pub async fn execute(
             let notes = notes.clone();
             let maintenance = maintenance.to_owned();
             let node = node.to_owned();
-            tasks.push(tokio::spawn(async move {
+            tasks.push(crate::task::spawn(async move {
                 let _slot = semaphore.acquire_owned().await;
                 let how = Removal {
                     client: &client,
@@ -364,18 +364,14 @@ pub async fn execute(
                 )
             };
             if removals_done && expired {
-                for t in tasks {
-                    t.abort();
-                }
+                drop(tasks);
                 break 'waves;
             }
             let over = Instant::now() >= deadline;
             if over || cancelled() {
                 timed_out = over;
                 stopped = !over;
-                for t in tasks {
-                    t.abort();
-                }
+                drop(tasks);
                 break 'waves;
             }
             tokio::select! {
@@ -387,10 +383,10 @@ pub async fn execute(
             }
         }
         for t in tasks {
-            let _ = t.await;
+            let _ = t.join().await;
         }
     }
-    watch.abort();
+    drop(watch);
 
     for (_, t) in &targets {
         match t.action {

@@ -116,7 +116,7 @@ pub(super) async fn failed(pass: &Pass, failure: Failure, last_error: String) ->
     tracing::warn!(logger = "controller", nodeMaintenance = %name, nodeName = %node_name, error = %last_error, verdict = %verdict, "maintenance step failed");
     let delay = match verdict {
         Verdict::RetryAfter(d) => {
-            tracing::info!(logger = "controller", nodeMaintenance = %name, requeueAfter = ?d, "Reconciling with fixed duration");
+            tracing::info!(logger = "controller", nodeMaintenance = %name, requeueAfter = %crate::text::duration(d), "Reconciling with fixed duration");
             d
         }
         Verdict::RetryWithBackoff => backoff(attempt),
@@ -187,7 +187,7 @@ async fn park(
         pass.event(EventType::Warning, reasons::PARKED, &reason)
             .await;
     }
-    tracing::warn!(logger = "controller", nodeMaintenance = %pass.name, nodeName = %pass.node_name, reason = %reason, recheck = ?recheck_after, "the policy parked the maintenance; the node stays cordoned");
+    tracing::warn!(logger = "controller", nodeMaintenance = %pass.name, nodeName = %pass.node_name, reason = %reason, recheck = %recheck_after.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "the policy parked the maintenance; the node stays cordoned");
     Ok(match recheck_after {
         Some(d) => Next::After(d),
         None => Next::Change,

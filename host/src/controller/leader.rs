@@ -209,15 +209,53 @@ impl Elector {
     /// `work` ends (releasing the lease), or with
     /// [`Error::LeadershipLost`] as soon as leadership cannot be confirmed
     /// within the renew deadline; `work` is dropped then, so it stops
-    /// acting at once (the process should exit, as controller-runtime's
-    /// does).
+    /// acting at once.
     pub async fn run<F: Future<Output = Result<()>>>(&self, work: F) -> Result<()> {
+        self.acquire().await;
+        self.hold(work).await
+    }
+
+    /// Stands for the lock and runs `work()` while leading, until `work`
+    /// ends by itself (its result) or `stop` completes while standing.
+    /// When leadership is lost (another instance took the lease, or it
+    /// could not be renewed within the renew deadline: an API outage, a
+    /// stalled connection), the work is dropped at once, so it stops
+    /// acting, and the replica stands for the lock again in the same
+    /// process: an outage is ridden out with no restart, the probes and
+    /// the webhook serving throughout. (controller-runtime's manager exits
+    /// instead and relies on the pod's restart.) A leading `work` handles
+    /// `stop`'s signal itself (a graceful shutdown that ends it).
+    pub async fn lead<W, Fut>(&self, mut work: W, stop: impl Future<Output = ()>) -> Result<()>
+    where
+        W: FnMut() -> Fut,
+        Fut: Future<Output = Result<()>>,
+    {
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            tokio::select! {
+                () = self.acquire() => {}
+                () = &mut stop => {
+                    tracing::info!(logger = "leader", identity = %self.identity, "stopping while standing by");
+                    return Ok(());
+                }
+            }
+            match self.hold(work()).await {
+                Err(Error::LeadershipLost(_)) => {
+                    tracing::warn!(logger = "leader", identity = %self.identity, "stopped acting; standing for the lock again");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Tries for the lock every retry period until it is ours.
+    async fn acquire(&self) {
         self.set_leading(false);
         loop {
             let attempt =
                 tokio::time::timeout(self.timings.renew_deadline, self.try_acquire_or_renew());
             match attempt.await {
-                Ok(Ok(true)) => break,
+                Ok(Ok(true)) => return,
                 Ok(Ok(false)) => {}
                 Ok(Err(e)) => tracing::warn!(logger = "leader", error = %e, "leader election"),
                 Err(_) => tracing::warn!(
@@ -227,6 +265,10 @@ impl Elector {
             }
             tokio::time::sleep(self.timings.retry_period).await;
         }
+    }
+
+    /// Runs `work` while the lock is renewed: see [`Self::run`].
+    async fn hold<F: Future<Output = Result<()>>>(&self, work: F) -> Result<()> {
         tracing::info!(logger = "leader", identity = %self.identity, "became leader");
         self.set_leading(true);
         let renew = async {

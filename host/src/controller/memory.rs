@@ -100,6 +100,11 @@ impl Memories {
             .retain(|uid, _| uids.contains(uid));
     }
 
+    /// Forgets every maintenance.
+    fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
     fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
@@ -115,6 +120,13 @@ impl Context {
     /// Forgets everything about a maintenance that is gone.
     pub(super) fn forget(&self, uid: &str) {
         self.memory.remove(uid);
+    }
+
+    /// Forgets every maintenance: what this process knew as leader may be
+    /// stale by the time it leads again (another replica went on), so it
+    /// starts as a restarted process would.
+    pub(super) fn forget_all(&self) {
+        self.memory.clear();
     }
 
     /// Forgets every maintenance the controller's cache no longer holds.

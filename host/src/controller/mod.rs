@@ -41,7 +41,7 @@ pub use context::{Context, Settings};
 pub use metrics::{ControllerMetrics, ReconcileResult};
 pub use pass::Next;
 pub use reconcile::reconcile;
-pub use run::run;
+pub use run::{run, stop_signal};
 
 /// controller-runtime's default per-item backoff (5 ms doubling, at most
 /// 1000 s), never shorter than [`MIN_RETRY`](crate::policy::validate::MIN_RETRY):

@@ -115,7 +115,7 @@ pub(super) async fn run(ctx: &Context, requeue: &Requeue) {
         ctx.forget_gone();
         match sweep(ctx, requeue).await {
             Ok(restored) if !restored.is_empty() => {
-                tracing::info!(logger = "controller", nodes = ?restored, "orphaned nodes restored");
+                tracing::info!(logger = "controller", nodes = %restored.join(", "), "orphaned nodes restored");
             }
             Ok(_) => {}
             Err(e) => {

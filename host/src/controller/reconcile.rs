@@ -79,12 +79,12 @@ impl Pass {
         // A failed attempt waits as its verdict said, whatever woke us: no
         // request, no policy call until then.
         if let Some(left) = self.ctx.held(&self.uid) {
-            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, wait = ?left, "waiting before the next attempt");
+            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, wait = %crate::text::duration(left), "waiting before the next attempt");
             return Ok(Next::After(left));
         }
         // Parked by its policy: nothing until it changes or its recheck.
         if let Some(left) = self.ctx.still_parked(&self.writer.current().await) {
-            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, recheck = ?left, "parked");
+            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, recheck = %left.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "parked");
             return Ok(left.map_or(Next::Change, Next::After));
         }
         let admitted = self.ctx.admitted(&self.writer.current().await);
@@ -196,7 +196,7 @@ impl Pass {
         // On its new node the maintenance is admitted again, its policy
         // chosen again, its failures forgotten.
         self.ctx.start_over(&self.uid);
-        tracing::warn!(logger = "controller", nodeMaintenance = %self.name, from = ?moved_from, to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
+        tracing::warn!(logger = "controller", nodeMaintenance = %self.name, from = %moved_from.join(", "), to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
         let message = format!(
             "spec.nodeName changed from {} to {}: node {} restored, the maintenance starts over on {}",
             moved_from.join(", "),
@@ -573,7 +573,7 @@ impl Pass {
             // are still to go (written by someone else) is corrected now.
             let status = self.writer.current().await.status.unwrap_or_default();
             if status::overstates(&status, &removals) {
-                tracing::warn!(logger = "controller", nodeMaintenance = %self.name, phase = ?status.phase, drainProgress = status.drain_progress, pending = removals.len(), "the status claims more than the drain has done; correcting it");
+                tracing::warn!(logger = "controller", nodeMaintenance = %self.name, phase = status.phase.map_or("", crate::crd::MaintenancePhase::as_str), drainProgress = status.drain_progress, pending = removals.len(), "the status claims more than the drain has done; correcting it");
                 self.writer.update(|s| set_pending(s, &removals)).await?;
             }
             return Ok(());
@@ -596,7 +596,7 @@ impl Pass {
         let progress_writer = {
             let writer = self.writer.clone();
             let stop = stop.clone();
-            tokio::spawn(async move {
+            crate::task::spawn(async move {
                 while rx.changed().await.is_ok() {
                     let Some(progress) = rx.borrow_and_update().clone() else {
                         continue;
@@ -627,7 +627,7 @@ impl Pass {
             let ctx = ctx.clone();
             let uid = self.uid.clone();
             let nm = self.writer.current().await;
-            tokio::spawn(async move {
+            crate::task::spawn(async move {
                 while let Some(note) = noted.recv().await {
                     let (type_, reason, message) = note_event(&note);
                     // A retry that does the same to the same pod (a pod
@@ -664,11 +664,11 @@ impl Pass {
         .await;
         // Every note of the attempt becomes an event before the pass goes on.
         drop(notes);
-        let _ = events.await;
+        let _ = events.join().await;
         // The progress write in flight ends (its resourceVersion is then
         // known as ours); the final status below supersedes it.
         stop.notify_one();
-        progress_writer.await.map_err(|source| Error::Task {
+        progress_writer.join().await.map_err(|source| Error::Task {
             what: "the drain's progress writer",
             source,
         })?;
@@ -682,7 +682,7 @@ impl Pass {
         let node = self.node_name.clone();
         let writer = self.writer.clone();
         let (tx, mut rx) = tokio::sync::watch::channel::<Option<String>>(None);
-        let shower = tokio::spawn(async move {
+        let shower = crate::task::spawn(async move {
             while rx.changed().await.is_ok() {
                 let shown = rx.borrow_and_update().clone();
                 if let Err(e) = writer.update(|s| s.last_error = shown.clone()).await {
@@ -702,7 +702,7 @@ impl Pass {
         )
         .await;
         drop(tx);
-        let _ = shower.await;
+        let _ = shower.join().await;
         let left = match waited {
             super::volumes::Detach::Detached => return Ok(None),
             super::volumes::Detach::Cancelled => {

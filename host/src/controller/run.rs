@@ -74,30 +74,34 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
             "listing NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)",
         ))?;
     ctx.metrics.set_max_concurrent(ctx.settings.max_concurrent);
+    // However the run ends (dropped when leadership is lost), the context
+    // is a standby's again.
+    struct StandBy<'a>(&'a Context);
+    impl Drop for StandBy<'_> {
+        fn drop(&mut self) {
+            self.0.stand_by();
+        }
+    }
+    let _stand_by = StandBy(&ctx);
     // The budgets' watch runs as long as the controller does.
-    let budgets = {
+    let _budgets = {
         let (budgets, client) = (ctx.budgets.clone(), ctx.client.clone());
-        AbortOnDrop(tokio::spawn(async move { budgets.watch(client).await }))
+        crate::task::spawn(async move { budgets.watch(client).await })
     };
-    let _budgets = budgets;
     // So do the leases' watch and the nodes', which admission reads.
     let _leases = {
         let (leases, client) = (ctx.lease_watch.clone(), ctx.client.clone());
         let namespace = ctx.settings.lease_namespace.clone();
-        AbortOnDrop(tokio::spawn(async move {
-            leases.watch(client, namespace).await
-        }))
+        crate::task::spawn(async move { leases.watch(client, namespace).await })
     };
     let _claims = {
         let (claims, client) = (ctx.tool_claims.clone(), ctx.client.clone());
         let again = ctx.settings.tool_api_recheck;
-        AbortOnDrop(tokio::spawn(
-            async move { claims.watch(client, again).await },
-        ))
+        crate::task::spawn(async move { claims.watch(client, again).await })
     };
     let _nodes = {
         let (nodes, client) = (ctx.nodes.clone(), ctx.client.clone());
-        AbortOnDrop(tokio::spawn(async move { nodes.watch(client).await }))
+        crate::task::spawn(async move { nodes.watch(client).await })
     };
     loop {
         match run_once(&ctx, &api).await {
@@ -184,7 +188,7 @@ fn recheck_waiting(
 }
 
 /// SIGTERM or Ctrl-C (what kube-runtime's graceful shutdown waits for).
-async fn stop_signal() {
+pub async fn stop_signal() {
     #[cfg(unix)]
     {
         let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate());
@@ -203,15 +207,6 @@ async fn stop_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// A task that ends with its owner.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -304,10 +299,10 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     // same signal, their drains and waits end at once.
     let _stop = ctx.settings.stop_on_signal.then(|| {
         let ctx = ctx.clone();
-        AbortOnDrop(tokio::spawn(async move {
+        crate::task::spawn(async move {
             stop_signal().await;
             ctx.stop();
-        }))
+        })
     });
     let controller = controller
         .run(instrumented, error_policy, ctx.clone())

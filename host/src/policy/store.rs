@@ -265,7 +265,7 @@ impl PolicyStore {
             match watcher {
                 Ok(w) => Some(w),
                 Err(e) => {
-                    tracing::info!(logger = "policy", dir = %src.dir.display(), error = %e, poll = ?poll, "not watching the policy directory for events; polling it");
+                    tracing::info!(logger = "policy", dir = %src.dir.display(), error = %e, poll = %crate::text::duration(poll), "not watching the policy directory for events; polling it");
                     None
                 }
             }

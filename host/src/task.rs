@@ -1,0 +1,58 @@
+//! Tasks that end with their owner. A task spawned with [`spawn`] is
+//! aborted when its handle is dropped, so nothing a pass or a drain
+//! started outlives it: a replica that loses leadership drops its
+//! controller, and with it every removal, wait and status write the
+//! controller had under way (it stands for the lock again; see
+//! `controller::leader::Elector::lead`).
+
+use std::future::Future;
+
+use tokio::task::{JoinError, JoinHandle};
+
+/// A spawned task, aborted when dropped.
+#[must_use = "dropping the handle aborts the task"]
+pub struct Owned<T>(JoinHandle<T>);
+
+/// Spawns `future` on the runtime as a task owned by the returned handle.
+pub fn spawn<F>(future: F) -> Owned<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    Owned(tokio::spawn(future))
+}
+
+impl<T> Owned<T> {
+    /// Waits for the task to end; an error if it panicked or was aborted.
+    pub async fn join(mut self) -> Result<T, JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl<T> Drop for Owned<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_dropped_handle_ends_its_task() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = spawn(async move {
+            let _tx = tx;
+            std::future::pending::<()>().await;
+        });
+        drop(task);
+        // The task's sender is dropped with the task.
+        assert!(rx.await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_joined_task_gives_its_output() {
+        assert_eq!(spawn(async { 7 }).join().await.unwrap(), 7);
+    }
+}
