@@ -86,6 +86,9 @@ impl Seen {
 struct Run<'a> {
     env: &'a RealEnv,
     which: Which,
+    /// The uids of the maintenances this run created: the other run's
+    /// maintenances had the same names, and their Events outlive them.
+    created: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl Run<'_> {
@@ -158,6 +161,8 @@ impl Run<'_> {
                 .map(|_| ())
         })
         .await;
+        let uid = self.nms().get(name).await.unwrap().uid().unwrap();
+        self.created.lock().unwrap().insert(uid);
     }
 
     async fn wait_nm(&self, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
@@ -326,7 +331,7 @@ impl Run<'_> {
 
     /// The Events of the maintenance `name` and of `node`, recorded by
     /// the operator: `type reason: message (source)`, and how many times
-    /// each was said (`event-counts`, in the same order).
+    /// each reason was said (`event-count/<kind> <reason>`).
     async fn events(&self, seen: &mut Seen, key: &str, name: &str, node: &str) {
         let events: Vec<Event> = Api::<Event>::all(self.env.admin.clone())
             .list(&ListParams::default())
@@ -336,11 +341,15 @@ impl Run<'_> {
         // How many times each was said, however it was stored: the
         // recorder's count (a repeat within its window raises the count of
         // one Event), the events.k8s.io series', or Events of their own.
-        let mut said: BTreeMap<String, i32> = BTreeMap::new();
+        let mut said: BTreeSet<String> = BTreeSet::new();
+        let mut counts: BTreeMap<String, i32> = BTreeMap::new();
         for e in events {
             let o = &e.involved_object;
             let ours = (o.kind.as_deref() == Some("NodeMaintenance")
-                && o.name.as_deref() == Some(name))
+                && o.name.as_deref() == Some(name)
+                && o.uid
+                    .as_ref()
+                    .is_some_and(|u| self.created.lock().unwrap().contains(u)))
                 || (o.kind.as_deref() == Some("Node") && o.name.as_deref() == Some(node));
             let source = e
                 .source
@@ -356,27 +365,24 @@ impl Run<'_> {
                 .and_then(|s| s.count)
                 .or(e.count)
                 .unwrap_or(1);
-            *said
-                .entry(format!(
-                    "{} {} {}: {} ({source})",
-                    o.kind.clone().unwrap_or_default(),
-                    e.type_.unwrap_or_default(),
-                    e.reason.unwrap_or_default(),
-                    self.norm(&e.message.unwrap_or_default())
-                ))
-                .or_default() += count;
+            let (kind, reason) = (
+                o.kind.clone().unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+            );
+            *counts.entry(format!("{kind} {reason}")).or_default() += count;
+            said.insert(format!(
+                "{kind} {} {reason}: {} ({source})",
+                e.type_.unwrap_or_default(),
+                self.norm(&e.message.unwrap_or_default())
+            ));
         }
         seen.put(
             &format!("{key}/events"),
-            said.keys().cloned().collect::<Vec<_>>().join(" | "),
+            said.into_iter().collect::<Vec<_>>().join(" | "),
         );
-        seen.put(
-            &format!("{key}/event-counts"),
-            said.values()
-                .map(i32::to_string)
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
+        for (what, n) in counts {
+            seen.put(&format!("{key}/event-count/{what}"), n.to_string());
+        }
     }
 
     /// A plain cycle: three pods go, the node is in maintenance, then
@@ -895,7 +901,11 @@ async fn observe(env: &RealEnv, which: Which, logs: &Path) -> Seen {
             curl(&format!("http://127.0.0.1:{probe}/{path}"), None).0,
         );
     }
-    let run = Run { env, which };
+    let run = Run {
+        env,
+        which,
+        created: Default::default(),
+    };
     let scenarios = futures::future::join_all([
         Box::pin(run.plain()) as std::pin::Pin<Box<dyn std::future::Future<Output = Seen> + Send>>,
         Box::pin(run.missing_node()),
@@ -1163,6 +1173,7 @@ async fn the_go_bundles_deployment_arguments_run_nmo() {
     let run = Run {
         env: &env,
         which: Which::Go,
+        created: Default::default(),
     };
     run.create_nm("bundle", "worker-1").await;
     run.wait_phase("bundle", "Succeeded").await;
