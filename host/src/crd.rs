@@ -67,7 +67,14 @@ pub struct PodReference {
     pub name: String,
 }
 
-/// `status` of a NodeMaintenance; JSON names exactly as the Go operator's.
+/// Whether a count is 0: written as the Go operator writes its counts
+/// (`omitempty`), absent then.
+fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+/// `status` of a NodeMaintenance; JSON names exactly as the Go operator's:
+/// a count of 0 is left out, as Go's `omitempty` leaves it out.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeMaintenanceStatus {
@@ -79,7 +86,11 @@ pub struct NodeMaintenanceStatus {
     )]
     pub phase: Option<MaintenancePhase>,
     /// Percent of the pods to evict that are gone.
-    #[serde(default, deserialize_with = "lenient::int")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "lenient::int"
+    )]
     pub drain_progress: i32,
     /// When the status last changed meaningfully.
     #[serde(
@@ -98,13 +109,26 @@ pub struct NodeMaintenanceStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_pods_refs: Option<Vec<PodReference>>,
     /// All pods on the node when the maintenance began.
-    #[serde(default, rename = "totalpods", deserialize_with = "lenient::int")]
+    #[serde(
+        default,
+        rename = "totalpods",
+        skip_serializing_if = "is_zero",
+        deserialize_with = "lenient::int"
+    )]
     pub total_pods: i32,
     /// Pods to be removed when the maintenance began.
-    #[serde(default, deserialize_with = "lenient::int")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "lenient::int"
+    )]
     pub eviction_pods: i32,
     /// Lease failures since the drain started.
-    #[serde(default, deserialize_with = "lenient::int")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "lenient::int"
+    )]
     pub error_on_lease_count: i32,
     /// The drain policy deciding for this maintenance, chosen when it began
     /// (`name@sha256:<first 12 hex digits>`). Not in the Go operator's

@@ -74,6 +74,29 @@ async fn settle(env: &Env, quiet: Duration, limit: Duration) -> BTreeMap<String,
     }
 }
 
+/// The operator's requests over at least `window` (a measuring window,
+/// not a verdict: the assertions are on the counts): how many of each,
+/// and how long it was in seconds.
+async fn requests_over(env: &Env, window: Duration) -> (BTreeMap<String, usize>, f64) {
+    env.cluster.record_audit(true);
+    let start = operator_requests(env);
+    let started = Instant::now();
+    wait_until(
+        "the measuring window",
+        window + Duration::from_secs(30),
+        || async { started.elapsed() >= window },
+    )
+    .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let end = operator_requests(env);
+    let delta = end
+        .iter()
+        .map(|(k, n)| (k.clone(), n - start.get(k).copied().unwrap_or(0)))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    (delta, elapsed)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_twenty_pod_maintenance_costs_one_plan_and_few_requests() {
     let env = Env::start(2).await;
@@ -440,21 +463,12 @@ spec:
             .is_some_and(|e| e.contains("waiting for a Ready replacement"))
     })
     .await;
-    env.cluster.record_audit(true);
-    let start = operator_requests(&env);
-    let started = Instant::now();
     // Long enough for the old clock (a look every 500 ms) to show many
-    // times over; the deadline is the wait's bound, not its verdict.
-    wait_until(
-        "three seconds of waiting",
-        Duration::from_secs(30),
-        || async { started.elapsed() >= Duration::from_secs(3) },
-    )
-    .await;
-    let elapsed = started.elapsed().as_secs_f64();
-    let end = operator_requests(&env);
-    let delta = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
-    let reads = delta("get deployments") + delta("get replicasets") + delta("list pods");
+    // times over.
+    let (counts, elapsed) = requests_over(&env, Duration::from_secs(3)).await;
+    let count = |k: &str| counts.get(k).copied().unwrap_or(0);
+    let reads = count("get deployments") + count("get replicasets") + count("list pods");
+    let end = &counts;
     println!(
         "a surge waiting {elapsed:.1} s for its replacement: {reads} reads of its owner; {end:?}"
     );
@@ -506,21 +520,14 @@ async fn a_retry_at_once_renews_the_status_at_most_once_an_interval() {
         s.last_error.is_some()
     })
     .await;
-    env.cluster.record_audit(true);
-    let start = operator_requests(&env);
     let verdicts_before = policy_calls(&env.metrics.policy, Decision::OnFailure);
-    let started = Instant::now();
     // Long enough for a write a retry (one a second) to show.
-    wait_until(
-        "six seconds of retries",
-        Duration::from_secs(30),
-        || async { started.elapsed() >= Duration::from_secs(6) },
-    )
-    .await;
-    let elapsed = started.elapsed().as_secs_f64();
-    let end = operator_requests(&env);
-    let delta = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
-    let writes = delta("update nodemaintenances/status");
+    let (counts, elapsed) = requests_over(&env, Duration::from_secs(6)).await;
+    let writes = counts
+        .get("update nodemaintenances/status")
+        .copied()
+        .unwrap_or(0);
+    let end = &counts;
     let retries = policy_calls(&env.metrics.policy, Decision::OnFailure) - verdicts_before;
     let allowed = (elapsed / 2.0).ceil() as usize + 1;
     println!("retries at once over {elapsed:.1} s: {retries} retries, {writes} status writes");

@@ -146,14 +146,9 @@ impl StallingProxy {
     }
 }
 
-/// Replica A's connection to the API server stalls; replica B takes over.
-/// A stops acting when its renew deadline passes, before B can acquire the
-/// lease: at no moment do two replicas act.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_leader_steps_down_before_another_takes_over() {
-    use std::sync::Mutex;
-    use std::time::Instant;
-    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+/// A client straight to the simulated API server, and one through a
+/// [`StallingProxy`] (returned too).
+async fn direct_and_stallable(c: &SimCluster) -> (kube::Client, kube::Client, StallingProxy) {
     let proxy = StallingProxy::start(c.addr()).await;
     let direct = nmo::client::client_from_kubeconfig(&c.kubeconfig())
         .await
@@ -164,32 +159,46 @@ async fn a_stalled_leader_steps_down_before_another_takes_over() {
     )
     .await
     .unwrap();
-    // Who acted when: (replica, from, until).
-    type Log = Arc<Mutex<Vec<(&'static str, Instant, Option<Instant>)>>>;
-    let log: Log = Arc::new(Mutex::new(Vec::new()));
+    (direct, via_proxy, proxy)
+}
+
+/// Who acted when: (replica, from, until).
+type Terms =
+    Arc<std::sync::Mutex<Vec<(&'static str, std::time::Instant, Option<std::time::Instant>)>>>;
+
+/// A leader's work: notes in `log` when it starts, acts until dropped,
+/// and notes when it was dropped.
+async fn term(id: &'static str, log: Terms) -> nmo::Result<()> {
+    use std::time::Instant;
+    let at = {
+        let mut log = log.lock().unwrap();
+        log.push((id, Instant::now(), None));
+        log.len() - 1
+    };
+    struct Done(Terms, usize);
+    impl Drop for Done {
+        fn drop(&mut self) {
+            self.0.lock().unwrap()[self.1].2 = Some(Instant::now());
+        }
+    }
+    let _done = Done(log.clone(), at);
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+/// Replica A's connection to the API server stalls; replica B takes over.
+/// A stops acting when its renew deadline passes, before B can acquire the
+/// lease: at no moment do two replicas act.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_leader_steps_down_before_another_takes_over() {
+    use std::time::Instant;
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    let (direct, via_proxy, proxy) = direct_and_stallable(&c).await;
+    let log: Terms = Arc::default();
     let spawn = |id: &'static str, client: kube::Client| {
         let elector = Elector::new(client, "default", id, timings());
         let log = log.clone();
-        tokio::spawn(async move {
-            elector
-                .run(async {
-                    let at = {
-                        let mut log = log.lock().unwrap();
-                        log.push((id, Instant::now(), None));
-                        log.len() - 1
-                    };
-                    struct Done(Log, usize);
-                    impl Drop for Done {
-                        fn drop(&mut self) {
-                            self.0.lock().unwrap()[self.1].2 = Some(Instant::now());
-                        }
-                    }
-                    let _done = Done(log.clone(), at);
-                    std::future::pending::<()>().await;
-                    Ok(())
-                })
-                .await
-        })
+        tokio::spawn(async move { elector.run(term(id, log)).await })
     };
     let a = spawn("replica-a", via_proxy);
     let started = Instant::now();
@@ -304,39 +313,11 @@ async fn a_leader_shutting_down_releases_the_lock() {
 /// and probes down meanwhile).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_stands_again_and_leads_when_it_may() {
-    use std::sync::Mutex;
     use std::time::Instant;
     let c = SimCluster::start(SimOptions::default()).await.unwrap();
-    let proxy = StallingProxy::start(c.addr()).await;
-    let direct = nmo::client::client_from_kubeconfig(&c.kubeconfig())
-        .await
-        .unwrap();
-    let via_proxy = nmo::client::client_from_kubeconfig(
-        &c.kubeconfig()
-            .replace(&c.url(), &format!("http://{}", proxy.addr)),
-    )
-    .await
-    .unwrap();
-    // Who acted when: (replica, from, until).
-    type Log = Arc<Mutex<Vec<(&'static str, Instant, Option<Instant>)>>>;
-    let log: Log = Arc::new(Mutex::new(Vec::new()));
-    let term = |id: &'static str, log: Log| async move {
-        let at = {
-            let mut log = log.lock().unwrap();
-            log.push((id, Instant::now(), None));
-            log.len() - 1
-        };
-        struct Done(Log, usize);
-        impl Drop for Done {
-            fn drop(&mut self) {
-                self.0.lock().unwrap()[self.1].2 = Some(Instant::now());
-            }
-        }
-        let _done = Done(log.clone(), at);
-        std::future::pending::<()>().await;
-        Ok(())
-    };
-    let terms = |log: &Log, id: &str| log.lock().unwrap().iter().filter(|t| t.0 == id).count();
+    let (direct, via_proxy, proxy) = direct_and_stallable(&c).await;
+    let log: Terms = Arc::default();
+    let terms = |log: &Terms, id: &str| log.lock().unwrap().iter().filter(|t| t.0 == id).count();
     let wait_for = |what: &'static str, check: Box<dyn Fn() -> bool + Send>| async move {
         let started = Instant::now();
         while !check() {
@@ -363,9 +344,8 @@ async fn a_leader_cut_off_stands_again_and_leads_when_it_may() {
         tokio::spawn(async move {
             elector
                 .run(async move {
-                    let mut log_entry = Box::pin(term("replica-b", log));
                     tokio::select! {
-                        r = &mut log_entry => r,
+                        r = term("replica-b", log) => r,
                         _ = stopped_b => Ok(()),
                     }
                 })

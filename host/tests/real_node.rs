@@ -36,10 +36,15 @@ async fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> St
 /// workload, which tolerates this) and the real nodes `real`, the image
 /// imported into each.
 async fn start(real: &[&str], image: PathBuf) -> ControlPlane {
+    start_with(real, vec![image]).await
+}
+
+/// [`start`] with several images imported.
+async fn start_with(real: &[&str], images: Vec<PathBuf>) -> ControlPlane {
     let cp = ControlPlane::start(Options {
         nodes: vec![NodeSpec::new(KWOK).max_pods(1100)],
         real_nodes: real.iter().map(|n| n.to_string()).collect(),
-        images: vec![image],
+        images,
         ..Options::default()
     })
     .await
@@ -206,11 +211,19 @@ fn runs_as_pods(how: Install) {
         let work = tempfile::tempdir().unwrap();
         install(&cp, how, work.path()).await;
         let pods = operator_ready(&mut cp).await;
-        eprintln!("{how:?}: operator Ready as pods after {:?}", begun.elapsed());
+        eprintln!(
+            "{how:?}: operator Ready as pods after {:?}",
+            begun.elapsed()
+        );
         assert_eq!(pods.len(), 2, "{pods:?}");
         for p in &pods {
             let spec = p.spec.as_ref().unwrap();
-            assert_eq!(spec.node_name.as_deref(), Some(REAL), "{:?}", p.metadata.name);
+            assert_eq!(
+                spec.node_name.as_deref(),
+                Some(REAL),
+                "{:?}",
+                p.metadata.name
+            );
             let status = p.status.as_ref().unwrap();
             let c = &status.container_statuses.as_ref().unwrap()[0];
             assert_eq!(c.image, "localhost/nmo:dev");
@@ -220,19 +233,7 @@ fn runs_as_pods(how: Install) {
 
         // The workload on the kwok node.
         let client = cp.client().await.unwrap();
-        kubectl_ok(
-            &cp,
-            &["apply", "-f", "-"],
-            Some(&format!(
-                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: default}}\n\
-                 spec:\n  replicas: 3\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n\
-                 \x20   metadata: {{labels: {{app: web}}}}\n    spec:\n      nodeSelector: {{kubernetes.io/hostname: {KWOK}}}\n\
-                 \x20     tolerations: [{{key: kwok, operator: Exists}}]\n\
-                 \x20     terminationGracePeriodSeconds: 1\n\
-                 \x20     containers: [{{name: web, image: web:1}}]\n"
-            )),
-        )
-        .await;
+        kubectl_ok(&cp, &["apply", "-f", "-"], Some(&web_on_kwok())).await;
 
         // The API server calls the webhook through its Service: the first
         // maintenance is admitted, a second of the same node refused with
@@ -242,16 +243,25 @@ fn runs_as_pods(how: Install) {
         // maintenance (the webhook fails closed), as on any cluster.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            match cp.kubectl(&["create", "-f", "-"], Some(&maintenance("nm-kwok", KWOK))).await {
+            match cp
+                .kubectl(&["create", "-f", "-"], Some(&maintenance("nm-kwok", KWOK)))
+                .await
+            {
                 Ok(_) => break,
-                Err(e) if e.to_string().contains("failed calling webhook") && Instant::now() < deadline => {
+                Err(e)
+                    if e.to_string().contains("failed calling webhook")
+                        && Instant::now() < deadline =>
+                {
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
                 Err(e) => panic!(
                     "the first maintenance is admitted: {e}\n{}\n{}",
-                    cp.kubectl(&["get", "endpointslices,svc,pods", "-A", "-o", "wide"], None)
-                        .await
-                        .unwrap_or_else(|e| e.to_string()),
+                    cp.kubectl(
+                        &["get", "endpointslices,svc,pods", "-A", "-o", "wide"],
+                        None
+                    )
+                    .await
+                    .unwrap_or_else(|e| e.to_string()),
                     service_rules()
                 ),
             }
@@ -286,10 +296,20 @@ fn runs_as_pods(how: Install) {
             .unwrap()
             .items
             .into_iter()
-            .find(|s| s.metadata.name.as_deref().is_some_and(|n| n.contains("metrics")))
+            .find(|s| {
+                s.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.contains("metrics"))
+            })
             .expect("a metrics Service");
         let ip = svc.spec.unwrap().cluster_ip.unwrap();
-        kubectl_ok(&cp, &["create", "serviceaccount", "scraper", "-n", "default"], None).await;
+        kubectl_ok(
+            &cp,
+            &["create", "serviceaccount", "scraper", "-n", "default"],
+            None,
+        )
+        .await;
         kubectl_ok(
             &cp,
             &[
@@ -302,16 +322,23 @@ fn runs_as_pods(how: Install) {
             None,
         )
         .await;
-        let token = cp.service_account_token("default", "scraper").await.unwrap();
+        let token = cp
+            .service_account_token("default", "scraper")
+            .await
+            .unwrap();
         let url = format!("https://{ip}:8443/metrics");
         let (code, _) = curl(&url, None);
         assert!(code == 401 || code == 403, "no token: HTTP {code}");
         let mut read = (0, String::new());
-        cp.wait_for("the metrics read with a reader's token", Duration::from_secs(30), || {
-            read = curl(&url, Some(&token));
-            let ok = read.0 == 200;
-            async move { ok }
-        })
+        cp.wait_for(
+            "the metrics read with a reader's token",
+            Duration::from_secs(30),
+            || {
+                read = curl(&url, Some(&token));
+                let ok = read.0 == 200;
+                async move { ok }
+            },
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}: HTTP {}", read.0));
         assert!(
@@ -322,7 +349,18 @@ fn runs_as_pods(how: Install) {
         );
 
         // Deleting the maintenance gives the node back.
-        kubectl_ok(&cp, &["delete", "nodemaintenance", "nm-kwok", "--wait=true", "--timeout=60s"], None).await;
+        kubectl_ok(
+            &cp,
+            &[
+                "delete",
+                "nodemaintenance",
+                "nm-kwok",
+                "--wait=true",
+                "--timeout=60s",
+            ],
+            None,
+        )
+        .await;
         let node = nodes.get(KWOK).await.unwrap();
         assert_ne!(node.spec.as_ref().unwrap().unschedulable, Some(true));
 
@@ -337,7 +375,8 @@ fn runs_as_pods(how: Install) {
         // A policies ConfigMap that is not valid: a replica started on it
         // exits, and its log (read through the kubelet) says which file
         // and why.
-        let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), NS);
+        let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(client.clone(), NS);
         let name = configmaps
             .list(&ListParams::default())
             .await
@@ -350,7 +389,14 @@ fn runs_as_pods(how: Install) {
         kubectl_ok(&cp, &["delete", "configmap", &name, "-n", NS], None).await;
         kubectl_ok(
             &cp,
-            &["create", "configmap", &name, "-n", NS, "--from-literal=broken.wasm=not a policy"],
+            &[
+                "create",
+                "configmap",
+                &name,
+                "-n",
+                NS,
+                "--from-literal=broken.wasm=not a policy",
+            ],
             None,
         )
         .await;
@@ -365,7 +411,12 @@ fn runs_as_pods(how: Install) {
             .find(|p| p.metadata.deletion_timestamp.is_none())
             .and_then(|p| p.metadata.name)
             .expect("a running replica");
-        kubectl_ok(&cp, &["delete", "pod", "-n", NS, &victim, "--wait=false"], None).await;
+        kubectl_ok(
+            &cp,
+            &["delete", "pod", "-n", NS, &victim, "--wait=false"],
+            None,
+        )
+        .await;
         let deadline = Instant::now() + Duration::from_secs(120);
         let crashed = loop {
             let list = pod_api
@@ -376,12 +427,21 @@ fn runs_as_pods(how: Install) {
                 p.status
                     .as_ref()
                     .and_then(|s| s.container_statuses.as_ref())
-                    .is_some_and(|c| c[0].restart_count > 0 || c[0].last_state.as_ref().is_some_and(|l| l.terminated.is_some()))
+                    .is_some_and(|c| {
+                        c[0].restart_count > 0
+                            || c[0]
+                                .last_state
+                                .as_ref()
+                                .is_some_and(|l| l.terminated.is_some())
+                    })
             });
             if let Some(p) = restarted {
                 break p.metadata.name.clone().unwrap();
             }
-            assert!(Instant::now() < deadline, "no replica exited on the broken policies");
+            assert!(
+                Instant::now() < deadline,
+                "no replica exited on the broken policies"
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
         // The replica in back-off: its log is its last run's.
@@ -394,10 +454,16 @@ fn runs_as_pods(how: Install) {
             if log.contains("policy broken") && log.contains("not a WebAssembly file") {
                 break log;
             }
-            assert!(Instant::now() < deadline, "the log never names the broken policy:\n{log}");
+            assert!(
+                Instant::now() < deadline,
+                "the log never names the broken policy:\n{log}"
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         };
-        eprintln!("a broken policy says why: {}", log.lines().last().unwrap_or_default());
+        eprintln!(
+            "a broken policy says why: {}",
+            log.lines().last().unwrap_or_default()
+        );
 
         // An image that is not there: the new pod says why in its events.
         kubectl_ok(
@@ -419,7 +485,10 @@ fn runs_as_pods(how: Install) {
             if events.contains("localhost/nmo:not-built") {
                 break;
             }
-            assert!(Instant::now() < deadline, "no event names the missing image:\n{events}");
+            assert!(
+                Instant::now() < deadline,
+                "no event names the missing image:\n{events}"
+            );
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         eprintln!("real node test done in {:?}", begun.elapsed());
@@ -547,24 +616,7 @@ async fn memory_through_a_large_drain(cp: &mut ControlPlane, client: &kube::Clie
 /// maintenance is lost, and once the budget allows, the new leader
 /// finishes it.
 async fn rolling_update_in_the_middle_of_a_drain(cp: &mut ControlPlane, client: &kube::Client) {
-    let running = || web_running(client);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while running().await < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "the workload never came back to {KWOK}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    kubectl_ok(
-        cp,
-        &["apply", "-f", "-"],
-        Some(
-            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
-             spec: {minAvailable: 3, selector: {matchLabels: {app: web}}}\n",
-        ),
-    )
-    .await;
+    hold_web_with_a_budget(cp, client).await;
     let leader_before = leader_pod(client).await;
     kubectl_ok(
         cp,
@@ -657,23 +709,7 @@ const OUTAGE: Duration = Duration::from_secs(15);
 /// once the API server is back a replica leads and finishes the drain
 /// when the budget is relaxed.
 async fn an_api_outage_mid_drain_is_ridden_out(cp: &mut ControlPlane, client: &kube::Client) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while web_running(client).await < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "the workload never came back to {KWOK}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    kubectl_ok(
-        cp,
-        &["apply", "-f", "-"],
-        Some(
-            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
-             spec: {minAvailable: 3, selector: {matchLabels: {app: web}}}\n",
-        ),
-    )
-    .await;
+    hold_web_with_a_budget(cp, client).await;
     kubectl_ok(
         cp,
         &["create", "-f", "-"],
@@ -770,6 +806,29 @@ async fn an_api_outage_mid_drain_is_ridden_out(cp: &mut ControlPlane, client: &k
     .await;
 }
 
+/// Waits for the workload's three pods to run on the kwok node, then
+/// puts a budget on them that allows no eviction: a drain of the node is
+/// held until the budget is deleted.
+async fn hold_web_with_a_budget(cp: &ControlPlane, client: &kube::Client) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while web_running(client).await < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the workload never ran on {KWOK}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    kubectl_ok(
+        cp,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: web, namespace: default}\n\
+             spec: {minAvailable: 3, selector: {matchLabels: {app: web}}}\n",
+        ),
+    )
+    .await;
+}
+
 /// `512Mi`, `1Gi`, `100M` → bytes (the forms a memory limit takes here).
 fn parse_quantity(q: &str) -> u64 {
     let (n, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len()));
@@ -855,8 +914,14 @@ async fn cp_events(client: &kube::Client) -> String {
 
 /// The leader's replica: the Lease holder's identity is `<pod>_<pid>`.
 async fn leader_pod(client: &kube::Client) -> Option<String> {
+    leader_pod_in(client, NS).await
+}
+
+/// The leader's replica in namespace `ns` (nmo's identity is
+/// `<pod>_<pid>`, controller-runtime's `<pod>_<uuid>`).
+async fn leader_pod_in(client: &kube::Client, ns: &str) -> Option<String> {
     use k8s_openapi::api::coordination::v1::Lease;
-    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let lease = leases
         .get_opt(nmo::controller::leader::LOCK_NAME)
         .await
@@ -970,67 +1035,597 @@ fn the_operator_drains_the_node_it_runs_on_and_its_other_replica_finishes() {
     .expect("a network namespace of the test's own");
 }
 
-/// The Go operator v0.21.0's own Deployment, as its OLM bundle's
-/// ClusterServiceVersion installs it (command `/manager`, its arguments,
-/// its 100Mi memory limit, its permissions), with only the image changed
-/// to nmo's: the pod runs nmo, becomes Ready through the kubelet's probes
-/// without a restart, leads, and drains a node. (Without OLM there is no
-/// webhook certificate: the webhook waits for one, as documented.)
+/// The namespace the Go operator's bundle is installed in here.
+const GO_NS: &str = "medik8s-operators";
+
+/// Installs the Go operator v0.21.0's own Deployment as OLM installs its
+/// bundle's ClusterServiceVersion (command `/manager`, its arguments, its
+/// 100Mi memory limit; its permissions as OLM grants them in the
+/// AllNamespaces mode, the only one the bundle supports: cluster-wide) in
+/// [`GO_NS`], with `replicas` and `image`, and its webhook certificate
+/// (made for its Service) mounted where OLM mounts it
+/// (controller-runtime's folder and OLM's `/apiserver.local.config`).
+/// Returns the certificate (PEM), the webhook's CA bundle.
+async fn install_go_deployment(cp: &ControlPlane, image: &str, replicas: i64) -> String {
+    let text =
+        std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-csv.yaml")).unwrap();
+    let csv: serde_json::Value = nmo::yaml::documents::<serde_json::Value>(&text)
+        .unwrap()
+        .remove(0);
+    let install = &csv["spec"]["install"]["spec"];
+    let ns = GO_NS;
+    let sa = install["deployments"][0]["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mut deployment = install["deployments"][0]["spec"].clone();
+    deployment["replicas"] = replicas.into();
+    let pod = &mut deployment["template"]["spec"];
+    pod["containers"][0]["image"] = image.into();
+    // On the real node: the kwok nodes run no containers (the bundle
+    // prefers control-plane nodes, and tolerates their taint).
+    pod["nodeSelector"] = serde_json::json!({"kubernetes.io/hostname": REAL});
+    pod["tolerations"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"key": OPERATORS_ONLY, "operator": "Exists"}));
+    let mounts = [
+        ("/tmp/k8s-webhook-server/serving-certs", "webhook-cert"),
+        ("/apiserver.local.config/certificates", "apiservice-cert"),
+    ];
+    for (path, name) in mounts {
+        let volume = serde_json::json!({"name": name, "secret": {"secretName": "go-webhook-cert"}});
+        let mount = serde_json::json!({"name": name, "mountPath": path, "readOnly": true});
+        match pod["volumes"].as_array_mut() {
+            Some(v) => v.push(volume),
+            None => pod["volumes"] = serde_json::json!([volume]),
+        }
+        match pod["containers"][0]["volumeMounts"].as_array_mut() {
+            Some(v) => v.push(mount),
+            None => pod["containers"][0]["volumeMounts"] = serde_json::json!([mount]),
+        }
+    }
+    // One rule more than the bundle's: v0.21.0's lease manager reads its
+    // namespace through the cached client, which watches Namespaces; the
+    // bundle grants only get and create, and the Go operator then waits
+    // on that watch (`namespaces is forbidden`) and starts no maintenance
+    // (docs/drop-in.md). nmo needs neither.
+    let mut rules = install["clusterPermissions"][0]["rules"].clone();
+    rules.as_array_mut().unwrap().push(serde_json::json!(
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}));
+    let objects = serde_json::json!([
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "medik8s-leases"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "go-nmo"},
+         "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "go-nmo"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "go-nmo"},
+         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]},
+        // The bundle supports the AllNamespaces install mode only, in
+        // which OLM grants its `permissions` cluster-wide too.
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "go-nmo-all-namespaces"},
+         "rules": install["permissions"][0]["rules"]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "go-nmo-all-namespaces"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "go-nmo-all-namespaces"},
+         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]},
+    ]);
+    let yaml: String = objects
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| format!("---\n{o}\n"))
+        .collect();
+    kubectl_ok(cp, &["apply", "--server-side", "-f", "-"], Some(&yaml)).await;
+    // The certificate OLM would make for the webhook's Service.
+    let service = format!("{GO_WEBHOOK_SERVICE}.{ns}.svc");
+    let cert = rcgen::generate_simple_self_signed(vec![
+        service.clone(),
+        format!("{service}.cluster.local"),
+    ])
+    .unwrap();
+    let certs = tempfile::tempdir().unwrap();
+    let (crt, key) = (certs.path().join("tls.crt"), certs.path().join("tls.key"));
+    std::fs::write(&crt, cert.cert.pem()).unwrap();
+    std::fs::write(&key, cert.signing_key.serialize_pem()).unwrap();
+    let secret = kubectl_ok(
+        cp,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "go-webhook-cert",
+            "-n",
+            ns,
+            "--dry-run=client",
+            "-o",
+            "yaml",
+            &format!("--from-file=tls.crt={}", crt.display()),
+            &format!("--from-file=tls.key={}", key.display()),
+            &format!("--from-file=apiserver.crt={}", crt.display()),
+            &format!("--from-file=apiserver.key={}", key.display()),
+        ],
+        None,
+    )
+    .await;
+    kubectl_ok(cp, &["apply", "-f", "-"], Some(&secret)).await;
+    let deployment = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": install["deployments"][0]["name"], "namespace": ns}, "spec": deployment});
+    kubectl_ok(
+        cp,
+        &["apply", "--server-side", "-f", "-"],
+        Some(&deployment.to_string()),
+    )
+    .await;
+    cert.cert.pem()
+}
+
+/// The taint that keeps all but the operator (which tolerates it) off the
+/// real node, where the e2e suite's busybox could not be pulled.
+const OPERATORS_ONLY: &str = "nmo-test/operators-only";
+/// The webhook's Service, as OLM names it from the bundle.
+const GO_WEBHOOK_SERVICE: &str = "node-maintenance-operator-controller-manager-service";
+
+/// Registers the bundle's validating webhook as OLM does from the CSV's
+/// `webhookdefinitions`: a Service to the Deployment's pods, and the
+/// ValidatingWebhookConfiguration with `ca` (PEM) as its CA bundle.
+async fn register_go_webhook(cp: &ControlPlane, ca: &str) {
+    let text =
+        std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-csv.yaml")).unwrap();
+    let csv: serde_json::Value = nmo::yaml::documents::<serde_json::Value>(&text)
+        .unwrap()
+        .remove(0);
+    let w = &csv["spec"]["webhookdefinitions"][0];
+    let labels =
+        &csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["selector"]["matchLabels"];
+    let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca);
+    let objects = serde_json::json!([
+        {"apiVersion": "v1", "kind": "Service",
+         "metadata": {"name": GO_WEBHOOK_SERVICE, "namespace": GO_NS},
+         "spec": {"selector": labels, "ports": [{"port": w["containerPort"], "targetPort": w["targetPort"]}]}},
+        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+         "metadata": {"name": w["generateName"]},
+         "webhooks": [{
+            "name": w["generateName"],
+            "admissionReviewVersions": w["admissionReviewVersions"],
+            "failurePolicy": w["failurePolicy"],
+            "sideEffects": w["sideEffects"],
+            "timeoutSeconds": w["timeoutSeconds"],
+            "rules": w["rules"],
+            "clientConfig": {"caBundle": ca, "service": {
+                "name": GO_WEBHOOK_SERVICE, "namespace": GO_NS, "path": w["webhookPath"], "port": w["containerPort"]}},
+         }]},
+    ]);
+    let yaml: String = objects
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| format!("---\n{o}\n"))
+        .collect();
+    kubectl_ok(cp, &["apply", "-f", "-"], Some(&yaml)).await;
+}
+
+/// The Go operator v0.21.0's own e2e suite (its `test/e2e`, built with
+/// the control plane, with the one change build.sh says) against nmo
+/// running in the Go operator's own Deployment, as a pod on a real node,
+/// its webhook registered as OLM registers it from the bundle. The
+/// suite's cluster: a control-plane node and two workers (kwok; the
+/// suite's busybox workload runs there), the real node kept for the
+/// operator. Every spec that does not need OpenShift passes; the one
+/// skipped needs OpenShift (the etcd quorum check is OpenShift's in
+/// v0.21.0 too).
+#[test]
+fn the_go_operators_e2e_suite_passes_against_nmo_in_its_deployment() {
+    let image = crate::image::archive();
+    isolated(move || async move {
+        let mut cp = ControlPlane::start(Options {
+            nodes: vec![
+                NodeSpec::new("worker-1"),
+                NodeSpec::new("worker-2"),
+                NodeSpec::new("master-0").label("node-role.kubernetes.io/control-plane", ""),
+            ],
+            real_nodes: vec![REAL.to_owned()],
+            images: vec![image],
+            ..Options::default()
+        })
+        .await
+        .expect("the control plane with a real node starts");
+        kubectl_ok(
+            &cp,
+            &[
+                "taint",
+                "node",
+                REAL,
+                &format!("{OPERATORS_ONLY}=:NoSchedule"),
+            ],
+            None,
+        )
+        .await;
+        let crd = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-crd.yaml"))
+            .unwrap();
+        cp.apply(&crd).await.unwrap();
+        let ca = install_go_deployment(&cp, "localhost/nmo:dev", 1).await;
+        register_go_webhook(&cp, &ca).await;
+        replicas_ready(&mut cp, GO_NS, 1).await;
+        let suite = cp.binaries().path("node-maintenance-operator-e2e");
+        let begun = Instant::now();
+        let out = tokio::process::Command::new(&suite)
+            .args([
+                "-test.v",
+                "-test.timeout=20m",
+                "-ginkgo.v",
+                // Needs OpenShift: v0.21.0 checks the etcd quorum only there.
+                "-ginkgo.skip=for the 1st master/control-plane node should fail",
+            ])
+            .env("KUBECONFIG", cp.kubeconfig_path())
+            .env("OPERATOR_NS", GO_NS)
+            .env("TEST_NAMESPACE", "nmo-e2e")
+            .current_dir(tempfile::tempdir().unwrap().keep())
+            .output()
+            .await
+            .expect("the e2e suite runs");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ran = text
+            .lines()
+            .find(|l| l.starts_with("Ran "))
+            .unwrap_or("no summary")
+            .to_owned();
+        eprintln!(
+            "the Go operator's e2e suite against nmo: {ran} in {:?}",
+            begun.elapsed()
+        );
+        assert!(
+            out.status.success(),
+            "the Go operator's e2e suite failed against nmo:\n{}",
+            text.lines()
+                .rev()
+                .take(120)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        // The specs that ran: a missing node refused, a worker put under
+        // maintenance and given back (the others skip themselves with
+        // fewer than three control-plane nodes).
+        assert!(ran.starts_with("Ran 2 of"), "{ran}");
+        cp.stop();
+    })
+    .expect("a network namespace of the test's own");
+}
+
+/// The Go operator v0.21.0's own Deployment ([`install_go_deployment`])
+/// with only the image changed to nmo's: the pod runs nmo, becomes Ready
+/// through the kubelet's probes without a restart, leads, and drains a
+/// node.
 #[test]
 fn the_go_operators_own_deployment_with_the_image_swapped_runs_nmo() {
     let image = crate::image::archive();
     isolated(move || async move {
         let mut cp = start(&[REAL], image).await;
-        let crd = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-crd.yaml")).unwrap();
+        let crd = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-crd.yaml"))
+            .unwrap();
         cp.apply(&crd).await.unwrap();
-        let text = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-csv.yaml")).unwrap();
-        let csv: serde_json::Value = nmo::yaml::documents::<serde_json::Value>(&text).unwrap().remove(0);
-        let install = &csv["spec"]["install"]["spec"];
-        let ns = "medik8s-operators";
-        let sa = install["deployments"][0]["spec"]["template"]["spec"]["serviceAccountName"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let mut deployment = install["deployments"][0]["spec"].clone();
-        deployment["template"]["spec"]["containers"][0]["image"] = "localhost/nmo:dev".into();
-        let objects = serde_json::json!([
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
-            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa, "namespace": ns}},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "go-nmo"},
-             "rules": install["clusterPermissions"][0]["rules"]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "go-nmo"},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "go-nmo"},
-             "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "go-nmo", "namespace": ns},
-             "rules": install["permissions"][0]["rules"]},
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "go-nmo", "namespace": ns},
-             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "go-nmo"},
-             "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]},
-            {"apiVersion": "apps/v1", "kind": "Deployment",
-             "metadata": {"name": install["deployments"][0]["name"], "namespace": ns}, "spec": deployment},
-        ]);
-        let yaml: String = objects
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| format!("---\n{o}\n"))
-            .collect();
-        kubectl_ok(&cp, &["apply", "--server-side", "-f", "-"], Some(&yaml)).await;
+        install_go_deployment(&cp, "localhost/nmo:dev", 1).await;
+        let ns = GO_NS;
         let pods = replicas_ready(&mut cp, ns, 1).await;
         let status = pods[0].status.as_ref().unwrap();
         let c = &status.container_statuses.as_ref().unwrap()[0];
         assert_eq!(c.restart_count, 0, "{c:?}");
 
         let client = cp.client().await.unwrap();
-        kubectl_ok(&cp, &["create", "-f", "-"], Some(&maintenance("nm-swap", KWOK))).await;
+        kubectl_ok(
+            &cp,
+            &["create", "-f", "-"],
+            Some(&maintenance("nm-swap", KWOK)),
+        )
+        .await;
         wait_phase(&client, "nm-swap", "Succeeded", Duration::from_secs(120)).await;
         let memory = operator_working_set(&cp).await;
-        eprintln!("the Go Deployment running nmo: working set {} MiB (its limit 100Mi)", memory >> 20);
+        eprintln!(
+            "the Go Deployment running nmo: working set {} MiB (its limit 100Mi)",
+            memory >> 20
+        );
         let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let p = pods.list(&ListParams::default()).await.unwrap().items.remove(0);
+        let p = pods
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .remove(0);
         let c = &p.status.unwrap().container_statuses.unwrap()[0];
-        assert_eq!(c.restart_count, 0, "no restart (an OOM kill at 100Mi, say): {c:?}");
+        assert_eq!(
+            c.restart_count, 0,
+            "no restart (an OOM kill at 100Mi, say): {c:?}"
+        );
         cp.stop();
     })
     .expect("a network namespace of the test's own");
+}
+
+/// The Go operator's image, built here: `FROM scratch`, its binary (built
+/// from its module with the control plane, static) as `/manager`, its
+/// distroless user 65532.
+const GO_IMAGE: &str = "localhost/node-maintenance-operator:v0.21.0";
+
+fn go_image(dir: &std::path::Path) -> PathBuf {
+    let bins = nmo_control_plane::Binaries::ensure().expect("the control plane's binaries");
+    let out = dir.join("go-operator.tar");
+    nmo_control_plane::scratch_image(
+        &bins.path("node-maintenance-operator"),
+        &out,
+        GO_IMAGE,
+        "/manager",
+        "65532:65532",
+    )
+    .expect("the Go operator's image");
+    out
+}
+
+/// Two replicas of the Go operator's own Deployment, first with the Go
+/// operator v0.21.0's image, then (deleted and installed again) with
+/// nmo's: the same hand-over for each, observed the same way and compared
+/// as the differential suite compares (docs/drop-in.md's table). A drain
+/// a PodDisruptionBudget holds; the leader's pod deleted as a rollout or
+/// a node drain deletes it (gracefully); another replica takes the lock
+/// and finishes once the budget is relaxed.
+#[test]
+fn two_replicas_hand_over_a_drain_as_the_go_operators_do() {
+    let image = crate::image::archive();
+    let work = tempfile::tempdir().unwrap();
+    let go = go_image(work.path());
+    isolated(move || async move {
+        let mut cp = start_with(&[REAL], vec![image, go]).await;
+        let crd = std::fs::read_to_string(cp.binaries().path("node-maintenance-operator-crd.yaml"))
+            .unwrap();
+        cp.apply(&crd).await.unwrap();
+        let client = cp.client().await.unwrap();
+        kubectl_ok(&cp, &["apply", "-f", "-"], Some(&web_on_kwok())).await;
+        let mut seen = Vec::new();
+        for image in [GO_IMAGE, "localhost/nmo:dev"] {
+            install_go_deployment(&cp, image, 2).await;
+            seen.push(hand_over(&mut cp, &client, image).await);
+            // The next operator starts from nothing of this one's.
+            kubectl_ok(
+                &cp,
+                &[
+                    "delete",
+                    "deployment",
+                    "--all",
+                    "-n",
+                    GO_NS,
+                    "--wait=true",
+                    "--timeout=120s",
+                ],
+                None,
+            )
+            .await;
+            let deadline = Instant::now() + Duration::from_secs(120);
+            let pods: Api<Pod> = Api::namespaced(client.clone(), GO_NS);
+            while !pods
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+            {
+                assert!(Instant::now() < deadline, "{image}'s pods never went");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            kubectl_ok(&cp, &["delete", "lease", "--all", "-n", GO_NS], None).await;
+        }
+        let nmo = seen.pop().unwrap();
+        let go = seen.pop().unwrap();
+        crate::differential::assert_documented(&go, &nmo, "two replicas as pods on a real node");
+        cp.stop();
+    })
+    .expect("a network namespace of the test's own");
+}
+
+/// The workload on the kwok node: three pods, the drain's to move.
+fn web_on_kwok() -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: default}}\n\
+         spec:\n  replicas: 3\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n\
+         \x20   metadata: {{labels: {{app: web}}}}\n    spec:\n      nodeSelector: {{kubernetes.io/hostname: {KWOK}}}\n\
+         \x20     tolerations: [{{key: kwok, operator: Exists}}]\n\
+         \x20     terminationGracePeriodSeconds: 1\n\
+         \x20     containers: [{{name: web, image: web:1}}]\n"
+    )
+}
+
+/// How long a standby may take to lead after the leader's pod is deleted
+/// for the hand-over to count as at once (a few retry periods, 2 s each);
+/// a lock left to expire takes its lease duration, 15 s.
+const AT_ONCE: Duration = Duration::from_secs(8);
+
+/// One operator's hand-over, as observed: `replicas/…` keys.
+async fn hand_over(
+    cp: &mut ControlPlane,
+    client: &kube::Client,
+    image: &str,
+) -> std::collections::BTreeMap<String, String> {
+    let mut seen = std::collections::BTreeMap::new();
+    let pods = replicas_ready(cp, GO_NS, 2).await;
+    assert_eq!(pods.len(), 2, "{image}: {pods:?}");
+    hold_web_with_a_budget(cp, client).await;
+    kubectl_ok(
+        cp,
+        &["create", "-f", "-"],
+        Some(&maintenance("handover", KWOK)),
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cp_phase(client, "handover").await.as_deref() != Some("Running") {
+        if Instant::now() >= deadline {
+            let logs = cp
+                .kubectl(
+                    &[
+                        "logs",
+                        "-n",
+                        GO_NS,
+                        "-l",
+                        "control-plane=controller-manager",
+                        "--tail=40",
+                        "--prefix",
+                    ],
+                    None,
+                )
+                .await
+                .unwrap_or_else(|e| e.to_string());
+            let nm = cp
+                .kubectl(&["get", "nodemaintenance", "handover", "-o", "yaml"], None)
+                .await
+                .unwrap_or_else(|e| e.to_string());
+            panic!("{image}: handover never Running\n{nm}\n{logs}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let leader = loop {
+        if let Some(l) = leader_pod_in(client, GO_NS).await {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "{image}: no replica leads");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    seen.insert(
+        "replicas/leader".to_owned(),
+        if names.contains(&leader) {
+            "one of the replicas"
+        } else {
+            "another"
+        }
+        .to_owned(),
+    );
+    let deleted = Instant::now();
+    kubectl_ok(
+        cp,
+        &["delete", "pod", "-n", GO_NS, &leader, "--wait=false"],
+        None,
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        match leader_pod_in(client, GO_NS).await {
+            Some(l) if l != leader => break,
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{image}: no other replica took the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let took = deleted.elapsed();
+    eprintln!("{image}: another replica led {took:?} after the leader's pod was deleted");
+    seen.insert(
+        "replicas/hand-over-after-a-graceful-delete".to_owned(),
+        if took < AT_ONCE {
+            "at once"
+        } else {
+            "after the lock expired"
+        }
+        .to_owned(),
+    );
+    seen.insert(
+        "replicas/held/phase".to_owned(),
+        cp_phase(client, "handover").await.unwrap_or_default(),
+    );
+    kubectl_ok(cp, &["delete", "pdb", "web", "-n", "default"], None).await;
+    wait_phase(client, "handover", "Succeeded", Duration::from_secs(120)).await;
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "nodemaintenance.medik8s.io",
+            "v1beta1",
+            "NodeMaintenance",
+        )),
+    );
+    let status = api.get("handover").await.unwrap().data["status"].clone();
+    for field in [
+        "phase",
+        "totalpods",
+        "evictionPods",
+        "drainProgress",
+        "errorOnLeaseCount",
+        "pendingPods",
+    ] {
+        seen.insert(
+            format!("replicas/succeeded/status.{field}"),
+            status[field].to_string(),
+        );
+    }
+    let last_error = status["lastError"].as_str().unwrap_or_default();
+    seen.insert(
+        "replicas/succeeded/status.lastError".to_owned(),
+        if last_error.is_empty() {
+            "empty"
+        } else {
+            "set"
+        }
+        .to_owned(),
+    );
+    kubectl_ok(
+        cp,
+        &["delete", "nodemaintenance", "handover", "--wait=false"],
+        None,
+    )
+    .await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while api.get_opt("handover").await.unwrap().is_some() {
+        if Instant::now() >= deadline {
+            let logs = cp
+                .kubectl(
+                    &[
+                        "logs",
+                        "-n",
+                        GO_NS,
+                        "-l",
+                        "control-plane=controller-manager",
+                        "--tail=60",
+                        "--prefix",
+                    ],
+                    None,
+                )
+                .await
+                .unwrap_or_else(|e| e.to_string());
+            panic!("{image}: the deleted maintenance never went\n{logs}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let node = Api::<Node>::all(client.clone()).get(KWOK).await.unwrap();
+    let spec = node.spec.unwrap_or_default();
+    seen.insert(
+        "replicas/ended/node".to_owned(),
+        format!(
+            "unschedulable {:?}, taints {:?}",
+            spec.unschedulable.unwrap_or(false),
+            spec.taints
+                .unwrap_or_default()
+                .iter()
+                .map(|t| t.key.clone())
+                .collect::<Vec<_>>()
+        ),
+    );
+    let restarts: i32 = Api::<Pod>::namespaced(client.clone(), GO_NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .flat_map(|c| c.iter().map(|c| c.restart_count))
+        .sum();
+    seen.insert("replicas/restarts".to_owned(), restarts.to_string());
+    seen
 }

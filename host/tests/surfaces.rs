@@ -623,3 +623,37 @@ async fn deletions_during_start_up_do_not_keep_the_operator_unready() {
     run.abort();
     cluster.stop().await;
 }
+
+/// The webhook under an RBAC that does not let the operator read its
+/// maintenance history (the Go operator's bundle, its ConfigMap rights in
+/// its own namespace only, with nmo swapped into its Deployment): the
+/// history reads as none and a maintenance is admitted. Before, every
+/// maintenance was refused ("could not read the cluster for admission:
+/// reading the maintenance history … forbidden"), which the Go operator's
+/// own e2e suite found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_goes_on_without_a_history_it_may_not_read() {
+    let (cluster, client) = start_cluster(1).await;
+    cluster.set_faults(|f| {
+        f.rules.push(nmo_sim::FaultRule {
+            verb: Some("get".into()),
+            resource: Some("configmaps".into()),
+            rate: 1.0,
+            code: 403,
+        })
+    });
+    // With the operator's policies, as the binary serves it: the policy's
+    // admission reads the fleet, the history with it.
+    let validator = nmo::webhook::Validator::new(client.clone())
+        .await
+        .with_policies(policy_store(None));
+    let nm = nmo::crd::NodeMaintenance::new(
+        "m",
+        nmo::crd::NodeMaintenanceSpec {
+            node_name: "worker-1".into(),
+            reason: None,
+        },
+    );
+    assert_eq!(validator.validate_create(&nm).await, Ok(()));
+    cluster.stop().await;
+}

@@ -18,7 +18,7 @@ root="${NMO_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nmo-control-pla
 key="$(cd "$here" && cat versions.env build.sh $(find . -name '*.go' -o -name '*.yaml' | sort) | sha256sum | cut -c1-16)"
 dir="$root/$key"
 bin="$dir/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-e2e node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane)
 
 complete() {
   for b in "${want[@]}"; do [[ -s "$bin/$b" ]] || return 1; done
@@ -180,6 +180,26 @@ step "the Go Node Maintenance Operator: resolving modules"
 step "the Go Node Maintenance Operator: building"
 (cd "$w" && go build -trimpath -ldflags "$ld" -o "$out/node-maintenance-operator" github.com/medik8s/node-maintenance-operator/cmd)
 nmo_go="$(go env GOMODCACHE)/github.com/medik8s/node-maintenance-operator@$NODE_MAINTENANCE_OPERATOR_VERSION"
+# Its own e2e suite (test/e2e), compiled as a test binary that
+# host/tests/real_node.rs runs against nmo in the Go operator's Deployment.
+# Built from a writable copy of the module (the suite imports the module's
+# internal packages, so it builds only inside it), with one change, said
+# in docs/drop-in.md: its test Deployment's pod carries kwok's delete-delay
+# annotation for its grace period (kwok runs no process; on a real node,
+# busybox's shell as PID 1 ignores SIGTERM and takes the grace period,
+# which the suite relies on to see a drain attempt time out).
+step "the Go Node Maintenance Operator's e2e suite: building"
+e2e="$dir.tmp/src/node-maintenance-operator-e2e"
+cp -r "$nmo_go" "$e2e"
+chmod -R u+w "$e2e"
+for m in api apimachinery client-go kubectl cli-runtime component-base component-helpers \
+  apiextensions-apiserver apiserver metrics code-generator; do
+  (cd "$e2e" && go mod edit -replace "k8s.io/$m=k8s.io/$m@$NODE_MAINTENANCE_OPERATOR_STAGING_VERSION")
+done
+suite="$e2e/test/e2e/node_maintenance_test.go"
+grep -q '^					Labels:    podLabel,$' "$suite"
+sed -i 's|^					Labels:    podLabel,$|&\n					Annotations: map[string]string{"pod-delete.stage.kwok.x-k8s.io/delay": fmt.Sprintf("%ds", int64(nodemaintenance.DrainerTimeout.Seconds())+50)},|' "$suite"
+(cd "$e2e" && quiet go test -c -trimpath -ldflags "$ld" -o "$out/node-maintenance-operator-e2e" ./test/e2e)
 cp "$nmo_go/config/crd/bases/nodemaintenance.medik8s.io_nodemaintenances.yaml" "$out/node-maintenance-operator-crd.yaml"
 cp "$nmo_go/bundle/manifests/node-maintenance-operator.clusterserviceversion.yaml" "$out/node-maintenance-operator-csv.yaml"
 

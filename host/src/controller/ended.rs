@@ -145,6 +145,26 @@ fn prune(entries: &mut Vec<Ended>, now_ms: u64) {
     entries.drain(..extra);
 }
 
+/// [`read`], for admission: a history the operator may not read (the Go
+/// operator's RBAC, which grants ConfigMaps only in its own namespace,
+/// under nmo swapped into its Deployment) reads as none, and the log
+/// says why. Admission goes on without it (a fleet rule that counts past
+/// maintenances sees none), rather than refusing every maintenance.
+pub async fn read_for_admission(client: &Client, namespace: &str) -> kube::Result<Vec<Ended>> {
+    match read(client, namespace).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            tracing::warn!(
+                logger = "webhook",
+                namespace,
+                error = %e.message,
+                "the operator may not read the maintenance history (ConfigMap {CONFIGMAP}); admission sees none: grant get on ConfigMaps in that namespace (deploy/rbac) for fleet rules that count past maintenances"
+            );
+            Ok(Vec::new())
+        }
+        other => other,
+    }
+}
+
 /// The history in the ConfigMap (none when there is none).
 pub async fn read(client: &Client, namespace: &str) -> kube::Result<Vec<Ended>> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);

@@ -97,7 +97,7 @@ pub async fn complete(
     around.fleet.lease_holders = std::sync::Arc::new(holders_of(&around.fleet.nodes, |name| {
         leases.get(name).cloned()
     }));
-    let ended = super::ended::read(client, namespace)
+    let ended = super::ended::read_for_admission(client, namespace)
         .await
         .map_err(Error::kube("reading the maintenance history for admission"))?;
     around.ended = super::ended::wit(&ended);

@@ -34,7 +34,9 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 pub use binaries::{Binaries, versions};
-pub use node::{APISERVER_ADDRESS, CLUSTER_CIDR, SERVICE_RANGE, isolated, node_address};
+pub use node::{
+    APISERVER_ADDRESS, CLUSTER_CIDR, SERVICE_RANGE, isolated, node_address, scratch_image,
+};
 pub use pki::TokenUser;
 pub use ports::free_port;
 use process::Process;

@@ -335,19 +335,40 @@ impl Drop for RealNodes {
 /// `<dir>`, nothing system-wide).
 fn pause_image(bin: &crate::Binaries, dir: &Path) -> Result<PathBuf, ControlPlaneError> {
     let out = dir.join("pause.tar");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/pause-image.sh");
-    let p = bin.path("pause");
+    scratch_image(
+        &bin.path("pause"),
+        &out,
+        PAUSE_IMAGE,
+        "/pause",
+        "65535:65535",
+    )?;
+    Ok(out)
+}
+
+/// Writes `out`, an OCI archive of the image `name`: `FROM scratch`, the
+/// static `binary` at `path` (its entrypoint), run as `user` (buildah,
+/// its storage a temporary folder). For [`Options::images`](crate::Options::images).
+pub fn scratch_image(
+    binary: &Path,
+    out: &Path,
+    name: &str,
+    path: &str,
+    user: &str,
+) -> Result<(), ControlPlaneError> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/scratch-image.sh");
     run(
         "bash",
         &[
             &script.display().to_string(),
-            &p.display().to_string(),
+            &binary.display().to_string(),
             &out.display().to_string(),
-            PAUSE_IMAGE,
+            name,
+            path,
+            user,
         ],
         "bash",
     )?;
-    Ok(out)
+    Ok(())
 }
 
 async fn start_node(

@@ -442,6 +442,7 @@ async fn handle(
                             Some(1),
                         ),
                         503 => ApiError::unavailable("injected fault: the server is unavailable"),
+                        403 => ApiError::forbidden("injected fault: forbidden"),
                         _ => ApiError::internal("injected fault"),
                     };
                     return reply.error(&e);

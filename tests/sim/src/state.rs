@@ -85,7 +85,7 @@ pub struct FaultRule {
     pub resource: Option<String>,
     /// Share of matching requests that fail, 0.0 to 1.0.
     pub rate: f64,
-    /// 500, 409, 429 or 503.
+    /// 500, 409, 429, 503 or 403 (RBAC refusing it).
     pub code: u16,
 }
 
