@@ -497,23 +497,14 @@ spec:
 /// status write a second per maintenance for as long as it failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retry_at_once_renews_the_status_at_most_once_an_interval() {
-    let (cluster, client) = start_cluster(2).await;
-    cluster
+    let policies = policy_store_counted(HOSTILE, metrics().policy);
+    let env = Env::start_tuned(2, policies, |s| {
+        s.waiting_update_interval = Duration::from_secs(2);
+    })
+    .await;
+    env.cluster
         .create(bare("held", "worker-1", serde_json::json!({}), 30))
         .unwrap();
-    let metrics = metrics();
-    let policies = policy_store_counted(HOSTILE, metrics.policy.clone());
-    let (_, controller) =
-        start_controller_counted(&client, policies, metrics.controller.clone(), |s| {
-            s.waiting_update_interval = Duration::from_secs(2);
-        });
-    let env = Env {
-        cluster,
-        client,
-        controller,
-        metrics,
-        ctx: None,
-    };
     env.create_nm_with_reason("hammer", "worker-1", "block-now")
         .await;
     env.wait_status("hammer", "the blocked pod reported", |s| {

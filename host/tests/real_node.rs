@@ -829,6 +829,37 @@ async fn hold_web_with_a_budget(cp: &ControlPlane, client: &kube::Client) {
     .await;
 }
 
+/// The end of each operator replica's log in `ns` (for a failing test's
+/// message).
+async fn operator_logs(cp: &ControlPlane, ns: &str) -> String {
+    cp.kubectl(
+        &[
+            "logs",
+            "-n",
+            ns,
+            "-l",
+            "control-plane=controller-manager",
+            "--tail=60",
+            "--prefix",
+        ],
+        None,
+    )
+    .await
+    .unwrap_or_else(|e| e.to_string())
+}
+
+/// NodeMaintenances as JSON (the Go operator's CRD or nmo's).
+fn maintenances(client: &kube::Client) -> Api<kube::api::DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "nodemaintenance.medik8s.io",
+            "v1beta1",
+            "NodeMaintenance",
+        )),
+    )
+}
+
 /// `512Mi`, `1Gi`, `100M` → bytes (the forms a memory limit takes here).
 fn parse_quantity(q: &str) -> u64 {
     let (n, unit) = q.split_at(q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len()));
@@ -877,14 +908,7 @@ fn service_rules() -> String {
 }
 
 async fn cp_phase(client: &kube::Client, name: &str) -> Option<String> {
-    let api: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "nodemaintenance.medik8s.io",
-            "v1beta1",
-            "NodeMaintenance",
-        )),
-    );
+    let api = maintenances(client);
     let nm = api.get(name).await.ok()?;
     nm.data["status"]["phase"].as_str().map(str::to_owned)
 }
@@ -1254,6 +1278,7 @@ fn the_go_operators_e2e_suite_passes_against_nmo_in_its_deployment() {
                 "-test.v",
                 "-test.timeout=20m",
                 "-ginkgo.v",
+                "-ginkgo.no-color",
                 // Needs OpenShift: v0.21.0 checks the etcd quorum only there.
                 "-ginkgo.skip=for the 1st master/control-plane node should fail",
             ])
@@ -1271,7 +1296,7 @@ fn the_go_operators_e2e_suite_passes_against_nmo_in_its_deployment() {
         );
         let ran = text
             .lines()
-            .find(|l| l.starts_with("Ran "))
+            .find(|l| l.trim_start().starts_with("Ran "))
             .unwrap_or("no summary")
             .to_owned();
         eprintln!(
@@ -1293,7 +1318,7 @@ fn the_go_operators_e2e_suite_passes_against_nmo_in_its_deployment() {
         // The specs that ran: a missing node refused, a worker put under
         // maintenance and given back (the others skip themselves with
         // fewer than three control-plane nodes).
-        assert!(ran.starts_with("Ran 2 of"), "{ran}");
+        assert!(ran.trim_start().starts_with("Ran 2 of"), "{ran}");
         cp.stop();
     })
     .expect("a network namespace of the test's own");
@@ -1463,21 +1488,7 @@ async fn hand_over(
     let deadline = Instant::now() + Duration::from_secs(60);
     while cp_phase(client, "handover").await.as_deref() != Some("Running") {
         if Instant::now() >= deadline {
-            let logs = cp
-                .kubectl(
-                    &[
-                        "logs",
-                        "-n",
-                        GO_NS,
-                        "-l",
-                        "control-plane=controller-manager",
-                        "--tail=40",
-                        "--prefix",
-                    ],
-                    None,
-                )
-                .await
-                .unwrap_or_else(|e| e.to_string());
+            let logs = operator_logs(cp, GO_NS).await;
             let nm = cp
                 .kubectl(&["get", "nodemaintenance", "handover", "-o", "yaml"], None)
                 .await
@@ -1543,14 +1554,7 @@ async fn hand_over(
     );
     kubectl_ok(cp, &["delete", "pdb", "web", "-n", "default"], None).await;
     wait_phase(client, "handover", "Succeeded", Duration::from_secs(120)).await;
-    let api: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "nodemaintenance.medik8s.io",
-            "v1beta1",
-            "NodeMaintenance",
-        )),
-    );
+    let api = maintenances(client);
     let status = api.get("handover").await.unwrap().data["status"].clone();
     for field in [
         "phase",
@@ -1584,21 +1588,7 @@ async fn hand_over(
     let deadline = Instant::now() + Duration::from_secs(120);
     while api.get_opt("handover").await.unwrap().is_some() {
         if Instant::now() >= deadline {
-            let logs = cp
-                .kubectl(
-                    &[
-                        "logs",
-                        "-n",
-                        GO_NS,
-                        "-l",
-                        "control-plane=controller-manager",
-                        "--tail=60",
-                        "--prefix",
-                    ],
-                    None,
-                )
-                .await
-                .unwrap_or_else(|e| e.to_string());
+            let logs = operator_logs(cp, GO_NS).await;
             panic!("{image}: the deleted maintenance never went\n{logs}");
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

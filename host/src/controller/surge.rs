@@ -354,6 +354,18 @@ impl Changes {
     }
 }
 
+/// What a pod waits for while its owner is busy: surging another of its
+/// pods, or settling (a rollout, or catching up with the last surge). One
+/// text for both: a pod waiting its turn behind several surges shows it
+/// steadily, not flapping between the two at every change of the owner.
+fn busy(t: &Target, owner: &Owner) -> String {
+    format!(
+        "surging pod {}: waiting its turn: {} is surging another pod or rolling out",
+        t.key(),
+        owner.shown()
+    )
+}
+
 /// One look: start the surge, or see how far it is, or finish it.
 async fn look(how: Removal<'_>, t: &Target, owner: &Owner) -> kube::Result<Step> {
     let client = how.client;
@@ -367,12 +379,7 @@ async fn look(how: Removal<'_>, t: &Target, owner: &Owner) -> kube::Result<Step>
         Some(r) if r.uid == t.uid => r,
         Some(other) => {
             if surge_alive(client, &t.namespace, &other).await? {
-                return Ok(Step::Waiting(format!(
-                    "surging pod {}: {} is surging pod {} first",
-                    t.key(),
-                    owner.shown(),
-                    other.pod
-                )));
+                return Ok(Step::Waiting(busy(t, owner)));
             }
             // A surge whose pod or maintenance went: undone, then ours.
             undo(owner, &other).await?;
@@ -387,11 +394,7 @@ async fn look(how: Removal<'_>, t: &Target, owner: &Owner) -> kube::Result<Step>
                 return Ok(Step::Over(Surged::Evict(why)));
             }
             if owner.settling() {
-                return Ok(Step::Waiting(format!(
-                    "surging pod {}: {} is rolling out",
-                    t.key(),
-                    owner.shown()
-                )));
+                return Ok(Step::Waiting(busy(t, owner)));
             }
             let record = Record {
                 pod: t.key(),

@@ -166,7 +166,11 @@ impl Env {
         policies: Arc<PolicyStore>,
         tune: impl FnOnce(&mut Settings),
     ) -> Env {
-        Self::start_counted_tuned(nodes, policies, metrics(), tune).await
+        let mut metrics = metrics();
+        if let Some(counted) = policies.metrics() {
+            metrics.policy = counted.clone();
+        }
+        Self::start_counted_tuned(nodes, policies, metrics, tune).await
     }
 
     async fn start_counted(
