@@ -533,7 +533,10 @@ async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str
     c.create(json!({"apiVersion": "apps/v1", "kind": "ReplicaSet",
         "metadata": {"name": "cache", "namespace": "default"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "cache"}},
-                 "template": {"metadata": {"labels": {"app": "cache"}},
+                 "template": {"metadata": {"labels": {"app": "cache"},
+                                           // Its replacement takes 2 s to be Ready: the
+                                           // surge watches the ReplicaSet meanwhile.
+                                           "annotations": {"sim.nmo.medik8s.io/startup-seconds": "40"}},
                               "spec": {"nodeName": "worker-3", "containers": [{"name": "c", "image": "redis"}]}}}}))
     .unwrap();
     let started = Instant::now();
@@ -560,7 +563,7 @@ async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str
     )
     .unwrap();
     // A Deployment's pod on worker-3 too (placed while the other workers
-    // and master-0 are cordoned, then they are not), whose replacement takes a second
+    // and master-0 are cordoned, then they are not), whose replacement takes 2 s
     // to be Ready: its surge watches the Deployment meanwhile.
     let cordon = |node: &str, on: bool| {
         c.patch(
@@ -579,7 +582,7 @@ async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str
         "metadata": {"name": "api", "namespace": "default"},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}},
                  "template": {"metadata": {"labels": {"app": "api"},
-                                           "annotations": {"sim.nmo.medik8s.io/startup-seconds": "20"}},
+                                           "annotations": {"sim.nmo.medik8s.io/startup-seconds": "40"}},
                               "spec": {"containers": [{"name": "c", "image": "api"}]}}}}))
     .unwrap();
     let started = Instant::now();
