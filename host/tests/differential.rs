@@ -51,6 +51,16 @@ const KEY_LOG_LINES: &[&str] = &[
     "Maintenance was completed - all pods were evicted",
 ];
 
+/// The status fields a user reads as they are (besides the texts and the
+/// pod lists, which are normalised).
+pub(crate) const STATUS_FIELDS: [&str; 5] = [
+    "phase",
+    "totalpods",
+    "evictionPods",
+    "drainProgress",
+    "errorOnLeaseCount",
+];
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Which {
     Go,
@@ -203,13 +213,7 @@ impl Run<'_> {
     /// The status fields a user reads.
     fn status(&self, seen: &mut Seen, key: &str, nm: &Value) {
         let s = &nm["status"];
-        for field in [
-            "phase",
-            "totalpods",
-            "evictionPods",
-            "drainProgress",
-            "errorOnLeaseCount",
-        ] {
+        for field in STATUS_FIELDS {
             seen.put(&format!("{key}/status.{field}"), scalar(&s[field]));
         }
         seen.put(

@@ -1556,14 +1556,10 @@ async fn hand_over(
     wait_phase(client, "handover", "Succeeded", Duration::from_secs(120)).await;
     let api = maintenances(client);
     let status = api.get("handover").await.unwrap().data["status"].clone();
-    for field in [
-        "phase",
-        "totalpods",
-        "evictionPods",
-        "drainProgress",
-        "errorOnLeaseCount",
-        "pendingPods",
-    ] {
+    for field in crate::differential::STATUS_FIELDS
+        .into_iter()
+        .chain(["pendingPods"])
+    {
         seen.insert(
             format!("replicas/succeeded/status.{field}"),
             status[field].to_string(),

@@ -266,22 +266,24 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
             }
             Err(e) => Err(e),
         };
-        let waited = match looked {
+        // What the surge waits for now, and whether the look failed (then
+        // it looks again on the clock, not on the owner's next change).
+        let (waited, failed) = match looked {
             Ok(Step::Over(done)) => return done,
-            Ok(Step::Waiting(what)) => Some(what),
+            Ok(Step::Waiting(what)) => (Some(what), false),
             // Two surges of one owner (or its controller) wrote it at the
             // same moment: the next look sees the winner; what the surge
             // waits for has not changed.
-            Err(kube::Error::Api(e)) if e.code == 409 => None,
-            Err(e) => Some(format!(
-                "surging pod {}: {}; trying again",
-                t.key(),
-                crate::text::api_error(&e)
-            )),
+            Err(kube::Error::Api(e)) if e.code == 409 => (None, false),
+            Err(e) => (
+                Some(format!(
+                    "surging pod {}: {}; trying again",
+                    t.key(),
+                    crate::text::api_error(&e)
+                )),
+                true,
+            ),
         };
-        let failed = waited
-            .as_deref()
-            .is_some_and(|w| w.ends_with("; trying again"));
         if let Some(waited) = waited {
             state.waiting_for(t, waited).await;
         }
