@@ -327,8 +327,21 @@ fn runs_as_pods(how: Install) {
             .await
             .unwrap();
         let url = format!("https://{ip}:8443/metrics");
-        let (code, _) = curl(&url, None);
-        assert!(code == 401 || code == 403, "no token: HTTP {code}");
+        // The Service answers once the kubelet's and kube-proxy's view of
+        // the new pods has settled (a cold, busy machine: seconds after
+        // the Deployment is Ready); an unanswered request proves nothing.
+        let mut anonymous = 0;
+        cp.wait_for("the metrics Service answers", Duration::from_secs(60), || {
+            anonymous = curl(&url, None).0;
+            let answered = anonymous != 0;
+            async move { answered }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            anonymous == 401 || anonymous == 403,
+            "no token: HTTP {anonymous}"
+        );
         let mut read = (0, String::new());
         cp.wait_for(
             "the metrics read with a reader's token",
