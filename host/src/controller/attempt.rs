@@ -196,5 +196,4 @@ pub(super) struct Removal<'a> {
     pub ledger: &'a Ledger,
     pub notes: &'a Notes,
     pub maintenance: &'a str,
-    pub node: &'a str,
 }

@@ -300,7 +300,6 @@ pub async fn execute(
             let ledger = ledger.clone();
             let notes = notes.clone();
             let maintenance = maintenance.to_owned();
-            let node = node.to_owned();
             tasks.push(crate::task::spawn(async move {
                 let _slot = semaphore.acquire_owned().await;
                 let how = Removal {
@@ -313,7 +312,6 @@ pub async fn execute(
                     ledger: &ledger,
                     notes: &notes,
                     maintenance: &maintenance,
-                    node: &node,
                 };
                 remove(how, &t, &state).await;
             }));

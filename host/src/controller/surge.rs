@@ -53,18 +53,112 @@ pub(super) enum Surged {
     Evict(String),
 }
 
-/// The record in [`SURGE_ANNOTATION`].
+/// One surged pod in the owner's [`Record`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-struct Record {
+struct Entry {
     /// The surged pod's namespace/name and uid.
     pod: String,
     uid: String,
-    /// The owner's replicas before the surge.
+    maintenance: String,
+}
+
+/// The record in [`SURGE_ANNOTATION`]: the surges an owner runs at once,
+/// at most its `maxSurge`. Its `spec.replicas` is [`Record::expected`]
+/// for as long as the record is there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    /// The owner's replicas before its surges.
+    replicas: i64,
+    /// Ready pods of the owner outside these surges when they began
+    /// (a pod that joins takes itself out; each surge that ends brings its
+    /// replacement in): a pod leaves once one more than this serves
+    /// without it, its replacement.
+    serving: usize,
+    /// Pods waiting for their replacement (one extra replica each).
+    #[serde(default)]
+    surging: Vec<Entry>,
+    /// Pods whose replacement is Ready and that the owner is about to
+    /// remove (their deletion cost being set; one extra replica each
+    /// until then).
+    #[serde(default)]
+    leaving: Vec<Entry>,
+}
+
+/// The record a surge of an earlier version wrote (one pod per owner),
+/// read so a surge running across an upgrade is resumed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SingleRecord {
+    pod: String,
+    uid: String,
     replicas: i64,
     /// Ready pods of the owner on other nodes before the surge.
     ready_elsewhere: usize,
     maintenance: String,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Stored {
+    Group(Record),
+    Single(SingleRecord),
+}
+
+/// More entries than any `maxSurge` a record can come from: a record
+/// with more was not written by a surge.
+const MOST_ENTRIES: usize = 100_000;
+
+impl Record {
+    /// Reads the annotation's text; `None` for anything a surge could not
+    /// have written (the record is on an object others may write).
+    fn parse(text: &str) -> Option<Self> {
+        let record = match serde_json::from_str(text).ok()? {
+            Stored::Group(r) => r,
+            Stored::Single(old) => Record {
+                replicas: old.replicas,
+                serving: old.ready_elsewhere,
+                surging: vec![Entry {
+                    pod: old.pod,
+                    uid: old.uid,
+                    maintenance: old.maintenance,
+                }],
+                leaving: Vec::new(),
+            },
+        };
+        let entries = record.surging.len() + record.leaving.len();
+        let fits = (0..i64::from(i32::MAX)).contains(&record.replicas)
+            && entries <= MOST_ENTRIES
+            && record.replicas + entries as i64 <= i64::from(i32::MAX);
+        fits.then_some(record)
+    }
+
+    /// The replicas the owner has while these surges run.
+    fn expected(&self) -> i64 {
+        self.replicas + (self.surging.len() + self.leaving.len()) as i64
+    }
+
+    fn len(&self) -> usize {
+        self.surging.len() + self.leaving.len()
+    }
+
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.surging.iter().chain(&self.leaving)
+    }
+
+    /// Removes every entry `gone` says is over; how many went.
+    fn prune(&mut self, gone: impl Fn(&Entry) -> bool) -> usize {
+        let before = self.len();
+        self.surging.retain(|e| !gone(e));
+        self.leaving.retain(|e| !gone(e));
+        before - self.len()
+    }
+
+    /// The record as written back: none once no surge is left.
+    fn kept(&self) -> Option<&Self> {
+        (self.len() > 0).then_some(self)
+    }
 }
 
 /// The workload whose replicas a surge raises.
@@ -84,12 +178,9 @@ impl Owner {
     }
 
     /// The surge record on the owner, if it is one the host could have
-    /// written: the record is on an object others may write, so replicas
-    /// outside what a surge could have raised from are not trusted.
+    /// written.
     fn record(&self) -> Option<Record> {
-        let text = self.object.annotations().get(SURGE_ANNOTATION)?;
-        let r: Record = serde_json::from_str(text).ok()?;
-        (0..i64::from(i32::MAX)).contains(&r.replicas).then_some(r)
+        Record::parse(self.object.annotations().get(SURGE_ANNOTATION)?)
     }
 
     fn selector(&self) -> Option<String> {
@@ -102,6 +193,17 @@ impl Owner {
     /// Why the owner's rules allow no extra pod, if they do not.
     fn refuses_surge(&self) -> Option<String> {
         refusal(self.kind, &self.object.data, &self.shown())
+    }
+
+    /// How many pods of the owner may surge at once: a Deployment's
+    /// `maxSurge` resolved against its replicas before the surges
+    /// (`replicas`), as its own rollouts resolve it; one for a bare
+    /// ReplicaSet, which has no strategy.
+    fn max_surge(&self, replicas: i64) -> usize {
+        if self.kind != "Deployment" {
+            return 1;
+        }
+        usize::try_from(max_surge(&self.object.data, replicas)).unwrap_or(0)
     }
 
     /// A Deployment whose controller has not caught up, or that is rolling
@@ -120,24 +222,27 @@ impl Owner {
     }
 
     /// Writes replicas, annotation and label in one patch that holds only
-    /// if the owner is as read (its resourceVersion).
-    async fn write(&self, replicas: i64, record: Option<&Record>) -> kube::Result<()> {
+    /// if the owner is as read (its resourceVersion); the owner is then as
+    /// written. The label names a maintenance with a surge there (the
+    /// record names them all).
+    async fn write(&mut self, replicas: i64, record: Option<&Record>) -> kube::Result<()> {
         let patch = json!({
             "metadata": {
                 "resourceVersion": self.object.resource_version(),
                 "annotations": {SURGE_ANNOTATION: record.map(|r| serde_json::to_string(r).unwrap_or_default())},
-                "labels": {SURGE_LABEL: record.map(|r| r.maintenance.clone())},
+                "labels": {SURGE_LABEL: record.and_then(|r| r.entries().next()).map(|e| e.maintenance.clone())},
             },
             "spec": {"replicas": replicas},
         });
-        self.api
+        self.object = self
+            .api
             .patch(
                 &self.object.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(&patch),
             )
-            .await
-            .map(|_| ())
+            .await?;
+        Ok(())
     }
 }
 
@@ -154,6 +259,18 @@ fn replicas_of(data: &Value) -> i64 {
     data["spec"]["replicas"].as_i64().unwrap_or(1)
 }
 
+/// A Deployment's `maxSurge` (its object, as JSON) resolved against
+/// `replicas`: a number as given, a percentage rounded up, 25 % when
+/// unset (the API's default).
+fn max_surge(data: &Value, replicas: i64) -> i64 {
+    let percent = |pct: i64| replicas.saturating_mul(pct).saturating_add(99) / 100;
+    match &data["spec"]["strategy"]["rollingUpdate"]["maxSurge"] {
+        Value::Number(n) => n.as_i64().unwrap_or(1),
+        Value::String(p) => percent(p.trim_end_matches('%').parse().unwrap_or(25)),
+        _ => percent(25),
+    }
+}
+
 /// Why an owner of `kind` with `data` (its object, as JSON) allows no
 /// extra pod, if it does not; `shown` names it.
 fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
@@ -168,22 +285,13 @@ fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
     if kind != "Deployment" {
         return None;
     }
-    let strategy = &data["spec"]["strategy"];
-    if strategy["type"].as_str() == Some("Recreate") {
+    if data["spec"]["strategy"]["type"].as_str() == Some("Recreate") {
         return Some(format!(
             "{shown} uses the Recreate strategy: it never runs an extra pod"
         ));
     }
-    let surge = match &strategy["rollingUpdate"]["maxSurge"] {
-        Value::Number(n) => n.as_i64().unwrap_or(1),
-        Value::String(p) => {
-            let pct: i64 = p.trim_end_matches('%').parse().unwrap_or(25);
-            replicas.saturating_mul(pct).saturating_add(99) / 100
-        }
-        // The API default: 25 %, rounded up.
-        _ => replicas.saturating_mul(25).saturating_add(99) / 100,
-    };
-    (surge < 1).then(|| format!("{shown} has maxSurge 0: it allows no extra pod"))
+    (max_surge(data, replicas) < 1)
+        .then(|| format!("{shown} has maxSurge 0: it allows no extra pod"))
 }
 
 /// The owner whose replicas to raise for a pod of the ReplicaSet `rs`:
@@ -214,24 +322,28 @@ async fn owner(client: &Client, namespace: &str, rs: &str) -> kube::Result<Owner
     }
 }
 
-/// Ready, running pods of `selector` on nodes other than `node`.
-async fn ready_elsewhere(
-    client: &Client,
-    namespace: &str,
-    selector: &str,
-    node: &str,
-) -> kube::Result<usize> {
+/// The owner's pods (by its selector), as one look sees them.
+async fn owner_pods(client: &Client, namespace: &str, selector: &str) -> kube::Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let list = pods.list(&ListParams::default().labels(selector)).await?;
-    Ok(list
-        .items
-        .iter()
+    Ok(pods
+        .list(&ListParams::default().labels(selector))
+        .await?
+        .items)
+}
+
+/// The owner's pods that serve and stay: Ready, not terminating, not
+/// leaving (the lowest deletion cost: a surge gave it to them), and not
+/// among `except` (uids).
+fn serving(pods: &[Pod], except: &[&str]) -> usize {
+    let lowest = i32::MIN.to_string();
+    pods.iter()
         .filter(|p| {
             p.metadata.deletion_timestamp.is_none()
-                && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(node)
+                && p.annotations().get(DELETION_COST) != Some(&lowest)
+                && !except.contains(&p.uid().as_deref().unwrap_or_default())
                 && crate::policy::convert::pod_ready(p)
         })
-        .count())
+        .count()
 }
 
 /// What one look at the surge found.
@@ -262,7 +374,8 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
                 if changes.is_none() {
                     changes = Changes::of(how.client, &t.namespace, &owner);
                 }
-                look(how, t, &owner).await
+                let mut owner = owner;
+                look(how, t, &mut owner).await
             }
             Err(e) => Err(e),
         };
@@ -356,73 +469,41 @@ impl Changes {
     }
 }
 
-/// What a pod waits for while its owner is busy: surging another of its
-/// pods, or settling (a rollout, or catching up with the last surge). One
-/// text for both: a pod waiting its turn behind several surges shows it
-/// steadily, not flapping between the two at every change of the owner.
+/// What a pod waits for while its owner is busy: surging as many of its
+/// pods as its `maxSurge` allows, or settling (a rollout, or catching up
+/// with the last surge). One text for both: a pod waiting its turn shows
+/// it steadily, not flapping between the two at every change of the
+/// owner.
 fn busy(t: &Target, owner: &Owner) -> String {
     format!(
-        "surging pod {}: waiting its turn: {} is surging another pod or rolling out",
+        "surging pod {}: waiting its turn: {} is surging as many pods as its maxSurge allows or rolling out",
         t.key(),
         owner.shown()
     )
 }
 
-/// One look: start the surge, or see how far it is, or finish it.
-async fn look(how: Removal<'_>, t: &Target, owner: &Owner) -> kube::Result<Step> {
-    let client = how.client;
+/// One look: start or join the owner's surges, or see how far this one
+/// is, or finish it.
+async fn look(how: Removal<'_>, t: &Target, owner: &mut Owner) -> kube::Result<Step> {
     let Some(selector) = owner.selector() else {
         return Ok(Step::Over(Surged::Evict(format!(
             "{} has no selector the host can read",
             owner.shown()
         ))));
     };
-    let record = match owner.record() {
-        Some(r) if r.uid == t.uid => r,
-        Some(other) => {
-            if surge_alive(client, &t.namespace, &other).await? {
-                return Ok(Step::Waiting(busy(t, owner)));
-            }
-            // A surge whose pod or maintenance went: undone, then ours.
-            undo(owner, &other).await?;
-            return Ok(Step::Waiting(format!(
-                "surging pod {}: undid a stale surge of {}",
-                t.key(),
-                owner.shown()
-            )));
-        }
-        None => {
-            if let Some(why) = owner.refuses_surge() {
-                return Ok(Step::Over(Surged::Evict(why)));
-            }
-            if owner.settling() {
-                return Ok(Step::Waiting(busy(t, owner)));
-            }
-            let record = Record {
-                pod: t.key(),
-                uid: t.uid.clone(),
-                replicas: owner.replicas(),
-                ready_elsewhere: ready_elsewhere(client, &t.namespace, &selector, how.node).await?,
-                maintenance: how.maintenance.to_owned(),
-            };
-            owner
-                .write(record.replicas.saturating_add(1), Some(&record))
-                .await?;
-            tracing::info!(logger = "drain", pod = %t.key(), owner = %owner.shown(), replicas = record.replicas.saturating_add(1), "surge: one more replica");
-            return Ok(Step::Waiting(format!(
-                "surging pod {}: {} raised to {} replicas",
-                t.key(),
-                owner.shown(),
-                record.replicas.saturating_add(1)
-            )));
-        }
+    // The owner was read before its pods: a surge another look finished
+    // since is in the record as leaving, or its pod carries the lowest
+    // cost.
+    let pods = owner_pods(how.client, &t.namespace, &selector).await?;
+    let Some(mut record) = owner.record() else {
+        return start(how, t, owner, &pods).await;
     };
     // Someone else set the replicas meanwhile (an autoscaler, a GitOps
     // tool setting them back before the replacement is Ready): theirs
     // stand, the record goes, and the pod is evicted instead. Looked at
     // before the replacement, so an owner whose replicas keep being set
     // back never holds the drain waiting for one.
-    if owner.replicas() != record.replicas.saturating_add(1) {
+    if owner.replicas() != record.expected() {
         let why = format!(
             "the replicas of {} changed to {} during the surge (an autoscaler or GitOps tool?); \
              kept, and the pod is evicted instead",
@@ -432,8 +513,22 @@ async fn look(how: Removal<'_>, t: &Target, owner: &Owner) -> kube::Result<Step>
         owner.write(owner.replicas(), None).await?;
         return Ok(Step::Over(Surged::Evict(why)));
     }
-    let ready = ready_elsewhere(client, &t.namespace, &selector, how.node).await?;
-    if ready <= record.ready_elsewhere {
+    if record.leaving.iter().any(|e| e.uid == t.uid) {
+        return finish(how, t, owner, record).await;
+    }
+    if !record.surging.iter().any(|e| e.uid == t.uid) {
+        return join(how, t, owner, record, &pods).await;
+    }
+    let entries: Vec<&str> = record.entries().map(|e| e.uid.as_str()).collect();
+    // The ReplicaSet controller removes a not-Ready pod before the one
+    // with the lowest deletion cost: lowering the replicas while another
+    // surge's replacement is still starting would remove that replacement.
+    // So surges of one owner raise their replicas together and hand over
+    // once every replacement they brought is Ready.
+    if serving(&pods, &entries) <= record.serving
+        || catching_up(&pods, record.expected())
+        || !others_ready(&pods, &t.uid)
+    {
         return Ok(Step::Waiting(format!(
             "surging pod {}: waiting for a Ready replacement from {}",
             t.key(),
@@ -448,21 +543,180 @@ async fn look(how: Removal<'_>, t: &Target, owner: &Owner) -> kube::Result<Step>
     else {
         return Ok(Step::Over(Surged::Done));
     };
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &t.namespace);
-    let cost = json!({"metadata": {"annotations": {DELETION_COST: i32::MIN.to_string()}}});
-    if let Err(e) = pods
-        .patch(&t.name, &PatchParams::default(), &Patch::Merge(&cost))
-        .await
-    {
-        permit.failed();
-        return Err(e);
-    }
-    if let Err(e) = owner.write(record.replicas, None).await {
+    // Claimed in the owner's record first: of two surges whose
+    // replacements the same look counted, one wins the write and the
+    // other looks again, seeing this pod leaving.
+    record.surging.retain(|e| e.uid != t.uid);
+    record.leaving.push(entry(how, t));
+    record.serving = record.serving.saturating_add(1);
+    if let Err(e) = owner.write(record.expected(), Some(&record)).await {
         permit.failed();
         return Err(e);
     }
     permit.accepted();
-    tracing::info!(logger = "drain", pod = %t.key(), owner = %owner.shown(), replicas = record.replicas, "surge: replacement Ready; the owner removes the pod");
+    finish(how, t, owner, record).await
+}
+
+/// The owner's ReplicaSets' pods (not counting those already
+/// terminating) against `replicas`: more is a lowered count the
+/// ReplicaSet controller has not acted on yet, fewer a raised one. Either
+/// way a change of the replicas now would be folded into that one: a
+/// surge raising them would keep the pod another just handed over, one
+/// lowering them would take back another's replacement before it exists,
+/// and in both cases the handed-over pod stays and the replacement a
+/// surge waits for never comes.
+fn catching_up(pods: &[Pod], replicas: i64) -> bool {
+    live(pods) as i64 != replicas
+}
+
+/// Whether every pod the owner's ReplicaSets keep, but `uid`, is Ready.
+fn others_ready(pods: &[Pod], uid: &str) -> bool {
+    kept(pods)
+        .filter(|p| p.metadata.uid.as_deref() != Some(uid))
+        .all(crate::policy::convert::pod_ready)
+}
+
+fn live(pods: &[Pod]) -> usize {
+    kept(pods).count()
+}
+
+/// The pods the owner's ReplicaSets keep: not already terminating.
+fn kept(pods: &[Pod]) -> impl Iterator<Item = &Pod> {
+    pods.iter().filter(|p| {
+        p.metadata.deletion_timestamp.is_none()
+            && p.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.kind == "ReplicaSet")
+    })
+}
+
+/// This pod's record entry.
+fn entry(how: Removal<'_>, t: &Target) -> Entry {
+    Entry {
+        pod: t.key(),
+        uid: t.uid.clone(),
+        maintenance: how.maintenance.to_owned(),
+    }
+}
+
+/// The first surge of an owner with none running: its replicas as found
+/// are what the surges end with, and its other Ready pods as found what
+/// each replacement is counted above.
+async fn start(
+    how: Removal<'_>,
+    t: &Target,
+    owner: &mut Owner,
+    pods: &[Pod],
+) -> kube::Result<Step> {
+    if let Some(why) = owner.refuses_surge() {
+        return Ok(Step::Over(Surged::Evict(why)));
+    }
+    if owner.settling() || catching_up(pods, owner.replicas()) {
+        return Ok(Step::Waiting(busy(t, owner)));
+    }
+    let record = Record {
+        replicas: owner.replicas(),
+        serving: serving(pods, &[&t.uid]),
+        surging: vec![entry(how, t)],
+        leaving: Vec::new(),
+    };
+    raise(t, owner, &record).await
+}
+
+/// Writes `record` (with this pod's entry just added) and the replica it
+/// adds.
+async fn raise(t: &Target, owner: &mut Owner, record: &Record) -> kube::Result<Step> {
+    owner.write(record.expected(), Some(record)).await?;
+    tracing::info!(logger = "drain", pod = %t.key(), owner = %owner.shown(), replicas = record.expected(), "surge: one more replica");
+    Ok(Step::Waiting(format!(
+        "surging pod {}: {} raised to {} replicas",
+        t.key(),
+        owner.shown(),
+        record.expected()
+    )))
+}
+
+/// Joins the owner's running surges if its `maxSurge` leaves room;
+/// surges whose pod is gone are undone first, and while there is no
+/// room, those whose maintenance is gone.
+async fn join(
+    how: Removal<'_>,
+    t: &Target,
+    owner: &mut Owner,
+    mut record: Record,
+    pods: &[Pod],
+) -> kube::Result<Step> {
+    let present: Vec<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let mut undone = record.prune(|e| !present.contains(&e.uid.as_str()));
+    if undone == 0 && record.len() >= owner.max_surge(record.replicas) {
+        let mut ended = Vec::new();
+        for e in record.entries() {
+            if !ended.contains(&e.maintenance)
+                && !maintenance_alive(how.client, &e.maintenance).await?
+            {
+                ended.push(e.maintenance.clone());
+            }
+        }
+        undone = record.prune(|e| ended.contains(&e.maintenance));
+    }
+    if undone > 0 {
+        owner.write(record.expected(), record.kept()).await?;
+        return Ok(Step::Waiting(format!(
+            "surging pod {}: undid a stale surge of {}",
+            t.key(),
+            owner.shown()
+        )));
+    }
+    // Not while a pod is being handed over: a replacement starting now
+    // would be the pod the lowered replicas remove (not Ready ranks first).
+    if record.len() >= owner.max_surge(record.replicas)
+        || !record.leaving.is_empty()
+        || catching_up(pods, record.expected())
+    {
+        return Ok(Step::Waiting(busy(t, owner)));
+    }
+    if record.expected() >= i64::from(i32::MAX) {
+        return Ok(Step::Over(Surged::Evict(format!(
+            "{} has {} replicas: one more is past what spec.replicas holds",
+            owner.shown(),
+            record.expected()
+        ))));
+    }
+    record.surging.push(entry(how, t));
+    if serving(pods, &[&t.uid]) < serving(pods, &[]) {
+        record.serving = record.serving.saturating_sub(1);
+    }
+    raise(t, owner, &record).await
+}
+
+/// A claimed surge's last steps: the pod gets the lowest deletion cost,
+/// then the owner its replica back (the ReplicaSet controller removes
+/// exactly this pod). A look that finds the pod leaving (an operator
+/// restarted between the two) takes them again.
+async fn finish(
+    how: Removal<'_>,
+    t: &Target,
+    owner: &mut Owner,
+    mut record: Record,
+) -> kube::Result<Step> {
+    let pods: Api<Pod> = Api::namespaced(how.client.clone(), &t.namespace);
+    let cost = json!({"metadata": {"annotations": {DELETION_COST: i32::MIN.to_string()}}});
+    match pods
+        .patch(&t.name, &PatchParams::default(), &Patch::Merge(&cost))
+        .await
+    {
+        Ok(_) => {}
+        // Gone already: the replica comes back all the same.
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e),
+    }
+    record.leaving.retain(|e| e.uid != t.uid);
+    let replicas = record.expected();
+    owner.write(replicas, record.kept()).await?;
+    tracing::info!(logger = "drain", pod = %t.key(), owner = %owner.shown(), replicas, "surge: replacement Ready; the owner removes the pod");
     let _ = how.notes.send(Note::Surged {
         pod: t.reference(),
         owner: owner.shown(),
@@ -470,45 +724,22 @@ async fn look(how: Removal<'_>, t: &Target, owner: &Owner) -> kube::Result<Step>
     Ok(Step::Over(Surged::Done))
 }
 
-/// Whether the surge `r` still has a reason to hold its owner: its pod
-/// exists (same uid) and so does its maintenance.
-async fn surge_alive(client: &Client, namespace: &str, r: &Record) -> kube::Result<bool> {
-    let name = r.pod.rsplit('/').next().unwrap_or_default();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    // A list by name: the operator's RBAC lists pods, it does not get them.
-    let pod_there = pods
-        .list(&ListParams::default().fields(&format!("metadata.name={name}")))
-        .await?
-        .items
-        .iter()
-        .any(|p| p.uid().as_deref() == Some(r.uid.as_str()));
-    if !pod_there {
-        return Ok(false);
-    }
+/// Whether the maintenance `name` exists and is not being deleted: a
+/// surge it holds still has a reason to.
+async fn maintenance_alive(client: &Client, name: &str) -> kube::Result<bool> {
     let nms: Api<crate::crd::NodeMaintenance> = Api::all(client.clone());
     Ok(nms
-        .get_opt(&r.maintenance)
+        .get_opt(name)
         .await?
         .is_some_and(|m| m.metadata.deletion_timestamp.is_none()))
 }
 
-/// Undoes the surge `r` on `owner`: its replicas back where they were if
-/// nobody changed them since, the annotation and label removed.
-async fn undo(owner: &Owner, r: &Record) -> kube::Result<()> {
-    let replicas = if owner.replicas() == r.replicas.saturating_add(1) {
-        r.replicas
-    } else {
-        owner.replicas()
-    };
-    owner.write(replicas, None).await
-}
-
 /// Undoes every surge the maintenance `name` holds (it is being deleted,
-/// or its drain ended): each owner labelled with it gets its replicas
-/// back.
+/// or its drain ended): each owner with its pods in the record gets their
+/// replicas back (the others' surges go on), or keeps the replicas
+/// someone else set meanwhile.
 pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
     let mut undone = 0;
-    let selector = format!("{SURGE_LABEL}={name}");
     for resource in [
         ApiResource::erase::<Deployment>(&()),
         ApiResource::erase::<ReplicaSet>(&()),
@@ -520,21 +751,31 @@ pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
             "ReplicaSet"
         };
         for object in api
-            .list(&ListParams::default().labels(&selector))
+            .list(&ListParams::default().labels(SURGE_LABEL))
             .await?
             .items
         {
             let ns = object.namespace().unwrap_or_default();
-            let owner = Owner {
+            let mut owner = Owner {
                 api: Api::namespaced_with(client.clone(), &ns, &resource),
                 kind,
                 object,
             };
-            if let Some(r) = owner.record() {
-                undo(&owner, &r).await?;
-                undone += 1;
-                tracing::info!(logger = "controller", owner = %owner.shown(), replicas = r.replicas, nodeMaintenance = %name, "surge undone");
+            let Some(mut r) = owner.record() else {
+                continue;
+            };
+            let before = r.expected();
+            let n = r.prune(|e| e.maintenance == name);
+            if n == 0 {
+                continue;
             }
+            if owner.replicas() == before {
+                owner.write(r.expected(), r.kept()).await?;
+            } else {
+                owner.write(owner.replicas(), None).await?;
+            }
+            undone += n;
+            tracing::info!(logger = "controller", owner = %owner.shown(), replicas = owner.replicas(), nodeMaintenance = %name, "surge undone");
         }
     }
     Ok(undone)
@@ -542,8 +783,51 @@ pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::refusal;
+    use super::{Record, max_surge, refusal};
     use serde_json::json;
+
+    /// A surge running when the operator was upgraded (the one-pod record
+    /// of earlier versions) is resumed: the pod is surging, and its
+    /// replacement is counted above the Ready pods it found elsewhere.
+    #[test]
+    fn a_record_of_an_earlier_version_is_resumed() {
+        let old =
+            r#"{"pod":"shop/web-1","uid":"u1","replicas":3,"readyElsewhere":2,"maintenance":"nm"}"#;
+        let r = Record::parse(old).expect("read");
+        assert_eq!((r.replicas, r.serving, r.expected()), (3, 2, 4));
+        assert_eq!(r.surging[0].uid, "u1");
+        assert!(r.leaving.is_empty());
+    }
+
+    /// A record on an object others may write is trusted only as far as a
+    /// surge could have written it.
+    #[test]
+    fn a_record_no_surge_could_have_written_is_not_read() {
+        let entry = r#"{"pod":"a/b","uid":"u","maintenance":"nm"}"#;
+        let record = |replicas: i64, n: usize| {
+            format!(
+                r#"{{"replicas":{replicas},"serving":1,"surging":[{}]}}"#,
+                vec![entry; n].join(",")
+            )
+        };
+        assert!(Record::parse(&record(3, 2)).is_some());
+        assert!(Record::parse(&record(-1, 1)).is_none());
+        assert!(Record::parse(&record(2147483647, 1)).is_none());
+        assert!(Record::parse(&record(2147483646, 2)).is_none());
+        assert!(Record::parse("not json").is_none());
+    }
+
+    /// maxSurge as a Deployment's rollout resolves it: a number, a
+    /// percentage rounded up, 25 % when unset.
+    #[test]
+    fn max_surge_resolves_as_a_rollout_does() {
+        let with = |s: serde_json::Value| json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": s}}}});
+        assert_eq!(max_surge(&with(json!(3)), 10), 3);
+        assert_eq!(max_surge(&with(json!("50%")), 5), 3);
+        assert_eq!(max_surge(&json!({"spec": {}}), 8), 2);
+        assert_eq!(max_surge(&json!({"spec": {}}), 1), 1);
+        assert_eq!(max_surge(&with(json!(0)), 10), 0);
+    }
 
     /// A ReplicaSet (or Deployment) at the int32 limit is not surged: one
     /// more replica would be written as 2147483648.
