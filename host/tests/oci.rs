@@ -361,6 +361,59 @@ async fn the_operator_drains_with_a_policy_pulled_from_a_registry_on_the_real_co
             .any(|l| l.starts_with("never-force ") && l.contains(" yes ") && l.contains(&pinned)),
         "{listed}"
     );
+    // `nmo policy inspect`, of the reference and of the name the
+    // policies ConfigMap pulls: pulled, verified, checked, said where from.
+    env.cp
+        .kubectl(&["create", "namespace", "nmo-policies"], None)
+        .await
+        .unwrap();
+    env.cp
+        .kubectl(
+            &[
+                "create",
+                "configmap",
+                "policies",
+                "-n",
+                "nmo-policies",
+                &format!("--from-file={}", policies.join("policies.yaml").display()),
+            ],
+            None,
+        )
+        .await
+        .unwrap();
+    let nmo = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_nmo"))
+            .args(args)
+            .env("KUBECONFIG", &kubeconfig)
+            .output()
+            .unwrap();
+        (out.status.code(), common::printed(&out))
+    };
+    let digest = sha256_of(&file);
+    let (code, out) = nmo(&["policy", "inspect", &pinned]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains(&format!("OCI {pinned}")) && out.contains(&digest),
+        "{out}"
+    );
+    let configmap = "--policy-configmap=nmo-policies/policies";
+    let (code, out) = nmo(&["policy", "inspect", "never-force", configmap]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains(&format!(
+            "OCI {pinned} (ConfigMap nmo-policies/policies, policies.yaml pull: never-force)"
+        )) && out.contains(&digest)
+            && out.contains("Self-check: passed"),
+        "{out}"
+    );
+    // `nmo policy rm` of a pulled policy says where it is named; nothing
+    // changes.
+    let (code, out) = nmo(&["policy", "rm", "never-force", configmap]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("is pulled from {pinned} by policies.yaml")),
+        "{out}"
+    );
     operator.start_kill().unwrap();
     let _ = operator.wait().await;
     registry.stop();

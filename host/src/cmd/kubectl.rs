@@ -243,6 +243,18 @@ async fn policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
     } = args.configmap.fetch().await?;
     let key = format!("{}.wasm", args.name);
     let mut files = nmo::plan::configmap_files(&current);
+    if let Some(reference) = nmo::policy::set::Snapshot::from_files(files.clone())
+        .pulled()
+        .remove(&args.name)
+        && !files.contains_key(&key)
+    {
+        anyhow::bail!(
+            "{} is pulled from {reference} by policies.yaml (`pull:`), not a file of ConfigMap \
+             {namespace}/{cm_name}: remove its line there (`kubectl edit configmap -n {namespace} \
+             {cm_name}`), after any `default:` or rule naming it; nothing changed",
+            args.name
+        );
+    }
     if files.remove(&key).is_none() {
         let there: Vec<String> = files
             .keys()
@@ -312,11 +324,29 @@ async fn policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
 /// `nmo policy inspect`: what a policy is.
 #[derive(Debug, Clone, Args)]
 pub struct InspectArgs {
-    /// A policy file (.wasm), `default` (the embedded default), or the
-    /// name of a policy in the operator's policies ConfigMap.
+    /// A policy file (.wasm), `default` (the embedded default), an OCI
+    /// reference pinned by digest (REGISTRY/REPOSITORY@sha256:…, pulled
+    /// and verified as the operator pulls it), or the name of a policy in
+    /// the operator's policies ConfigMap (one of its files, or one its
+    /// policies.yaml pulls).
     pub policy: PathBuf,
+    /// A registry (`host` or `host:port`) spoken to over plain HTTP
+    /// besides the loopback ones.
+    #[arg(long = "insecure-registry", value_name = "HOST")]
+    pub insecure_registries: Vec<String>,
     #[command(flatten)]
     pub configmap: PoliciesConfigMap,
+}
+
+/// Pulls the policy `reference` (pinned by digest) as the operator does:
+/// manifest and layer verified against the digest.
+async fn pull_policy(reference: &str, insecure: &[String]) -> anyhow::Result<Vec<u8>> {
+    let pinned = nmo::policy::oci::Pinned::parse(reference)?;
+    let registry = nmo::policy::oci::Registry::new(nmo::policy::oci::RegistryConfig::for_user(
+        insecure.to_vec(),
+    ));
+    let bytes = tokio::task::spawn_blocking(move || registry.fetch(&pinned)).await??;
+    Ok(bytes.as_ref().clone())
 }
 
 /// `nmo policy inspect`.
@@ -336,6 +366,17 @@ async fn policy_inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         let p = engine.default_policy()?;
         let size = nmo::policy::DEFAULT_POLICY_WASM.len();
         (p, "embedded in nmo".to_owned(), size)
+    } else if given.to_string_lossy().contains("@sha256:") {
+        let reference = given.to_string_lossy().into_owned();
+        let bytes = pull_policy(&reference, &args.insecure_registries).await?;
+        let name = reference
+            .split('@')
+            .next()
+            .and_then(|r| r.rsplit('/').next())
+            .map(|r| r.split(':').next().unwrap_or(r).to_owned())
+            .unwrap_or_default();
+        let p = engine.load(&name, &bytes)?;
+        (p, format!("OCI {reference}"), bytes.len())
     } else if given.exists() {
         // Named as `nmo policy add` names it in the set.
         let name = given
@@ -357,15 +398,24 @@ async fn policy_inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
             ..
         } = args.configmap.fetch().await?;
         let key = format!("{name}.wasm");
-        let bytes = nmo::plan::configmap_files(&current)
-            .remove(&key)
-            .with_context(|| format!("ConfigMap {namespace}/{cm_name} has no {key}"))?;
+        let mut files = nmo::plan::configmap_files(&current);
+        let pulled = nmo::policy::set::Snapshot::from_files(files.clone())
+            .pulled()
+            .remove(&name);
+        let (bytes, source) = match (files.remove(&key), pulled) {
+            (Some(bytes), _) => (bytes, format!("ConfigMap {namespace}/{cm_name}, key {key}")),
+            (None, Some(reference)) => (
+                pull_policy(&reference, &args.insecure_registries).await?,
+                format!(
+                    "OCI {reference} (ConfigMap {namespace}/{cm_name}, policies.yaml pull: {name})"
+                ),
+            ),
+            (None, None) => anyhow::bail!(
+                "ConfigMap {namespace}/{cm_name} has no {key}, and its policies.yaml pulls no {name}"
+            ),
+        };
         let p = engine.load(&name, &bytes)?;
-        (
-            p,
-            format!("ConfigMap {namespace}/{cm_name}, key {key}"),
-            bytes.len(),
-        )
+        (p, source, bytes.len())
     };
     let interface = policy.interface();
     let check = nmo::policy::selfcheck::run(&policy);
