@@ -331,11 +331,15 @@ fn runs_as_pods(how: Install) {
         // the new pods has settled (a cold, busy machine: seconds after
         // the Deployment is Ready); an unanswered request proves nothing.
         let mut anonymous = 0;
-        cp.wait_for("the metrics Service answers", Duration::from_secs(60), || {
-            anonymous = curl(&url, None).0;
-            let answered = anonymous != 0;
-            async move { answered }
-        })
+        cp.wait_for(
+            "the metrics Service answers",
+            Duration::from_secs(60),
+            || {
+                anonymous = curl(&url, None).0;
+                let answered = anonymous != 0;
+                async move { answered }
+            },
+        )
         .await
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(
