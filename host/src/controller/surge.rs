@@ -525,9 +525,13 @@ async fn look(how: Removal<'_>, t: &Target, owner: &mut Owner) -> kube::Result<S
     // surge's replacement is still starting would remove that replacement.
     // So surges of one owner raise their replicas together and hand over
     // once every replacement they brought is Ready.
+    // Fewer pods than replicas: a raise the ReplicaSet controller has not
+    // acted on. Lowering them now would only cancel the pod not yet made,
+    // and this one would stay. (More is fine: pods handed over a moment
+    // ago and not yet removed carry the lowest cost too, and go first.)
     if serving(&pods, &entries) <= record.serving
-        || catching_up(&pods, record.expected())
-        || !others_ready(&pods, &t.uid)
+        || (live(&pods) as i64) < record.expected()
+        || !others_ready(&pods, &t.uid, &record)
     {
         return Ok(Step::Waiting(format!(
             "surging pod {}: waiting for a Ready replacement from {}",
@@ -569,10 +573,15 @@ fn catching_up(pods: &[Pod], replicas: i64) -> bool {
     live(pods) as i64 != replicas
 }
 
-/// Whether every pod the owner's ReplicaSets keep, but `uid`, is Ready.
-fn others_ready(pods: &[Pod], uid: &str) -> bool {
+/// Whether every pod the owner's ReplicaSets keep is Ready, but `uid`
+/// and the pods `record` has leaving (going first anyway). A pod not Ready
+/// would be removed before `uid` when the replicas go down.
+fn others_ready(pods: &[Pod], uid: &str, record: &Record) -> bool {
     kept(pods)
-        .filter(|p| p.metadata.uid.as_deref() != Some(uid))
+        .filter(|p| {
+            let this = p.metadata.uid.as_deref().unwrap_or_default();
+            this != uid && !record.leaving.iter().any(|e| e.uid == this)
+        })
         .all(crate::policy::convert::pod_ready)
 }
 
