@@ -14,6 +14,7 @@ const POLICIES: &[&str] = &[
     "nmo-policy-default",
     "nmo-policy-hostile",
     "nmo-policy-sleepy-init",
+    "nmo-policy-contract-0-3",
     "nmo-policy-never-force",
     "nmo-policy-stateful-last",
     "nmo-policy-opt-out",
@@ -32,7 +33,13 @@ fn main() {
         .parent()
         .expect("host/ is in the workspace")
         .to_path_buf();
-    for watched in ["policies", "wit", "Cargo.toml", "Cargo.lock"] {
+    for watched in [
+        "policies",
+        "wit",
+        "host/wit-compat",
+        "Cargo.toml",
+        "Cargo.lock",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(watched).display());
     }
     println!("cargo:rerun-if-env-changed=CARGO_TARGET_DIR");

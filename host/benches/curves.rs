@@ -480,7 +480,13 @@ fn decision_curve() -> Curve {
         let pods: std::sync::Arc<[_]> = fixtures::node_pods("worker-1", size).into();
         let (med, high) = measure(Duration::from_secs(2), 30, || {
             let plan = policy
-                .plan_drain_shared(&m, node.clone(), pods.clone(), Default::default())
+                .plan_drain_shared(
+                    &m,
+                    node.clone(),
+                    pods.clone(),
+                    Default::default(),
+                    Default::default(),
+                )
                 .expect("plan");
             std::hint::black_box(plan);
         });

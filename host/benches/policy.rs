@@ -51,7 +51,13 @@ fn main() {
         let shared: std::sync::Arc<[k8s_openapi::api::core::v1::Pod]> = pods.clone().into();
         let (wasm_med, wasm_p95) = measure(budget, 15, || {
             let plan = policy
-                .plan_drain_shared(&m, node.clone(), shared.clone(), Default::default())
+                .plan_drain_shared(
+                    &m,
+                    node.clone(),
+                    shared.clone(),
+                    Default::default(),
+                    Default::default(),
+                )
                 .expect("plan");
             std::hint::black_box(plan);
         });

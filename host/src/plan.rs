@@ -280,7 +280,7 @@ async fn plan_in(
         None => set.select_for(&nm, Some(node.labels()))?,
     };
     let source = origin.of(&selected.name);
-    let plan = decide(&selected, &nm, &node, &pods).await?;
+    let plan = decide(client, &selected, &nm, &node, &pods).await?;
     let budgets = budgets(client, &pods).await?;
     let admission = admission(client, &selected, &nm).await?;
     let mut report = report(
@@ -406,17 +406,26 @@ async fn load_set(
     }
 }
 
-/// The policy's plan, on the blocking pool, as the operator asks for it.
+/// The policy's plan, on the blocking pool, as the operator asks for it
+/// (with the pods' workloads read, for a policy that reads them).
 async fn decide(
+    client: &Client,
     selected: &Selected,
     nm: &NodeMaintenance,
     node: &Node,
     pods: &[Pod],
 ) -> Result<policy::Plan> {
+    let workloads = if selected.policy.reads_workloads() {
+        crate::controller::workloads::read(client, pods)
+            .await
+            .map_err(Error::kube("reading the pods' workloads"))?
+    } else {
+        policy::Workloads::default()
+    };
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());
     let (p, node, pods) = (selected.policy.clone(), node.clone(), pods.into());
     policy::decide(policy::Decision::PlanDrain, move || {
-        p.plan_drain_shared(&record, node, pods, policy::History::default())
+        p.plan_drain_shared(&record, node, pods, policy::History::default(), workloads)
     })
     .await
     .map_err(Error::from)

@@ -157,3 +157,17 @@ async fn a_surge_the_replicas_are_set_back_on_falls_back_on_the_real_control_pla
     scenario::a_surge_the_replicas_are_set_back_on_falls_back(&env).await;
     env.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_single_replica_workloads_surge_on_nmo_sim() {
+    let (_dir, env) = sim(2).await;
+    scenario::only_single_replica_workloads_surge(&env).await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_single_replica_workloads_surge_on_the_real_control_plane() {
+    let (_dir, env) = real(2).await;
+    scenario::only_single_replica_workloads_surge(&env).await;
+    env.stop();
+}

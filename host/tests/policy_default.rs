@@ -203,6 +203,7 @@ fn the_sandboxed_default_policy_agrees_with_the_native_rules_on_a_busy_node() {
             fixtures::node("worker-1"),
             pods.into(),
             nmo::policy::History::default(),
+            nmo::policy::Workloads::default(),
         )
         .expect("plan");
     assert_eq!(direct, native);

@@ -860,7 +860,7 @@ async fn nmo_policy_add_and_rm_change_one_policy_and_keep_the_others() {
             "Name:       never-force".to_owned(),
             format!("SHA-256:    {digest}"),
             format!("Recorded:   never-force@sha256:{}", &digest[..12]),
-            "Contract:   medik8s:node-maintenance@0.3.0".to_owned(),
+            "Contract:   medik8s:node-maintenance@0.4.0".to_owned(),
             "Exports:    validate-settings, admit, plan-drain, on-failure".to_owned(),
             "Self-check: passed".to_owned(),
         ] {

@@ -666,7 +666,7 @@ fn a_policy_that_needs_too_much_memory_to_compile_is_stopped() {
 fn a_policy_built_against_another_contract_version_is_refused_naming_both() {
     let engine = engine();
     let real = std::fs::read(HOSTILE).unwrap();
-    let from = b"medik8s:node-maintenance/types@0.3.0";
+    let from = b"medik8s:node-maintenance/types@0.4.0";
     let at: Vec<usize> = real
         .windows(from.len())
         .enumerate()
@@ -684,21 +684,76 @@ fn a_policy_built_against_another_contract_version_is_refused_naming_both() {
         }
         bytes
     };
-    for other in ["0.2.0", "0.4.0", "1.2.0"] {
+    for other in ["0.2.0", "0.5.0", "1.2.0"] {
         let err = engine
             .load("future.wasm", &patched(other))
             .expect_err(other);
         assert_eq!(err.category(), "contract_version", "{err}");
         let msg = err.to_string();
         assert!(
-            msg.contains(&format!("@{other}")) && msg.contains("@0.3.0"),
+            msg.contains(&format!("@{other}")) && msg.contains("@0.4.0"),
             "{msg}"
         );
     }
-    let patch = patched("0.3.9");
-    engine
-        .load("patch.wasm", &patch)
-        .expect("a patch version of the same minor loads");
+    for served in ["0.4.9", "0.3.0", "0.3.9"] {
+        engine
+            .load("patch.wasm", &patched(served))
+            .unwrap_or_else(|e| panic!("{served} loads: {e}"));
+    }
+}
+
+const CONTRACT_0_3: &str = concat!(env!("NMO_POLICY_WASM_DIR"), "/nmo_policy_contract_0_3.wasm");
+
+/// A policy built against contract 0.3.0 (before a pod's `workload`)
+/// loads in this 0.4 host and reads every 0.3 accessor as it always did.
+#[test]
+fn a_policy_built_against_contract_0_3_loads_and_reads_what_it_always_read() {
+    let engine = engine();
+    let policy = engine
+        .load_file(std::path::Path::new(CONTRACT_0_3))
+        .expect("a 0.3 policy loads");
+    assert_eq!(policy.interface().contract(), Some("0.3.0"));
+    assert!(!policy.reads_workloads());
+    let mut pod = fixtures::pod(PodKind::Deployment, "shop", "web", 1, "worker-1");
+    pod.metadata.labels = Some([("app".to_owned(), "web".to_owned())].into());
+    pod.metadata.uid = Some("u-1".into());
+    let mut node = node();
+    node.spec.get_or_insert_default().taints = Some(vec![k8s_openapi::api::core::v1::Taint {
+        key: "medik8s.io/drain".into(),
+        effect: "NoSchedule".into(),
+        ..Default::default()
+    }]);
+    let plan = policy
+        .plan_drain(&maintenance("behave"), &node, std::slice::from_ref(&pod))
+        .expect("a 0.3 policy decides");
+    let reason = match &plan.steps[0].action {
+        nmo::policy::Action::Skip { reason } => reason.clone(),
+        other => panic!("{other:?}"),
+    };
+    for part in [
+        "uid=u-1 phase=PodPhase::Running ready=true",
+        "owners=ReplicaSet/",
+        "labels=app=web",
+        "history=0/0/0",
+        "node=worker-1 taints=medik8s.io/drain:TaintEffect::NoSchedule",
+    ] {
+        assert!(reason.contains(part), "{part:?} in {reason}");
+    }
+}
+
+/// Only a policy that calls a pod's `workload` makes the operator read
+/// the workloads: the default never pays for them, no-downtime does.
+#[test]
+fn only_a_policy_that_asks_for_workloads_has_them_read() {
+    let engine = engine();
+    let load = |name: &str| {
+        let path = format!("{}/nmo_policy_{name}.wasm", env!("NMO_POLICY_WASM_DIR"));
+        engine.load_file(std::path::Path::new(&path)).expect(name)
+    };
+    assert!(!load("default").reads_workloads());
+    assert!(!load("hostile").reads_workloads());
+    assert!(load("no_downtime").reads_workloads());
+    assert_eq!(load("no_downtime").interface().contract(), Some("0.4.0"));
 }
 
 /// The default policy as an earlier version of the operator shipped it is
@@ -711,7 +766,7 @@ fn refused_with_how_to_rebuild(file: &str, old: &[u8], version: &str) {
     let msg = err.to_string();
     for part in [
         format!("medik8s:node-maintenance@{version}"),
-        "implements @0.3.0".to_owned(),
+        "implements @0.4.0 (and loads policies of @0.3.x)".to_owned(),
         "nmo-policy-sdk".to_owned(),
         "nmo policy new".to_owned(),
         "cargo build --target wasm32-wasip2".to_owned(),

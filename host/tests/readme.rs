@@ -178,8 +178,8 @@ fn the_policy_guide_builds_and_its_scenarios_pass() {
     assert_eq!(code, Some(0), "{}: {out}", commands[0]);
     let (code, out) = run(commands[1]);
     assert_eq!(code, Some(0), "{}: {out}", commands[1]);
-    // The guide's three and the two `nmo policy new` wrote.
-    assert!(out.contains("5 scenarios: 5 passed, 0 failed"), "{out}");
+    // The guide's three and the three `nmo policy new` wrote.
+    assert!(out.contains("6 scenarios: 6 passed, 0 failed"), "{out}");
 }
 
 /// `nmo demo` with a policy that blocks on a pod: it says what the drain
@@ -446,6 +446,7 @@ fn the_guides_scenario_reference_is_the_harnesss() {
         "podsFrom",
         "volumesAttached",
         "claims",
+        "workloads:",
     ] {
         assert!(guide.contains(key), "{key} in the reference");
     }

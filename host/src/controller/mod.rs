@@ -32,6 +32,7 @@ mod run;
 mod status;
 mod surge;
 mod volumes;
+pub mod workloads;
 
 use std::time::Duration;
 

@@ -547,8 +547,15 @@ impl Pass {
         let history = ledger.history(record.now_ms);
         let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap_or_default()).collect();
         let now_ms = record.now_ms;
+        let workloads = if policy.reads_workloads() {
+            super::workloads::read(&self.ctx.client, &pods)
+                .await
+                .map_err(Error::kube("reading the pods' workloads"))?
+        } else {
+            crate::policy::Workloads::default()
+        };
         let plan = crate::policy::decide(Decision::PlanDrain, move || {
-            policy.plan_drain_shared(&record, node, pods, history)
+            policy.plan_drain_shared(&record, node, pods, history, workloads)
         })
         .await
         .map_err(Error::from)?;

@@ -32,6 +32,7 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::attempt::{Attempt, Note, Removal, Target};
+use crate::policy::workloads::{deployment_max_surge, replicas_of};
 
 /// On an owner while one of its pods is surged: what to undo.
 pub const SURGE_ANNOTATION: &str = "nmo.medik8s.io/surge";
@@ -161,6 +162,15 @@ impl Record {
     }
 }
 
+/// The replicas an owner (its object, as JSON) has as its own owner set
+/// them: while surges run on it, the count before them.
+pub(super) fn replicas_as_set(object: &Value) -> i64 {
+    object["metadata"]["annotations"][SURGE_ANNOTATION]
+        .as_str()
+        .and_then(Record::parse)
+        .map_or_else(|| replicas_of(object), |r| r.replicas)
+}
+
 /// The workload whose replicas a surge raises.
 struct Owner {
     api: Api<DynamicObject>,
@@ -203,7 +213,7 @@ impl Owner {
         if self.kind != "Deployment" {
             return 1;
         }
-        usize::try_from(max_surge(&self.object.data, replicas)).unwrap_or(0)
+        usize::try_from(deployment_max_surge(&self.object.data, replicas)).unwrap_or(0)
     }
 
     /// A Deployment whose controller has not caught up, or that is rolling
@@ -253,24 +263,6 @@ where
     Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<K>(&()))
 }
 
-/// An owner's `spec.replicas` (its object, as JSON); unset is 1, the
-/// API's default.
-fn replicas_of(data: &Value) -> i64 {
-    data["spec"]["replicas"].as_i64().unwrap_or(1)
-}
-
-/// A Deployment's `maxSurge` (its object, as JSON) resolved against
-/// `replicas`: a number as given, a percentage rounded up, 25 % when
-/// unset (the API's default).
-fn max_surge(data: &Value, replicas: i64) -> i64 {
-    let percent = |pct: i64| replicas.saturating_mul(pct).saturating_add(99) / 100;
-    match &data["spec"]["strategy"]["rollingUpdate"]["maxSurge"] {
-        Value::Number(n) => n.as_i64().unwrap_or(1),
-        Value::String(p) => percent(p.trim_end_matches('%').parse().unwrap_or(25)),
-        _ => percent(25),
-    }
-}
-
 /// Why an owner of `kind` with `data` (its object, as JSON) allows no
 /// extra pod, if it does not; `shown` names it.
 fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
@@ -290,7 +282,7 @@ fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
             "{shown} uses the Recreate strategy: it never runs an extra pod"
         ));
     }
-    (max_surge(data, replicas) < 1)
+    (deployment_max_surge(data, replicas) < 1)
         .then(|| format!("{shown} has maxSurge 0: it allows no extra pod"))
 }
 
@@ -792,7 +784,7 @@ pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{Record, max_surge, refusal};
+    use super::{Record, refusal};
     use serde_json::json;
 
     /// A surge running when the operator was upgraded (the one-pod record
@@ -824,18 +816,6 @@ mod tests {
         assert!(Record::parse(&record(2147483647, 1)).is_none());
         assert!(Record::parse(&record(2147483646, 2)).is_none());
         assert!(Record::parse("not json").is_none());
-    }
-
-    /// maxSurge as a Deployment's rollout resolves it: a number, a
-    /// percentage rounded up, 25 % when unset.
-    #[test]
-    fn max_surge_resolves_as_a_rollout_does() {
-        let with = |s: serde_json::Value| json!({"spec": {"strategy": {"rollingUpdate": {"maxSurge": s}}}});
-        assert_eq!(max_surge(&with(json!(3)), 10), 3);
-        assert_eq!(max_surge(&with(json!("50%")), 5), 3);
-        assert_eq!(max_surge(&json!({"spec": {}}), 8), 2);
-        assert_eq!(max_surge(&json!({"spec": {}}), 1), 1);
-        assert_eq!(max_surge(&with(json!(0)), 10), 0);
     }
 
     /// A ReplicaSet (or Deployment) at the int32 limit is not surged: one

@@ -22,7 +22,8 @@ use super::metrics::PolicyMetrics;
 use super::output::{CappedOutput, MAX_LOG_LINE_BYTES, RateWindow, Records};
 use super::types::{self, Failure, KeyValue, Maintenance};
 use super::validate::{self, Admission, Plan, Verdict};
-use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, WORLD};
+use super::workloads::Workloads;
+use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, SERVED_CONTRACTS, WORLD};
 
 /// Sandbox limits, the same for every policy of an engine.
 #[derive(Debug, Clone)]
@@ -212,6 +213,8 @@ impl PolicyEngine {
             .map_err(|e| Error::Engine(format!("linking WASI: {e:#}")))?;
         DrainPolicy::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(|e| Error::Engine(format!("linking the host imports: {e:#}")))?;
+        super::compat::add_to_linker(&mut linker)
+            .map_err(|e| Error::Engine(format!("linking contract 0.3: {e:#}")))?;
 
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -308,11 +311,13 @@ impl PolicyEngine {
             .instantiate_pre(&component)
             .map_err(wrong_world)?;
         let pre = DrainPolicyPre::new(instance_pre).map_err(wrong_world)?;
+        let reads_workloads = reads_workloads(&self.inner.engine, &component);
         Ok(Policy {
             inner: Arc::new(PolicyInner {
                 name: name.to_owned(),
                 digest,
                 pre,
+                reads_workloads,
                 engine: self.clone(),
                 from_cache,
                 log_window: Arc::default(),
@@ -425,7 +430,8 @@ fn check_contract(name: &str, engine: &Engine, component: &Component) -> Result<
             continue;
         };
         let found = rest.split_once('@').map(|(_, v)| v).unwrap_or("");
-        if !same_minor(found, CONTRACT_VERSION) {
+        let served = std::iter::once(CONTRACT_VERSION).chain(SERVED_CONTRACTS.iter().copied());
+        if !served.into_iter().any(|v| same_minor(found, v)) {
             return Err(Error::ContractVersion {
                 policy: name.to_owned(),
                 found: if found.is_empty() {
@@ -438,6 +444,22 @@ fn check_contract(name: &str, engine: &Engine, component: &Component) -> Result<
         }
     }
     Ok(())
+}
+
+/// Whether the component imports a pod's `workload` accessor (a
+/// component imports only the functions it calls).
+fn reads_workloads(engine: &Engine, component: &Component) -> bool {
+    use wasmtime::component::types::ComponentItem;
+    component
+        .component_type()
+        .imports(engine)
+        .filter(|(n, _)| n.starts_with("medik8s:node-maintenance/types@"))
+        .any(|(_, item)| match item.ty {
+            ComponentItem::ComponentInstance(i) => {
+                i.exports(engine).any(|(n, _)| n == "[method]pod.workload")
+            }
+            _ => false,
+        })
 }
 
 /// Semver compatibility as the component model uses it for 0.x versions:
@@ -471,6 +493,9 @@ struct PolicyInner {
     name: String,
     digest: String,
     pre: DrainPolicyPre<HostState>,
+    /// The policy calls a pod's `workload` (0.4): its plans need the
+    /// workloads read.
+    reads_workloads: bool,
     engine: PolicyEngine,
     from_cache: bool,
     /// The policy's per-minute allowance of log records.
@@ -521,6 +546,12 @@ impl Policy {
             imports: ty.imports(engine).map(|(n, _)| n.to_owned()).collect(),
             exports: ty.exports(engine).map(|(n, _)| n.to_owned()).collect(),
         }
+    }
+
+    /// Whether the policy reads pods' workloads: a plan for it needs them
+    /// read first ([`crate::controller::workloads::read`]).
+    pub fn reads_workloads(&self) -> bool {
+        self.inner.reads_workloads
     }
 
     /// The SHA-256 of the policy's bytes, in hex.
@@ -683,6 +714,7 @@ impl Policy {
             node.clone(),
             Arc::from(pods),
             History::default(),
+            Workloads::default(),
         )
     }
 
@@ -694,6 +726,7 @@ impl Policy {
         node: k8s::Node,
         pods: Arc<[k8s::Pod]>,
         history: History,
+        workloads: Workloads,
     ) -> Result<Plan> {
         let count = pods.len();
         let mut inputs = Inputs::new(
@@ -702,6 +735,7 @@ impl Policy {
             self.settings.clone(),
         );
         inputs.history = history;
+        inputs.workloads = workloads;
         self.decide(
             Decision::PlanDrain,
             inputs,

@@ -30,7 +30,7 @@ pub enum Error {
     /// The policy was built against another minor version of the contract.
     #[error(
         "policy {policy}: built against medik8s:node-maintenance@{found}, but this operator \
-         implements @{expected}; rebuild the policy against version {expected}: update its \
+         implements @{expected} (and loads policies of @0.3.x); rebuild the policy against version {expected}: update its \
          nmo-policy-sdk (or the WIT package) to the one this operator ships (`nmo policy new` \
          writes a crate that has it), then `cargo build --target wasm32-wasip2 --release`"
     )]

@@ -24,6 +24,11 @@
 //!     spec: {containers: [...]}
 //! history:                # optional: what the drain did to a pod so far (drain-history)
 //!   default/db-0: {pending: 20m, refusedEvictions: 12, attempts: 4, notified: 5m}
+//! workloads:              # optional: the Deployments, ReplicaSets and StatefulSets behind
+//!                         # the pods (a pod's `workload`), as kubectl prints them
+//!   - {kind: ReplicaSet, metadata: {name: web-5d9, namespace: default,
+//!       ownerReferences: [{kind: Deployment, name: web, controller: true}]}}
+//!   - {kind: Deployment, metadata: {name: web, namespace: default}, spec: {replicas: 1}}
 //! failure:                # optional: ask on-failure instead of plan-drain
 //!   drainIncomplete: {pending: [default/db-0], timedOut: true, message: "..."}
 //!   # drainIncomplete also takes waited: [ns/pod] (wait ran out)
@@ -91,6 +96,7 @@ pub struct Scenario {
     node: core::Node,
     pods: Vec<core::Pod>,
     history: super::History,
+    workloads: super::Workloads,
     failure: Option<Failure>,
     fleet: Option<ScenarioFleet>,
     settings: Settings,
@@ -205,6 +211,9 @@ struct RawScenario {
     /// What the drain has done to pods so far, by `namespace/name`.
     #[serde(default)]
     history: BTreeMap<String, RawHistory>,
+    /// The Deployments, ReplicaSets and StatefulSets behind the pods.
+    #[serde(default)]
+    workloads: Vec<Value>,
     failure: Option<Value>,
     fleet: Option<RawFleet>,
     #[serde(default)]
@@ -473,6 +482,7 @@ impl Scenario {
             ),
         };
         let (pods, history) = scenario_history(pods, raw.history, now)?;
+        let workloads = scenario_workloads(raw.workloads, &pods)?;
         Ok(Scenario {
             name: raw.name,
             source,
@@ -483,12 +493,45 @@ impl Scenario {
             node,
             pods,
             history,
+            workloads,
             failure,
             fleet,
             settings: Settings::from_map(&settings),
             expect: raw.expect,
         })
     }
+}
+
+/// The scenario's `workloads` (Deployments, ReplicaSets, StatefulSets,
+/// or the `kind: List` kubectl prints), resolved for its pods as the
+/// operator resolves what it reads.
+fn scenario_workloads(
+    raw: Vec<Value>,
+    pods: &[core::Pod],
+) -> std::result::Result<super::Workloads, String> {
+    let mut objects = Vec::new();
+    for (i, mut v) in raw.into_iter().enumerate() {
+        if v["kind"].as_str() == Some("List") {
+            if let Some(Value::Array(items)) = v.get_mut("items").map(Value::take) {
+                objects.extend(items);
+            }
+            continue;
+        }
+        match v["kind"].as_str() {
+            Some("Deployment" | "ReplicaSet" | "StatefulSet")
+                if v["metadata"]["name"].is_string() =>
+            {
+                objects.push(v)
+            }
+            _ => {
+                return Err(format!(
+                    "workloads[{i}]: a Deployment, ReplicaSet or StatefulSet with kind and \
+                     metadata.name (or a kind: List of them)"
+                ));
+            }
+        }
+    }
+    Ok(super::Owners::from_objects(objects).resolve(pods))
 }
 
 /// The scenario's `history`, keyed by the pods' uids (a pod without one
@@ -960,7 +1003,13 @@ pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
             }
             (None, Some(f)) => policy.on_failure(&m, f).map(Answer::Verdict),
             (None, None) => policy
-                .plan_drain_shared(&m, s.node.clone(), s.pods.clone().into(), s.history.clone())
+                .plan_drain_shared(
+                    &m,
+                    s.node.clone(),
+                    s.pods.clone().into(),
+                    s.history.clone(),
+                    s.workloads.clone(),
+                )
                 .map(Answer::Plan),
         });
     match (answer, &e.error) {

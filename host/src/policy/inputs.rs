@@ -38,6 +38,8 @@ pub(crate) struct Inputs {
     pub nodes: FleetNodes,
     pub settings: Settings,
     pub history: History,
+    /// Each pod's workload, by pod uid (read only for a policy that asks).
+    pub workloads: super::Workloads,
     /// Who else holds each node's medik8s lease, by node name.
     pub lease_holders: Arc<std::collections::HashMap<String, String>>,
     /// Other tools' claims of each node, by node name.
@@ -316,6 +318,26 @@ impl types::HostPod for HostState {
     fn drain_history(&mut self, pod: Resource<types::Pod>) -> types::PodHistory {
         let uid = self.pod(&pod).metadata.uid.clone().unwrap_or_default();
         self.inputs.history.of(&uid)
+    }
+
+    fn workload(&mut self, pod: Resource<types::Pod>) -> Option<types::Workload> {
+        let pod = self.pod(&pod);
+        let read = pod.metadata.uid.as_deref();
+        if let Some(w) = read.and_then(|uid| self.inputs.workloads.of(uid)) {
+            return Some(w.clone());
+        }
+        // Not read (the plan was made without them): the controller's
+        // kind and name, no numbers.
+        let c = pod.metadata.owner_references.iter().flatten();
+        let c = c.into_iter().find(|o| o.controller == Some(true))?;
+        Some(types::Workload {
+            kind: c.kind.clone(),
+            name: c.name.clone(),
+            replicas: None,
+            ready_replicas: None,
+            max_surge: None,
+            max_unavailable: None,
+        })
     }
 
     fn drop(&mut self, _pod: Resource<types::Pod>) -> wasmtime::Result<()> {

@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod oci;
 mod output;
 
+mod compat;
 pub mod convert;
 pub mod harness;
 #[cfg(feature = "test-support")]
@@ -43,6 +44,7 @@ pub mod selfcheck;
 pub mod set;
 pub mod store;
 pub mod validate;
+pub mod workloads;
 
 /// Host bindings generated from `wit/node-maintenance.wit`.
 #[allow(missing_docs, clippy::all)]
@@ -53,6 +55,23 @@ pub(crate) mod bindings {
         // The decisions run under the engine's async support (the
         // deadline's timer, WASI's sleeps); the imports answer at once.
         exports: { default: async },
+    });
+}
+
+/// Host bindings for contract 0.3.0 (`host/wit-compat`), a contract 0.4
+/// extends: only its `types` interface is linked, answered by the 0.4
+/// host's own accessors on the same resources, so a 0.3 policy loads and
+/// sees what it always saw.
+#[allow(missing_docs, clippy::all)]
+pub(crate) mod bindings_0_3 {
+    wasmtime::component::bindgen!({
+        path: "wit-compat/node-maintenance-0.3.0.wit",
+        world: "drain-policy",
+        exports: { default: async },
+        with: {
+            "medik8s:node-maintenance/types.pod": super::bindings::medik8s::node_maintenance::types::Pod,
+            "medik8s:node-maintenance/types.node": super::bindings::medik8s::node_maintenance::types::Node,
+        },
     });
 }
 
@@ -75,6 +94,7 @@ pub use metrics::PolicyMetrics;
 pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
 pub use store::{PolicyStore, Reload};
 pub use validate::{Action, Admission, Notice, Plan, Removal, Step, Verdict};
+pub use workloads::{Owners, Workloads};
 
 /// The default policy, built from `policies/default` by the host's build
 /// script and embedded so the operator works with no policy directory.
@@ -87,8 +107,13 @@ pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(concat!(
 pub const DEFAULT_POLICY_NAME: &str = "default";
 
 /// The WIT world a policy must implement, for messages.
-pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.3.0";
+pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.4.0";
 
 /// The contract version this host implements; policies built against
-/// another minor version are refused.
-pub const CONTRACT_VERSION: &str = "0.3.0";
+/// another minor version, but for those of [`SERVED_CONTRACTS`], are
+/// refused.
+pub const CONTRACT_VERSION: &str = "0.4.0";
+
+/// The earlier contract versions this host still loads policies of: each
+/// is a subset of [`CONTRACT_VERSION`] (0.4 added a pod's `workload`).
+pub const SERVED_CONTRACTS: &[&str] = &["0.3.0"];

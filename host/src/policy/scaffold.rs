@@ -105,8 +105,10 @@ bump-allocator = []
         r#"//! The `{name}` drain policy.
 //!
 //! It starts as the Go Node Maintenance Operator's rules (the SDK's
-//! `defaults`); change what you need. Every type is documented in
-//! `nmo-policy-sdk/wit/node-maintenance.wit`.
+//! `defaults`) plus one: the pod of a single-replica Deployment is surged
+//! (a Ready replacement first) instead of evicted, so the application
+//! never goes down for the drain. Change what you need. Every type is
+//! documented in `nmo-policy-sdk/wit/node-maintenance.wit`.
 
 use nmo_policy_sdk::*;
 
@@ -116,9 +118,18 @@ struct {type_name};
 /// 0.3) `PodAction::surge()` (a Ready replacement first),
 /// `PodAction::notify(..)` (ask the application first) or
 /// `PodAction::wait(..)` (let it complete); `pod.history()` says how long
-/// the drain has wanted it gone.
+/// the drain has wanted it gone, `pod.workload()` (contract 0.4) which
+/// Deployment or StatefulSet runs it, with its replicas and rollout bounds.
 fn action(pod: &Pod) -> PodAction {{
-    defaults::pod_action(pod)
+    let default = defaults::pod_action(pod);
+    // Surges need a ReplicaSet (a Deployment's) to raise. Reading
+    // `workload()` makes the operator read the pods' workloads for each
+    // plan: drop this rule for exactly the Go operator's drain.
+    let evicted = matches!(default, PodAction::Evict(_));
+    if evicted && pod.controller_kind() == Some("ReplicaSet") && pod.is_single_replica() {{
+        return PodAction::surge();
+    }}
+    default
 }}
 
 impl Policy for {type_name} {{
@@ -151,6 +162,14 @@ mod tests {{
         assert!(matches!(action(&web), PodAction::Evict(_)));
         assert!(matches!(action(&agent), PodAction::Skip(_)));
     }}
+
+    #[test]
+    fn a_single_replica_deployment_surges() {{
+        let solo = pod("default", "cart-1").in_deployment("cart", 1);
+        let wide = pod("default", "web-1").in_deployment("web", 3);
+        assert!(matches!(action(&solo), PodAction::Surge(_)));
+        assert!(matches!(action(&wide), PodAction::Evict(_)));
+    }}
 }}
 "#
     );
@@ -172,6 +191,22 @@ expect:
   decisions:
     default/web-1: evict
     kube-system/agent-x: skip
+---
+name: the pod of a single-replica Deployment surges
+pods:
+  - metadata:
+      name: cart-6c8-a
+      ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: cart-6c8, uid: r2, controller: true}]
+    spec: {containers: [{name: cart, image: cart}]}
+workloads:     # what the operator reads for `pod.workload()`, as kubectl prints it
+  - kind: ReplicaSet
+    metadata:
+      name: cart-6c8
+      ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: cart, uid: d2, controller: true}]
+  - {kind: Deployment, metadata: {name: cart}, spec: {replicas: 1}}
+expect:
+  decisions:
+    default/cart-6c8-a: surge
 ---
 name: an incomplete drain is tried again after 5 s
 failure:

@@ -23,7 +23,8 @@ use super::*;
 /// The operator's policies for these scenarios: the embedded default,
 /// `no-downtime`, `escalate` (forcing in namespace `batch` past 2 s),
 /// `escalate-park` (parking after 1 s), `pool` (max-unavailable: one node
-/// at a time, a parked one not counted) and `hostile` (the test knobs),
+/// at a time, a parked one not counted), `single-surge` (no-downtime
+/// surging only single-replica workloads) and `hostile` (the test knobs),
 /// chosen by the NodeMaintenance's annotation.
 pub fn store() -> (tempfile::TempDir, Arc<PolicyStore>) {
     let dir = tempfile::tempdir().unwrap();
@@ -34,13 +35,15 @@ pub fn store() -> (tempfile::TempDir, Arc<PolicyStore>) {
         ("escalate-park", "nmo_policy_escalate.wasm"),
         ("hostile", "nmo_policy_hostile.wasm"),
         ("pool", "nmo_policy_max_unavailable.wasm"),
+        ("single-surge", "nmo_policy_no_downtime.wasm"),
     ] {
         std::fs::copy(built.join(file), dir.path().join(format!("{name}.wasm"))).unwrap();
     }
     std::fs::write(
         dir.path().join("policies.yaml"),
         "default: builtin\nsettings:\n  escalate: {namespaces: batch, deadline: 2s}\n  \
-         escalate-park: {deadline: 2s, parkAfter: 1s}\n  pool: {max: '1', max-parked: '1'}\n",
+         escalate-park: {deadline: 2s, parkAfter: 1s}\n  pool: {max: '1', max-parked: '1'}\n  \
+         single-surge: {maxReplicas: '1'}\n",
     )
     .unwrap();
     let engine = nmo::policy::PolicyEngine::new(nmo::policy::EngineConfig::default()).unwrap();
@@ -616,5 +619,78 @@ spec:
     assert!(
         *resets.lock().unwrap() >= 1,
         "the surge raised the replicas and the tool set them back"
+    );
+}
+
+/// Contract 0.4's `workload`, read by the operator: `single-surge`
+/// (no-downtime with `maxReplicas: 1`) surges the pod of a one-replica
+/// Deployment and evicts those of a four-replica one on the same node,
+/// whose replicas are never touched.
+pub async fn only_single_replica_workloads_surge(env: &impl ClusterOps) {
+    env.apply(&single_replica("solo", "default")).await;
+    let (first, node) = ready_pod_node(env, "default", "solo").await;
+    env.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: wide, namespace: default}
+spec:
+  replicas: 4
+  selector: {matchLabels: {app: wide}}
+  template:
+    metadata: {labels: {app: wide}}
+    spec: {terminationGracePeriodSeconds: 1, containers: [{name: c, image: i}]}
+"#,
+    )
+    .await;
+    let pods: Api<Pod> = Api::namespaced(env.client().clone(), "default");
+    let on_node = found(
+        "four Ready pods of wide",
+        Duration::from_secs(60),
+        || async {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels("app=wide"))
+                .await
+                .unwrap();
+            let ready: Vec<&Pod> = list.items.iter().filter(|p| is_ready(p)).collect();
+            (ready.len() == 4).then(|| {
+                ready
+                    .iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+                    .map(|p| p.name_any())
+                    .collect::<Vec<_>>()
+            })
+        },
+    )
+    .await;
+    assert!(
+        !on_node.is_empty(),
+        "the test needs a pod of wide beside solo's on {node}"
+    );
+    let deployments = Api::<Deployment>::namespaced(env.client().clone(), "default");
+    let generation = deployments.get("wide").await.unwrap().metadata.generation;
+
+    env.create_nm_with_policy("nm-single", &node, Some("single-surge"))
+        .await;
+    env.wait_phase("nm-single", MaintenancePhase::Succeeded)
+        .await;
+    let events = env.events_for("nm-single").await;
+    let surged = |pod: &str| {
+        events
+            .iter()
+            .any(|(_, r, m)| r == "PodSurged" && m.contains(pod))
+    };
+    assert!(surged(&first), "solo's pod surged: {events:?}");
+    for pod in &on_node {
+        assert!(
+            !surged(pod),
+            "{pod} of wide evicted, not surged: {events:?}"
+        );
+    }
+    let wide = deployments.get("wide").await.unwrap();
+    assert_eq!(
+        (wide.metadata.generation, wide.spec.and_then(|s| s.replicas)),
+        (generation, Some(4)),
+        "wide's replicas never raised"
     );
 }

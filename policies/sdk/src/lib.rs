@@ -24,7 +24,7 @@
 //! export_policy!(MyPolicy);
 //! ```
 //!
-//! The contract is `wit/node-maintenance.wit` (version 0.3.0), where every
+//! The contract is `wit/node-maintenance.wit` (version 0.4.0), where every
 //! field is documented. Pods and nodes come as handles: each accessor
 //! ([`Pod::label`], [`Pod::controller_kind`], ...) asks the host for that
 //! one thing, so read only what the decision needs. This crate adds the
@@ -57,13 +57,13 @@ pub use bindings::medik8s::node_maintenance::types::{
     Admission, Completion, DrainPlan, DrainReport, EndedMaintenance, EtcdGuard, Failure,
     FleetMaintenance, KeyValue, Level, Maintenance, MaintenancePhase, Notice, Outcome, Owner,
     Parking, PodAction, PodDecision, PodHistory, PodPhase, PodRef, Removal, RemovalMethod, Taint,
-    TaintEffect, Verdict, Waiting,
+    TaintEffect, Verdict, Waiting, Workload,
 };
 
 /// The annotation the kubelet puts on mirror (static) pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// The contract version this SDK builds policies for.
-pub const CONTRACT_VERSION: &str = "0.3.0";
+pub const CONTRACT_VERSION: &str = "0.4.0";
 
 /// A drain policy: the decisions the operator asks for.
 ///
@@ -461,6 +461,21 @@ impl Pod {
     /// What this maintenance's drain has done to the pod so far.
     pub fn history(&self) -> PodHistory {
         self.source.drain_history()
+    }
+
+    /// The workload that runs the pod (its Deployment rather than the
+    /// ReplicaSet, with replicas and rollout bounds); none for a pod
+    /// nothing controls. Contract 0.4: calling it makes the operator read
+    /// the workloads for each plan of this policy.
+    pub fn workload(&self) -> Option<Workload> {
+        self.source.workload()
+    }
+
+    /// Run by a Deployment, ReplicaSet or StatefulSet of exactly one
+    /// replica (as its owner set it): evicting the pod takes the
+    /// application down until its replacement is Ready.
+    pub fn is_single_replica(&self) -> bool {
+        self.workload().is_some_and(|w| w.replicas == Some(1))
     }
 
     /// Whether the pod's namespace is one of `list` (comma-separated, as
@@ -1037,6 +1052,7 @@ pub mod testing {
         pub priority_class_name: String,
         pub deletion_deadline_ms: Option<u64>,
         pub history: Option<PodHistory>,
+        pub workload: Option<Workload>,
     }
 
     impl PodRecord {
@@ -1101,6 +1117,22 @@ pub mod testing {
                 refused_evictions: 0,
                 attempts: 0,
                 notified_ms: None,
+            })
+        }
+        /// The workload given, else the controller's kind and name (as
+        /// the host answers when it could not read the object).
+        pub fn workload(&self) -> Option<Workload> {
+            if let Some(w) = &self.workload {
+                return Some(w.clone());
+            }
+            let c = self.owners.iter().find(|o| o.controller)?;
+            Some(Workload {
+                kind: c.kind.clone(),
+                name: c.name.clone(),
+                replicas: None,
+                ready_replicas: None,
+                max_surge: None,
+                max_unavailable: None,
             })
         }
     }
@@ -1272,6 +1304,22 @@ pub mod testing {
                     controller: true,
                 })
             })
+        }
+
+        /// Run by a Deployment `name` of `replicas` (all Ready) with the
+        /// default rollout bounds (25 %), through a ReplicaSet of it.
+        pub fn in_deployment(self, name: &str, replicas: u32) -> Self {
+            self.owned_by("ReplicaSet", &format!("{name}-5d4f"))
+                .edit(|p| {
+                    p.workload = Some(Workload {
+                        kind: "Deployment".into(),
+                        name: name.into(),
+                        replicas: Some(replicas),
+                        ready_replicas: Some(replicas),
+                        max_surge: Some(replicas.div_ceil(4)),
+                        max_unavailable: Some(replicas / 4),
+                    })
+                })
         }
 
         /// With a label.

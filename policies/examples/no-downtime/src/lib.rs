@@ -6,7 +6,11 @@
 //!   pod when unset), is surged: its owner brings up a Ready replacement
 //!   on another node before the pod goes. A `replicas: 1` Deployment
 //!   behind a `minAvailable: 1` budget drains with no moment without a
-//!   Ready replica, where an eviction would wait forever.
+//!   Ready replica, where an eviction would wait forever. With
+//!   `maxReplicas` (e.g. `1`), only workloads of at most that many
+//!   replicas (as their owner set them; contract 0.4's `workload`) are
+//!   surged: the single-replica ones, for which an eviction is downtime;
+//!   larger ones are evicted under their budgets as the default does.
 //! - **A handshake** for applications that ask for one: a pod annotated
 //!   `nmo.medik8s.io/handshake: <duration>` (e.g. `5m`) is told first
 //!   (`notify`), may answer ready, extend its deadline by heartbeats
@@ -30,6 +34,7 @@ pub const SELECTOR: &str = "selector";
 pub const HEARTBEAT: &str = "heartbeat";
 pub const JOB_TIMEOUT: &str = "jobTimeout";
 pub const MAX_HANDSHAKE: &str = "maxHandshake";
+pub const MAX_REPLICAS: &str = "maxReplicas";
 /// Defaults.
 pub const DEFAULT_MAX_HANDSHAKE_MS: u64 = 30 * 60 * 1000;
 /// The host's bound on a handshake's timeout.
@@ -48,6 +53,20 @@ fn surges(pod: &Pod, settings: &Settings) -> bool {
         .get(NAMESPACES)
         .is_none_or(|list| pod.in_namespaces(list))
         && settings.get(SELECTOR).is_none_or(|sel| pod.has_label(sel))
+        && max_replicas(settings).is_none_or(|most| {
+            // A workload whose replicas the host could not read is not
+            // known to be small: evicted, as the default does.
+            pod.workload()
+                .and_then(|w| w.replicas)
+                .is_some_and(|r| r <= most)
+        })
+}
+
+/// The `maxReplicas` setting, when given and readable.
+fn max_replicas(settings: &Settings) -> Option<u32> {
+    settings
+        .get(MAX_REPLICAS)
+        .and_then(|v| v.trim().parse().ok())
 }
 
 fn action(pod: &Pod, settings: &Settings) -> PodAction {
@@ -102,7 +121,21 @@ impl Policy for NoDowntime {
     }
 
     fn validate_settings(settings: Settings) -> Result<(), String> {
-        settings.allow_only(&[NAMESPACES, SELECTOR, HEARTBEAT, JOB_TIMEOUT, MAX_HANDSHAKE])?;
+        settings.allow_only(&[
+            NAMESPACES,
+            SELECTOR,
+            HEARTBEAT,
+            JOB_TIMEOUT,
+            MAX_HANDSHAKE,
+            MAX_REPLICAS,
+        ])?;
+        if let Some(v) = settings.get(MAX_REPLICAS)
+            && v.trim().parse::<u32>().map_or(true, |n| n == 0)
+        {
+            return Err(format!(
+                "setting {MAX_REPLICAS}: {v:?} is not a number of replicas (1 or more)"
+            ));
+        }
         settings.duration_ms(HEARTBEAT)?;
         settings.duration_ms(JOB_TIMEOUT)?;
         if settings
@@ -140,6 +173,23 @@ mod tests {
         assert!(matches!(action(&pods[0], &s), PodAction::Surge(_)));
         assert!(matches!(action(&pods[1], &s), PodAction::Evict(_)));
         assert!(matches!(action(&pods[2], &s), PodAction::Evict(_)));
+    }
+
+    /// With `maxReplicas: 1`, only single-replica workloads surge; a pod
+    /// whose workload's replicas are unknown is evicted.
+    #[test]
+    fn max_replicas_surges_only_the_small_workloads() {
+        set_settings(&[("maxReplicas", "1")]);
+        let s = Settings::current();
+        let single = pod("shop", "cart-1").in_deployment("cart", 1);
+        let wide = pod("shop", "web-1").in_deployment("web", 4);
+        let unknown = pod("shop", "api-1").owned_by("ReplicaSet", "api-1");
+        assert!(matches!(action(&single, &s), PodAction::Surge(_)));
+        assert!(matches!(action(&wide, &s), PodAction::Evict(_)));
+        assert!(matches!(action(&unknown, &s), PodAction::Evict(_)));
+        assert!(NoDowntime::validate_settings(Settings::current()).is_ok());
+        set_settings(&[("maxReplicas", "0")]);
+        assert!(NoDowntime::validate_settings(Settings::current()).is_err());
     }
 
     /// A pod's annotation asking for a 25 h handshake (past the host's
