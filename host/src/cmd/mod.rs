@@ -730,7 +730,11 @@ fn policy_push(
     selfcheck::run(&policy)?;
     let registry =
         nmo::policy::oci::Registry::new(nmo::policy::oci::RegistryConfig::for_user(insecure));
-    let pinned = registry.push(&wasm, &name, reference)?;
+    let contract = policy.interface().contract().map_or_else(
+        || nmo::policy::WORLD.to_owned(),
+        |v| format!("medik8s:node-maintenance/drain-policy@{v}"),
+    );
+    let pinned = registry.push(&wasm, &name, &contract, reference)?;
     outln!("{pinned}");
     eprintln!("\nin policies.yaml:\n  pull:\n    {name}: {pinned}");
     Ok(ExitCode::SUCCESS)

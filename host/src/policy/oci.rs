@@ -382,8 +382,9 @@ impl Registry {
     /// Pushes a policy as a Wasm OCI artifact to `reference` (a tag, or
     /// none for `latest`) and returns the reference pinned by the
     /// manifest's digest. The manifest has no timestamp: the same policy
-    /// pushed twice has the same digest.
-    pub fn push(&self, wasm: &[u8], name: &str, reference: &str) -> Result<String> {
+    /// pushed twice has the same digest. `contract` is the world the
+    /// policy was built against (its manifest's contract annotation).
+    pub fn push(&self, wasm: &[u8], name: &str, contract: &str, reference: &str) -> Result<String> {
         let target = Reference::from_str(reference.trim_start_matches("oci://"))
             .map_err(|e| push_error(reference, e))?;
         let layer_digest = sha256(wasm);
@@ -405,7 +406,7 @@ impl Registry {
             ),
             (
                 "io.medik8s.node-maintenance.contract".to_owned(),
-                super::WORLD.to_owned(),
+                contract.to_owned(),
             ),
         ]);
         let mut manifest = OciImageManifest::build(&layers, &config, Some(annotations));
