@@ -196,4 +196,6 @@ pub(super) struct Removal<'a> {
     pub ledger: &'a Ledger,
     pub notes: &'a Notes,
     pub maintenance: &'a str,
+    /// The owners being surged, shared by every drain of the process.
+    pub desks: &'a super::surge::Desks,
 }

@@ -135,6 +135,9 @@ pub struct Context {
     pub(super) budgets: Arc<super::budgets::Budgets>,
     /// The removal requests every drain shares (`removals_in_flight`).
     pub(super) in_flight: Arc<tokio::sync::Semaphore>,
+    /// The owners being surged: one watch and one read per change of
+    /// each, shared by every surge of its pods.
+    pub(super) desks: Arc<super::surge::Desks>,
     /// Asked to stop (SIGTERM): no pass starts work, every drain and
     /// wait ends as if its maintenance were gone, so the process ends (and
     /// the leader lock is given up) within moments; the next leader
@@ -186,6 +189,7 @@ impl Context {
             memory: Memories::default(),
             budgets: Arc::default(),
             in_flight,
+            desks: Arc::default(),
             nodes: Arc::default(),
             lease_watch: Arc::default(),
             tool_claims: Arc::default(),

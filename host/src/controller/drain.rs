@@ -154,6 +154,8 @@ pub struct Drainer<'a> {
     /// The maintenance's name (the requester of a handshake, the holder of
     /// a surge).
     pub maintenance: &'a str,
+    /// The owners being surged, shared by every drain of the process.
+    pub desks: &'a Arc<super::surge::Desks>,
 }
 
 /// Runs one drain attempt of `plan` over the `listed` pods (the list the
@@ -177,6 +179,7 @@ pub async fn execute(
         ledger,
         notes,
         maintenance,
+        desks,
     } = drainer;
     let NodePods { node, pods, events } = listed;
     let node = node.as_str();
@@ -300,6 +303,7 @@ pub async fn execute(
             let ledger = ledger.clone();
             let notes = notes.clone();
             let maintenance = maintenance.to_owned();
+            let desks = desks.clone();
             tasks.push(crate::task::spawn(async move {
                 let _slot = semaphore.acquire_owned().await;
                 let how = Removal {
@@ -312,6 +316,7 @@ pub async fn execute(
                     ledger: &ledger,
                     notes: &notes,
                     maintenance: &maintenance,
+                    desks: &desks,
                 };
                 remove(how, &t, &state).await;
             }));

@@ -660,6 +660,7 @@ impl Pass {
                 ledger: &ledger,
                 notes: &notes,
                 maintenance: &self.name,
+                desks: &ctx.desks,
             },
             pods,
             plan,

@@ -20,6 +20,8 @@
 //! ([`release`]). Someone else changing the replicas meanwhile (an HPA, a
 //! GitOps tool) wins: their count is kept and the pod is evicted instead.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -172,6 +174,7 @@ pub(super) fn replicas_as_set(object: &Value) -> i64 {
 }
 
 /// The workload whose replicas a surge raises.
+#[derive(Clone)]
 struct Owner {
     api: Api<DynamicObject>,
     kind: &'static str,
@@ -356,20 +359,26 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
     let Some(("ReplicaSet", rs)) = t.controller.as_ref().map(|(k, n)| (k.as_str(), n)) else {
         return Surged::Evict("no ReplicaSet controls the pod".into());
     };
-    let mut changes: Option<Changes> = None;
+    let mut desk: Option<Arc<Desk>> = None;
     loop {
         if !state.has(&t.uid).await || Instant::now() >= how.deadline {
             return Surged::Done;
         }
-        let looked = match owner(how.client, &t.namespace, rs).await {
-            Ok(owner) => {
-                if changes.is_none() {
-                    changes = Changes::of(how.client, &t.namespace, &owner);
-                }
-                let mut owner = owner;
-                look(how, t, &mut owner).await
+        let opened = match &desk {
+            Some(d) => Ok(d.clone()),
+            None => how.desks.open(how.client, &t.namespace, rs).await,
+        };
+        let (seen, looked) = match opened {
+            Ok(d) => {
+                desk = Some(d.clone());
+                let seen = d.seen();
+                let looked = match d.read(how.client, &t.namespace, rs).await {
+                    Ok((mut owner, pods)) => look(how, t, &mut owner, &pods).await,
+                    Err(e) => Err(e),
+                };
+                (seen, looked)
             }
-            Err(e) => Err(e),
+            Err(e) => (0, Err(e)),
         };
         // What the surge waits for now, and whether the look failed (then
         // it looks again on the clock, not on the owner's next change).
@@ -392,8 +401,8 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
         if let Some(waited) = waited {
             state.waiting_for(t, waited).await;
         }
-        match changes.as_mut() {
-            Some(c) if !failed => c.next(how.deadline, state, &t.uid).await,
+        match desk.as_ref() {
+            Some(d) if !failed => d.next(seen, how.deadline, state, &t.uid).await,
             _ => {
                 tokio::time::sleep(POLL.min(how.deadline.saturating_duration_since(Instant::now())))
                     .await
@@ -402,23 +411,72 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
     }
 }
 
-/// What a waiting surge watches: its owner (by name) and the owner's pods
-/// (by its selector), through kube-runtime's watcher. A look is taken
-/// when either changes: a surge waiting an hour for its replacement
-/// makes no request while nothing happens. While a watch fails (an RBAC
-/// that does not let the operator watch the owner's kind, an API outage)
-/// the surge looks every [`POLL`] instead.
-struct Changes {
-    events: futures::stream::BoxStream<'static, bool>,
+/// The owners being surged, each with its [`Desk`]: every surge of one
+/// owner, whatever its maintenance, shares one watch of it and one read
+/// per change of it.
+#[derive(Default)]
+pub struct Desks(std::sync::Mutex<HashMap<(String, String), Weak<Desk>>>);
+
+impl std::fmt::Debug for Desks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Desks")
+    }
 }
 
-impl Changes {
-    /// The watches of `owner` and its pods; `None` when its selector
-    /// cannot be read (the look then evicts instead).
-    fn of(client: &Client, namespace: &str, owner: &Owner) -> Option<Self> {
+impl Desks {
+    /// The desk of the ReplicaSet `rs`'s owner, opened (its watch started)
+    /// by the first surge that needs it; it closes when the last one ends.
+    async fn open(&self, client: &Client, namespace: &str, rs: &str) -> kube::Result<Arc<Desk>> {
+        let key = (namespace.to_owned(), rs.to_owned());
+        if let Some(desk) = self.lookup(&key) {
+            return Ok(desk);
+        }
+        let found = owner(client, namespace, rs).await?;
+        let desk = Arc::new(Desk::watching(client, namespace, &found));
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, d| d.strong_count() > 0);
+        // Another surge of the owner opened it meanwhile: that one serves.
+        if let Some(other) = map.get(&key).and_then(Weak::upgrade) {
+            return Ok(other);
+        }
+        map.insert(key, Arc::downgrade(&desk));
+        Ok(desk)
+    }
+
+    fn lookup(&self, key: &(String, String)) -> Option<Arc<Desk>> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).and_then(Weak::upgrade)
+    }
+}
+
+/// One owner's surges' shared view: its watch (the owner by name, its
+/// pods by selector, through kube-runtime's watcher) counts changes, and
+/// a look reads the owner and its pods once per change, for every surge
+/// waiting on it: a hundred pods of one owner waiting for their
+/// replacements make one read per change, not a hundred, and none while
+/// nothing changes. While the watch fails (an RBAC that does not let the
+/// operator watch the owner's kind, an API outage) the count moves every
+/// [`POLL`] instead.
+struct Desk {
+    /// Changes seen; none when the owner's selector cannot be read (each
+    /// look then reads afresh, and evicts).
+    changes: Option<tokio::sync::watch::Receiver<u64>>,
+    /// The last read, and the change count it was read at.
+    last: tokio::sync::Mutex<Option<(u64, Owner, Arc<[Pod]>)>>,
+    _watch: Option<crate::task::Owned<()>>,
+}
+
+impl Desk {
+    fn watching(client: &Client, namespace: &str, owner: &Owner) -> Desk {
         use futures::StreamExt;
         use kube::runtime::watcher;
-        let selector = owner.selector()?;
+        let Some(selector) = owner.selector() else {
+            return Desk {
+                changes: None,
+                last: tokio::sync::Mutex::new(None),
+                _watch: None,
+            };
+        };
         let config = || watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS);
         let by_name = config().fields(&format!("metadata.name={}", owner.object.name_any()));
         let itself = watcher(owner.api.clone(), by_name).map(|e| e.is_ok());
@@ -427,22 +485,70 @@ impl Changes {
             config().labels(&selector),
         )
         .map(|e| e.is_ok());
-        Some(Self {
-            events: futures::stream::select(itself, pods).boxed(),
-        })
+        let mut events = futures::stream::select(itself, pods).boxed();
+        let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let watch = crate::task::spawn(async move {
+            use futures::FutureExt;
+            loop {
+                match events.next().await {
+                    Some(true) => {}
+                    // The watch failed (the watcher tries again itself).
+                    Some(false) | None => tokio::time::sleep(POLL).await,
+                }
+                // What else arrived with it is the same change.
+                while let Some(Some(_)) = events.next().now_or_never() {}
+                tx.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        });
+        Desk {
+            changes: Some(rx),
+            last: tokio::sync::Mutex::new(None),
+            _watch: Some(watch),
+        }
     }
 
-    /// Waits for the next change (what else arrived with it is the same
-    /// change), for the pod `uid` to leave the node, or for `deadline`.
-    async fn next(&mut self, deadline: Instant, state: &Attempt, uid: &str) {
-        use futures::{FutureExt, StreamExt};
+    /// The changes seen so far (a look taken now is at least this fresh).
+    fn seen(&self) -> u64 {
+        self.changes.as_ref().map_or(0, |c| *c.borrow())
+    }
+
+    /// The owner and its pods as of the latest change: read once per
+    /// change, the owner before its pods (a surge another look finished
+    /// since is in the record as leaving, or its pod carries the lowest
+    /// cost), and shared by the surges looking at that change.
+    async fn read(
+        &self,
+        client: &Client,
+        namespace: &str,
+        rs: &str,
+    ) -> kube::Result<(Owner, Arc<[Pod]>)> {
+        let at = self.seen();
+        let mut last = self.last.lock().await;
+        if let Some((seen, owner, pods)) = last.as_ref()
+            && *seen == at
+            && self.changes.is_some()
+        {
+            return Ok((owner.clone(), pods.clone()));
+        }
+        let owner = owner(client, namespace, rs).await?;
+        let pods: Arc<[Pod]> = match owner.selector() {
+            Some(selector) => owner_pods(client, namespace, &selector).await?.into(),
+            None => Arc::from([]),
+        };
+        *last = Some((at, owner.clone(), pods.clone()));
+        Ok((owner, pods))
+    }
+
+    /// Waits for a change after `seen`, for the pod `uid` to leave the
+    /// node, or for `deadline`.
+    async fn next(&self, seen: u64, deadline: Instant, state: &Attempt, uid: &str) {
         let changed = async {
-            match self.events.next().await {
-                Some(true) => {}
-                // The watch failed (it is tried again at the next look).
-                Some(false) | None => tokio::time::sleep(POLL).await,
+            let Some(mut changes) = self.changes.clone() else {
+                return tokio::time::sleep(POLL).await;
+            };
+            if changes.wait_for(|n| *n != seen).await.is_err() {
+                tokio::time::sleep(POLL).await;
             }
-            while let Some(Some(_)) = self.events.next().now_or_never() {}
         };
         let gone = async {
             loop {
@@ -476,19 +582,15 @@ fn busy(t: &Target, owner: &Owner) -> String {
 
 /// One look: start or join the owner's surges, or see how far this one
 /// is, or finish it.
-async fn look(how: Removal<'_>, t: &Target, owner: &mut Owner) -> kube::Result<Step> {
-    let Some(selector) = owner.selector() else {
+async fn look(how: Removal<'_>, t: &Target, owner: &mut Owner, pods: &[Pod]) -> kube::Result<Step> {
+    if owner.selector().is_none() {
         return Ok(Step::Over(Surged::Evict(format!(
             "{} has no selector the host can read",
             owner.shown()
         ))));
-    };
-    // The owner was read before its pods: a surge another look finished
-    // since is in the record as leaving, or its pod carries the lowest
-    // cost.
-    let pods = owner_pods(how.client, &t.namespace, &selector).await?;
+    }
     let Some(mut record) = owner.record() else {
-        return start(how, t, owner, &pods).await;
+        return start(how, t, owner, pods).await;
     };
     // Someone else set the replicas meanwhile (an autoscaler, a GitOps
     // tool setting them back before the replacement is Ready): theirs
@@ -509,7 +611,7 @@ async fn look(how: Removal<'_>, t: &Target, owner: &mut Owner) -> kube::Result<S
         return finish(how, t, owner, record).await;
     }
     if !record.surging.iter().any(|e| e.uid == t.uid) {
-        return join(how, t, owner, record, &pods).await;
+        return join(how, t, owner, record, pods).await;
     }
     let entries: Vec<&str> = record.entries().map(|e| e.uid.as_str()).collect();
     // The ReplicaSet controller removes a not-Ready pod before the one
@@ -521,9 +623,9 @@ async fn look(how: Removal<'_>, t: &Target, owner: &mut Owner) -> kube::Result<S
     // acted on. Lowering them now would only cancel the pod not yet made,
     // and this one would stay. (More is fine: pods handed over a moment
     // ago and not yet removed carry the lowest cost too, and go first.)
-    if serving(&pods, &entries) <= record.serving
-        || (live(&pods) as i64) < record.expected()
-        || !others_ready(&pods, &t.uid, &record)
+    if serving(pods, &entries) <= record.serving
+        || (live(pods) as i64) < record.expected()
+        || !others_ready(pods, &t.uid, &record)
     {
         return Ok(Step::Waiting(format!(
             "surging pod {}: waiting for a Ready replacement from {}",
