@@ -449,6 +449,10 @@ impl Desks {
     }
 }
 
+/// One read of an owner and its pods, and the change count it was read
+/// at.
+type Read = (u64, Owner, Arc<[Pod]>);
+
 /// One owner's surges' shared view: its watch (the owner by name, its
 /// pods by selector, through kube-runtime's watcher) counts changes, and
 /// a look reads the owner and its pods once per change, for every surge
@@ -462,7 +466,7 @@ struct Desk {
     /// look then reads afresh, and evicts).
     changes: Option<tokio::sync::watch::Receiver<u64>>,
     /// The last read, and the change count it was read at.
-    last: tokio::sync::Mutex<Option<(u64, Owner, Arc<[Pod]>)>>,
+    last: tokio::sync::Mutex<Option<Read>>,
     _watch: Option<crate::task::Owned<()>>,
 }
 
