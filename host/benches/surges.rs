@@ -222,6 +222,8 @@ async fn main() {
         maintained[1] += pods_on(n).await;
     }
     let mut most = 0;
+    c.record_audit(true);
+    let audit_from = c.audit().len();
     let surge = {
         let watch = async {
             loop {
@@ -241,6 +243,7 @@ async fn main() {
             _ = watch => unreachable!(),
         }
     };
+    let requests = requests_by_kind(&c.audit()[audit_from..], surge);
     wait_whole(&deployments).await;
     println!(
         "{NODES} nodes, {} pods ({OWNERS} Deployments of {REPLICAS}, maxSurge 25 %), \
@@ -263,4 +266,40 @@ async fn main() {
         "ratio no-downtime / default:    {:>8.2} (goal: 2 or less)",
         surge.as_secs_f64() / default.as_secs_f64()
     );
+    println!(
+        "requests during the no-downtime round (the operator's and the cluster's own):\n{requests}"
+    );
+}
+
+/// The requests of `audit` made within `window` of the first, counted by
+/// verb and resource, most first; with when the last of each kind came.
+fn requests_by_kind(audit: &[nmo_sim::AuditRecord], window: Duration) -> String {
+    let Some(first) = audit.first().map(|r| r.at) else {
+        return "  (none)".into();
+    };
+    let mut by: std::collections::BTreeMap<String, (usize, Duration)> = Default::default();
+    for r in audit
+        .iter()
+        .filter(|r| r.at.duration_since(first) <= window)
+    {
+        let key = format!(
+            "{} {}{}",
+            r.verb,
+            r.resource,
+            if r.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", r.subresource)
+            }
+        );
+        let e = by.entry(key).or_default();
+        e.0 += 1;
+        e.1 = e.1.max(r.at.duration_since(first));
+    }
+    let mut rows: Vec<_> = by.into_iter().collect();
+    rows.sort_by_key(|(_, (n, _))| std::cmp::Reverse(*n));
+    rows.iter()
+        .map(|(k, (n, last))| format!("  {n:>6}  {k:<40} last at {last:.2?}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }

@@ -179,6 +179,9 @@ struct Owner {
     api: Api<DynamicObject>,
     kind: &'static str,
     object: DynamicObject,
+    /// This look wrote the owner (or a pod of it): the desk's read is
+    /// stale.
+    wrote: bool,
 }
 
 impl Owner {
@@ -255,6 +258,7 @@ impl Owner {
                 &Patch::Merge(&patch),
             )
             .await?;
+        self.wrote = true;
         Ok(())
     }
 }
@@ -307,12 +311,14 @@ async fn owner(client: &Client, namespace: &str, rs: &str) -> kube::Result<Owner
                 api,
                 kind: "Deployment",
                 object,
+                wrote: false,
             })
         }
         None => Ok(Owner {
             api: rs_api,
             kind: "ReplicaSet",
             object: set,
+            wrote: false,
         }),
     }
 }
@@ -372,10 +378,21 @@ pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Su
             Ok(d) => {
                 desk = Some(d.clone());
                 let seen = d.seen();
-                let looked = match d.read(how.client, &t.namespace, rs).await {
-                    Ok((mut owner, pods)) => look(how, t, &mut owner, &pods).await,
+                // One look of the owner at a time: the next one reads what
+                // this one wrote, instead of writing over the same read and
+                // being refused.
+                let mut turn = Some(d.turn.lock().await);
+                let looked = match d.read(how.client, &t.namespace).await {
+                    Ok((mut owner, pods)) => {
+                        let looked = look(how, t, &mut owner, &pods, &mut turn).await;
+                        if owner.wrote || looked.is_err() {
+                            d.stale().await;
+                        }
+                        looked
+                    }
                     Err(e) => Err(e),
                 };
+                drop(turn);
                 (seen, looked)
             }
             Err(e) => (0, Err(e)),
@@ -467,6 +484,11 @@ struct Desk {
     changes: Option<tokio::sync::watch::Receiver<u64>>,
     /// The last read, and the change count it was read at.
     last: tokio::sync::Mutex<Option<Read>>,
+    /// Held by the surge whose look it is.
+    turn: tokio::sync::Mutex<()>,
+    /// The owner as first found (its API, kind and name: a look reads it
+    /// again by name, without the ReplicaSet in between).
+    found: Owner,
     _watch: Option<crate::task::Owned<()>>,
 }
 
@@ -478,6 +500,8 @@ impl Desk {
             return Desk {
                 changes: None,
                 last: tokio::sync::Mutex::new(None),
+                turn: tokio::sync::Mutex::new(()),
+                found: owner.clone(),
                 _watch: None,
             };
         };
@@ -507,6 +531,8 @@ impl Desk {
         Desk {
             changes: Some(rx),
             last: tokio::sync::Mutex::new(None),
+            turn: tokio::sync::Mutex::new(()),
+            found: owner.clone(),
             _watch: Some(watch),
         }
     }
@@ -520,12 +546,7 @@ impl Desk {
     /// change, the owner before its pods (a surge another look finished
     /// since is in the record as leaving, or its pod carries the lowest
     /// cost), and shared by the surges looking at that change.
-    async fn read(
-        &self,
-        client: &Client,
-        namespace: &str,
-        rs: &str,
-    ) -> kube::Result<(Owner, Arc<[Pod]>)> {
+    async fn read(&self, client: &Client, namespace: &str) -> kube::Result<(Owner, Arc<[Pod]>)> {
         let at = self.seen();
         let mut last = self.last.lock().await;
         if let Some((seen, owner, pods)) = last.as_ref()
@@ -534,13 +555,20 @@ impl Desk {
         {
             return Ok((owner.clone(), pods.clone()));
         }
-        let owner = owner(client, namespace, rs).await?;
+        let mut owner = self.found.clone();
+        owner.object = owner.api.get(&self.found.object.name_any()).await?;
         let pods: Arc<[Pod]> = match owner.selector() {
             Some(selector) => owner_pods(client, namespace, &selector).await?.into(),
             None => Arc::from([]),
         };
         *last = Some((at, owner.clone(), pods.clone()));
         Ok((owner, pods))
+    }
+
+    /// Forgets the last read: a look wrote since (the next reads afresh,
+    /// without waiting for the watch to say so).
+    async fn stale(&self) {
+        *self.last.lock().await = None;
     }
 
     /// Waits for a change after `seen`, for the pod `uid` to leave the
@@ -586,7 +614,13 @@ fn busy(t: &Target, owner: &Owner) -> String {
 
 /// One look: start or join the owner's surges, or see how far this one
 /// is, or finish it.
-async fn look(how: Removal<'_>, t: &Target, owner: &mut Owner, pods: &[Pod]) -> kube::Result<Step> {
+async fn look(
+    how: Removal<'_>,
+    t: &Target,
+    owner: &mut Owner,
+    pods: &[Pod],
+    turn: &mut Option<tokio::sync::MutexGuard<'_, ()>>,
+) -> kube::Result<Step> {
     if owner.selector().is_none() {
         return Ok(Step::Over(Surged::Evict(format!(
             "{} has no selector the host can read",
@@ -637,6 +671,10 @@ async fn look(how: Removal<'_>, t: &Target, owner: &mut Owner, pods: &[Pod]) -> 
             owner.shown()
         )));
     }
+    // The budgets may hold the pod a while: the other surges of the owner
+    // take their turns meanwhile (the claim below holds only if the owner
+    // is still as read).
+    turn.take();
     let timings = how.retries.budget_timings();
     let Some(permit) = how
         .budgets
@@ -779,9 +817,13 @@ async fn join(
     }
     // Not while a pod is being handed over: a replacement starting now
     // would be the pod the lowered replicas remove (not Ready ranks first).
+    // Nor while a lowering is not yet acted on (more pods than replicas):
+    // a raise now would be folded into it, and the handed-over pod stay.
+    // A raise not yet acted on is no reason to wait: the ReplicaSet
+    // controller makes both pods.
     if record.len() >= owner.max_surge(record.replicas)
         || !record.leaving.is_empty()
-        || catching_up(pods, record.expected())
+        || live(pods) as i64 > record.expected()
     {
         return Ok(Step::Waiting(busy(t, owner)));
     }
@@ -867,6 +909,7 @@ pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
                 api: Api::namespaced_with(client.clone(), &ns, &resource),
                 kind,
                 object,
+                wrote: false,
             };
             let Some(mut r) = owner.record() else {
                 continue;
