@@ -244,6 +244,7 @@ async fn main() {
         }
     };
     let requests = requests_by_kind(&c.audit()[audit_from..], surge);
+    let one_owner = writes_of(&c.audit()[audit_from..], "app-00");
     wait_whole(&deployments).await;
     println!(
         "{NODES} nodes, {} pods ({OWNERS} Deployments of {REPLICAS}, maxSurge 25 %), \
@@ -269,6 +270,22 @@ async fn main() {
     println!(
         "requests during the no-downtime round (the operator's and the cluster's own):\n{requests}"
     );
+    println!(
+        "writes of Deployment app-00 (ms from the round's first request, HTTP code): {one_owner}"
+    );
+}
+
+/// When the Deployment `name` was written, and with what answer.
+fn writes_of(audit: &[nmo_sim::AuditRecord], name: &str) -> String {
+    let Some(first) = audit.first().map(|r| r.at) else {
+        return String::new();
+    };
+    audit
+        .iter()
+        .filter(|r| r.verb == "patch" && r.resource == "deployments" && r.name == name)
+        .map(|r| format!("{}({})", r.at.duration_since(first).as_millis(), r.code))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The requests of `audit` made within `window` of the first, counted by
