@@ -75,6 +75,24 @@ spec:
     )
 }
 
+/// A Deployment of `replicas` in `default`, its pods labelled
+/// `app=<name>` and gone a second after they are told to stop.
+fn deployment(name: &str, replicas: u32) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: default}}
+spec:
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{terminationGracePeriodSeconds: 1, containers: [{{name: c, image: i}}]}}
+"#
+    )
+}
+
 /// Waits (at most `limit`) until `f` finds something, and returns it.
 async fn found<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> T
 where
@@ -565,20 +583,7 @@ pub async fn a_volume_wait_ends_when_the_maintenance_is_deleted(env: &impl Clust
 /// wants, with no surge record left on it. (Before: the drain waited for a
 /// Ready replacement that the tool kept removing.)
 pub async fn a_surge_the_replicas_are_set_back_on_falls_back(env: &impl ClusterOps) {
-    env.apply(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: selfheal, namespace: default}
-spec:
-  replicas: 1
-  selector: {matchLabels: {app: selfheal}}
-  template:
-    metadata: {labels: {app: selfheal}}
-    spec: {terminationGracePeriodSeconds: 1, containers: [{name: c, image: i}]}
-"#,
-    )
-    .await;
+    env.apply(&deployment("selfheal", 1)).await;
     let (_, node) = ready_pod_node(env, "default", "selfheal").await;
     let deployments: Api<Deployment> = Api::namespaced(env.client().clone(), "default");
     // The tool: replicas back to 1 whenever they are not.
@@ -629,20 +634,7 @@ spec:
 pub async fn only_single_replica_workloads_surge(env: &impl ClusterOps) {
     env.apply(&single_replica("solo", "default")).await;
     let (first, node) = ready_pod_node(env, "default", "solo").await;
-    env.apply(
-        r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: wide, namespace: default}
-spec:
-  replicas: 4
-  selector: {matchLabels: {app: wide}}
-  template:
-    metadata: {labels: {app: wide}}
-    spec: {terminationGracePeriodSeconds: 1, containers: [{name: c, image: i}]}
-"#,
-    )
-    .await;
+    env.apply(&deployment("wide", 4)).await;
     let pods: Api<Pod> = Api::namespaced(env.client().clone(), "default");
     let on_node = found(
         "four Ready pods of wide",
