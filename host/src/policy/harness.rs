@@ -517,9 +517,10 @@ fn scenario_workloads(
             }
             continue;
         }
-        match v["kind"].as_str() {
-            Some("Deployment" | "ReplicaSet" | "StatefulSet")
-                if v["metadata"]["name"].is_string() =>
+        let kind = v["kind"].as_str().unwrap_or_default();
+        match kind {
+            _ if super::workloads::READ_KINDS.contains(&kind)
+                && v["metadata"]["name"].is_string() =>
             {
                 objects.push(v)
             }

@@ -17,7 +17,7 @@ use super::types::Workload;
 
 /// The kinds whose objects are read: a pod's controller of these kinds
 /// has replicas, and a ReplicaSet may have a Deployment above it.
-const READ_KINDS: [&str; 3] = ["ReplicaSet", "StatefulSet", "Deployment"];
+pub const READ_KINDS: [&str; 3] = ["ReplicaSet", "StatefulSet", "Deployment"];
 
 /// An object to read: its kind, namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
