@@ -401,7 +401,16 @@ async fn many_drains_at_once_share_the_removals_in_flight() {
         .into_iter()
         .filter(|r| r.user_agent == nmo::client::USER_AGENT && r.subresource == "eviction")
         .collect();
-    assert_eq!(evictions.len(), NODES * 8, "one eviction a pod");
+    let mut sent: BTreeMap<&str, Vec<u16>> = BTreeMap::new();
+    for r in &evictions {
+        sent.entry(r.name.as_str()).or_default().push(r.code);
+    }
+    sent.retain(|_, codes| codes.len() > 1);
+    assert_eq!(
+        evictions.len(),
+        NODES * 8,
+        "one eviction a pod; evicted more than once (answers): {sent:?}"
+    );
     let most = most_in_flight(&evictions);
     println!("at most {most} evictions in flight (cap {CAP})");
     assert!(most <= usize::from(CAP), "{most} evictions in flight");
@@ -409,6 +418,81 @@ async fn many_drains_at_once_share_the_removals_in_flight() {
     assert!(most > 1, "the drains ran one eviction at a time");
     controller.abort();
     cluster.stop().await;
+}
+
+/// Changes to the Deployments, ReplicaSets and pods of `default`, as a
+/// watch sees them, counted from when [`ChangeCount::start`] returns.
+struct ChangeCount {
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ChangeCount {
+    async fn start(client: &kube::Client) -> Self {
+        use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+        use k8s_openapi::api::core::v1::Pod;
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (synced_tx, mut synced_rx) = tokio::sync::mpsc::channel(3);
+        let tasks = vec![
+            Self::watch(
+                Api::<Deployment>::namespaced(client.clone(), "default"),
+                &count,
+                &synced_tx,
+            ),
+            Self::watch(
+                Api::<ReplicaSet>::namespaced(client.clone(), "default"),
+                &count,
+                &synced_tx,
+            ),
+            Self::watch(
+                Api::<Pod>::namespaced(client.clone(), "default"),
+                &count,
+                &synced_tx,
+            ),
+        ];
+        for _ in 0..tasks.len() {
+            tokio::time::timeout(Duration::from_secs(30), synced_rx.recv())
+                .await
+                .expect("the change watches listed within 30 s");
+        }
+        Self { count, tasks }
+    }
+
+    fn watch<K>(
+        api: Api<K>,
+        count: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        synced: &tokio::sync::mpsc::Sender<()>,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+        K::DynamicType: Default,
+    {
+        use futures::StreamExt;
+        use kube::runtime::watcher;
+        let (count, synced) = (count.clone(), synced.clone());
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+            while let Some(event) = events.next().await {
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        let _ = synced.send(()).await;
+                    }
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    _ => {}
+                }
+            }
+        })
+    }
+
+    /// The changes seen so far; the watches end.
+    fn stop(self) -> usize {
+        for t in &self.tasks {
+            t.abort();
+        }
+        self.count.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// A surge waiting for its replacement looks at its owner when the owner
@@ -464,17 +548,22 @@ spec:
     })
     .await;
     // Long enough for the old clock (a look every 500 ms) to show many
-    // times over.
+    // times over. On a busy machine the simulated controllers may still
+    // write the owner or its pods in the window: each such change may
+    // cost one look (a Deployment GET and a pod list), no more.
+    let changes = ChangeCount::start(&test_client(&env).await).await;
     let (counts, elapsed) = requests_over(&env, Duration::from_secs(3)).await;
+    let changed = changes.stop();
     let count = |k: &str| counts.get(k).copied().unwrap_or(0);
     let reads = count("get deployments") + count("get replicasets") + count("list pods");
     let end = &counts;
     println!(
-        "a surge waiting {elapsed:.1} s for its replacement: {reads} reads of its owner; {end:?}"
+        "a surge waiting {elapsed:.1} s for its replacement: {reads} reads of its owner, \
+         {changed} changes of it; {end:?}"
     );
     assert!(
-        reads <= 3,
-        "{reads} reads of the owner in {elapsed:.1} s while nothing changed: {end:?}"
+        reads <= 3 + 2 * changed,
+        "{reads} reads of the owner in {elapsed:.1} s while it changed {changed} times: {end:?}"
     );
     // Still waiting, and still says so.
     let status = env.nms().get("nm-slow").await.unwrap().status.unwrap();

@@ -314,6 +314,11 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     let rewound = async {
         loop {
             tokio::time::sleep(ctx.settings.rewind_check).await;
+            // What the watch had shown before the list is asked for: the
+            // server's answer is at least that, unless it went back. (Read
+            // after the answer, it may hold events newer than the answer,
+            // written while the answer travelled: a rewind that was not.)
+            let seen = seen.load(Ordering::Relaxed);
             let list = match api
                 .list_metadata(&kube::api::ListParams::default().limit(1))
                 .await
@@ -338,7 +343,6 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                 .resource_version
                 .and_then(|rv| rv.parse().ok())
                 .unwrap_or(u64::MAX);
-            let seen = seen.load(Ordering::Relaxed);
             if server < seen {
                 return Ended::Rewound { server, seen };
             }
