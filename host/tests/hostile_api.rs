@@ -359,6 +359,81 @@ async fn a_restored_api_server_is_noticed_and_listed_again() {
     env.stop().await;
 }
 
+/// The rewind check's answer is held back 300 ms (a slow network, a busy
+/// operator) while maintenances are written: the watch shows newer
+/// resourceVersions before the answer arrives. That is not a rewind: the
+/// controller keeps its watch and its drains. (Before, the check compared
+/// the answer with what the watch had shown by the time it arrived, and
+/// on a busy machine restarted every drain mid-eviction.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_answer_overtaken_by_the_watch_is_not_a_rewind() {
+    let env = Env::start_tuned(2, policy_store(None), |s| {
+        s.rewind_check = Duration::from_millis(100);
+    })
+    .await;
+    env.create_nm("busy", "worker-1").await;
+    env.wait_phase("busy", MaintenancePhase::Succeeded).await;
+    env.cluster.set_faults(|f| {
+        f.slow_answers = vec![nmo_sim::SlowAnswer {
+            verb: Some("list".into()),
+            resource: Some("nodemaintenances".into()),
+            delay: Duration::from_millis(300),
+        }];
+    });
+    env.cluster.record_audit(true);
+    let watches = || {
+        env.cluster
+            .audit()
+            .iter()
+            .filter(|r| {
+                r.user_agent == nmo::client::USER_AGENT
+                    && r.verb == "watch"
+                    && r.resource == "nodemaintenances"
+            })
+            .count()
+    };
+    let checks = || {
+        env.cluster
+            .audit()
+            .iter()
+            .filter(|r| {
+                r.user_agent == nmo::client::USER_AGENT
+                    && r.verb == "list"
+                    && r.resource == "nodemaintenances"
+                    && r.answered.is_some()
+            })
+            .count()
+    };
+    // Writes for as long as five checks take, each overtaking the answer
+    // in flight.
+    let nms = env.nms();
+    let mut written = 0u32;
+    wait_until(
+        "five rewind checks answered",
+        Duration::from_secs(30),
+        || {
+            written += 1;
+            let patch =
+                json!({"metadata": {"annotations": {"example.com/touched": written.to_string()}}});
+            let nms = nms.clone();
+            async move {
+                nms.patch("busy", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .unwrap();
+                checks() >= 5
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        watches(),
+        0,
+        "the controller listed and watched again ({written} writes, {} checks)",
+        checks()
+    );
+    env.stop().await;
+}
+
 /// Readiness follows the NodeMaintenance watch: while every list and watch
 /// fails, the operator says it is not ready, and ready again once they
 /// work.

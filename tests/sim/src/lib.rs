@@ -47,7 +47,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 pub use error::ApiError;
-pub use state::{AuditRecord, FaultRule, Faults, OneShot, Sim};
+pub use state::{AuditRecord, FaultRule, Faults, OneShot, Sim, SlowAnswer};
 
 /// How to start a simulated cluster.
 #[derive(Debug, Clone)]

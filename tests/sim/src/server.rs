@@ -464,6 +464,10 @@ async fn handle(
                 }
             }
             .await;
+            let held = sim.answer_delay(verb, &resource);
+            if !held.is_zero() {
+                tokio::time::sleep(held).await;
+            }
             if let Some(i) = recorded {
                 let mut audit = sim.audit.lock().unwrap_or_else(|p| p.into_inner());
                 if let Some(r) = audit.get_mut(i) {

@@ -103,6 +103,20 @@ pub struct Faults {
     /// the next one (its `rate` ignored), then is gone. A test that must
     /// fail one given write (the second patch of a node, say) queues one.
     pub next: Vec<OneShot>,
+    /// Answers held back after they were made, as a slow network or a
+    /// busy client holds them: what the answer says is from when it was
+    /// made, and watch events written meanwhile may overtake it.
+    pub slow_answers: Vec<SlowAnswer>,
+}
+
+/// Answers to matching requests wait `delay` after they were made.
+#[derive(Debug, Clone)]
+pub struct SlowAnswer {
+    /// As [`FaultRule::verb`].
+    pub verb: Option<String>,
+    /// As [`FaultRule::resource`].
+    pub resource: Option<String>,
+    pub delay: Duration,
 }
 
 /// A fault for one request: see [`Faults::next`].
@@ -263,6 +277,21 @@ impl Sim {
     pub fn fault_for(&self, verb: &str, resource: &str) -> (std::time::Duration, Option<u16>) {
         let mut faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
         (faults.latency, faults.take(verb, resource))
+    }
+
+    /// How long an answer to `verb` on `resource` is held back once made.
+    pub fn answer_delay(&self, verb: &str, resource: &str) -> std::time::Duration {
+        let faults = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        faults
+            .slow_answers
+            .iter()
+            .filter(|s| {
+                s.verb.as_deref().is_none_or(|v| v == verb)
+                    && s.resource.as_deref().is_none_or(|x| x == resource)
+            })
+            .map(|s| s.delay)
+            .max()
+            .unwrap_or_default()
     }
 
     /// Finds a served resource type by group, version and plural.
