@@ -131,7 +131,7 @@ fn sorted<V>(map: &std::collections::HashMap<String, V>) -> Vec<(&String, &V)> {
 
 /// Reads the fleet around the maintenance `nm` from the API server (the
 /// node leases and the history are the controller's to add:
-/// `controller::leases::complete`).
+/// `controller::watches::leases::complete`).
 /// `admitted` says whether a maintenance was admitted.
 pub async fn around(
     client: &Client,

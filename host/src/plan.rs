@@ -309,9 +309,9 @@ async fn admission(client: &Client, selected: &Selected, nm: &NodeMaintenance) -
     let openshift = crate::fleet::is_openshift(client).await;
     let mut around =
         crate::fleet::around(client, nm, openshift, crate::controller::is_admitted).await?;
-    crate::controller::leases::complete(
+    crate::controller::watches::leases::complete(
         client,
-        crate::controller::lease::DEFAULT_NAMESPACE,
+        crate::controller::node::lease::DEFAULT_NAMESPACE,
         &mut around,
     )
     .await?;
@@ -416,7 +416,7 @@ async fn decide(
     pods: &[Pod],
 ) -> Result<policy::Plan> {
     let workloads = if selected.policy.reads_workloads() {
-        crate::controller::workloads::read(client, pods)
+        crate::controller::drain::workloads::read(client, pods)
             .await
             .map_err(Error::kube("reading the pods' workloads"))?
     } else {
@@ -456,7 +456,7 @@ async fn budgets(
 fn covering(pod: &Pod, budgets: &[PodDisruptionBudget]) -> Vec<PdbInfo> {
     budgets
         .iter()
-        .filter(|b| crate::controller::budgets::covers(b, pod.labels()))
+        .filter(|b| crate::controller::drain::budgets::covers(b, pod.labels()))
         .map(|b| PdbInfo {
             name: b.name_any(),
             disruptions_allowed: b.status.as_ref().map_or(0, |s| s.disruptions_allowed),

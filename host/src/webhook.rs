@@ -121,7 +121,7 @@ impl Validator {
             openshift,
             policies: None,
             metrics: None,
-            lease_namespace: crate::controller::lease::DEFAULT_NAMESPACE.to_owned(),
+            lease_namespace: crate::controller::node::lease::DEFAULT_NAMESPACE.to_owned(),
         }
     }
 
@@ -251,8 +251,12 @@ impl Validator {
                 crate::controller::is_admitted,
             )
             .await?;
-            crate::controller::leases::complete(&self.client, &self.lease_namespace, &mut around)
-                .await?;
+            crate::controller::watches::leases::complete(
+                &self.client,
+                &self.lease_namespace,
+                &mut around,
+            )
+            .await?;
             Ok::<_, crate::error::Error>(around)
         };
         let around = read

@@ -204,7 +204,7 @@ async fn a_node_with_a_253_character_name_is_maintained_and_restored() {
     env.create_nm("long", &node).await;
     env.wait_phase("long", MaintenancePhase::Succeeded).await;
     let leases = Api::<Lease>::namespaced(env.client.clone(), "medik8s-leases");
-    let name = nmo::controller::lease::lease_name(&node);
+    let name = nmo::controller::node::lease::lease_name(&node);
     assert!(
         leases.get_opt(&name).await.unwrap().is_some(),
         "lease {name}"

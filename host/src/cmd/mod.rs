@@ -632,7 +632,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             max_concurrent,
             removals_in_flight: cli.max_removals_in_flight,
             lease_namespace: if cli.lease_namespace.is_empty() {
-                nmo::controller::lease::DEFAULT_NAMESPACE.to_owned()
+                nmo::controller::node::lease::DEFAULT_NAMESPACE.to_owned()
             } else {
                 cli.lease_namespace.clone()
             },

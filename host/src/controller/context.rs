@@ -8,9 +8,11 @@ use std::time::Duration;
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
+use super::drain;
 use super::memory::Memories;
 use super::metrics::{ControllerMetrics, State};
-use super::{drain, events, lease};
+use super::node::lease;
+use super::pass::events;
 use crate::crd::NodeMaintenance;
 use crate::error::Result;
 use crate::policy::PolicyStore;
@@ -93,7 +95,7 @@ impl Default for Settings {
             admission_recheck_min: Duration::from_secs(2),
             waiting_update_interval: Duration::from_secs(30),
             orphan_sweep: Duration::from_secs(60),
-            tool_api_recheck: super::claims::LOOK_AGAIN,
+            tool_api_recheck: super::watches::claims::LOOK_AGAIN,
         }
     }
 }
@@ -132,12 +134,12 @@ pub struct Context {
     pub(super) memory: Memories,
     /// The PodDisruptionBudgets, watched while the controller runs: every
     /// drain's evictions are paced by them.
-    pub(super) budgets: Arc<super::budgets::Budgets>,
+    pub(super) budgets: Arc<super::drain::budgets::Budgets>,
     /// The removal requests every drain shares (`removals_in_flight`).
     pub(super) in_flight: Arc<tokio::sync::Semaphore>,
     /// The owners being surged: one watch and one read per change of
     /// each, shared by every surge of its pods.
-    pub(super) desks: Arc<super::surge::Desks>,
+    pub(super) desks: Arc<super::drain::surge::Desks>,
     /// Asked to stop (SIGTERM): no pass starts work, every drain and
     /// wait ends as if its maintenance were gone, so the process ends (and
     /// the leader lock is given up) within moments; the next leader
@@ -148,13 +150,13 @@ pub struct Context {
     /// docs/architecture.md, the concurrency model).
     pub(super) slots: Arc<tokio::sync::Semaphore>,
     /// The nodes, watched while the controller runs: admission's fleet.
-    pub(super) nodes: Arc<super::nodes::Nodes>,
+    pub(super) nodes: Arc<super::watches::nodes::Nodes>,
     /// The medik8s node leases, watched: who else holds a node.
-    pub(super) lease_watch: Arc<super::leases::Leases>,
+    pub(super) lease_watch: Arc<super::watches::leases::Leases>,
     /// Other tools' objects claiming nodes, watched.
-    pub(super) tool_claims: Arc<super::claims::ToolClaims>,
+    pub(super) tool_claims: Arc<super::watches::claims::ToolClaims>,
     /// The maintenances that ended (the fleet's history).
-    pub(super) ended: super::ended::EndedLog,
+    pub(super) ended: super::pass::ended::EndedLog,
 }
 
 impl Context {

@@ -14,8 +14,8 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use tokio::time::Instant;
 
-use super::lease::{LeaseRecord, lease_over, read_lease};
 use super::metrics::ControllerMetrics;
+use super::node::lease::{LeaseRecord, lease_over, read_lease};
 use crate::error::{Error, Result};
 
 /// The Go operator's leader election ID.

@@ -51,7 +51,7 @@ pub(super) struct Memory {
     /// freed for a waiting maintenance).
     forced: bool,
     /// What its drain has done to each pod so far.
-    ledger: std::sync::Arc<super::ledger::Ledger>,
+    ledger: std::sync::Arc<super::drain::ledger::Ledger>,
     /// Parked by its policy: the NodeMaintenance as it was then (its
     /// generation and metadata), and when to look again (`None`: only once
     /// it changes).
@@ -179,7 +179,7 @@ impl Context {
     }
 
     /// The ledger of the drain of `uid`.
-    pub(super) fn ledger(&self, uid: &str) -> std::sync::Arc<super::ledger::Ledger> {
+    pub(super) fn ledger(&self, uid: &str) -> std::sync::Arc<super::drain::ledger::Ledger> {
         self.memory.with(uid, |m| m.ledger.clone())
     }
 

@@ -270,6 +270,13 @@ impl ControllerMetrics {
                 "1 when the operator is ready (caches synced, policy loaded).",
             )?,
         };
+        m.every_bounded_series_at_zero();
+        Ok(m)
+    }
+
+    /// Every series whose labels are bounded, at 0.
+    fn every_bounded_series_at_zero(&self) {
+        let m = self;
         for result in ReconcileResult::ALL {
             m.reconcile_total
                 .with_label_values(&[CONTROLLER, result.as_str()]);
@@ -290,7 +297,6 @@ impl ControllerMetrics {
         for kind in LeaseFailure::ALL {
             m.lease_errors.with_label_values(&[kind.as_str()]);
         }
-        Ok(m)
     }
 
     /// A reconcile began; the guard counts it as active until dropped.

@@ -4,35 +4,28 @@
 //!
 //! `context.rs` holds what every reconcile shares, `memory.rs` what is
 //! remembered about each maintenance between passes, `run.rs` the run
-//! loop; a pass is `reconcile.rs`, how it ends `finish.rs`, and its writes
-//! `status.rs`.
+//! loop. The rooms: `pass/` (one pass: `reconcile.rs` its steps,
+//! `finish.rs` how it ends, `status.rs` its writes, `events.rs`,
+//! `ended.rs` the fleet's history), `drain/` (the executor and what it
+//! calls: `surge.rs`, `handshake.rs`, `volumes.rs`, `ledger.rs`,
+//! `budgets.rs`, `workloads.rs`), `node/` (cordon, taints, the node lease)
+//! and `watches/` (nodes, leases, other tools' claims).
 
-mod attempt;
-pub mod budgets;
-pub mod claims;
-mod context;
+// The rooms: a pass over one maintenance, the drain it runs, the node it
+// changes, and the watches admission reads. Beside them, what every pass
+// shares (`context`, `memory`, `metrics`) and the loop that runs passes
+// (`run`, `leader`, `orphans`).
 pub mod drain;
-pub mod ended;
-pub mod events;
-mod finish;
-mod follow;
-mod handshake;
+pub mod node;
+pub mod pass;
+pub mod watches;
+
+mod context;
 pub mod leader;
-pub mod lease;
-pub mod leases;
-pub mod ledger;
 mod memory;
 pub mod metrics;
-pub mod node;
-pub(crate) mod nodes;
 mod orphans;
-mod pass;
-mod reconcile;
 mod run;
-mod status;
-mod surge;
-mod volumes;
-pub mod workloads;
 
 use std::time::Duration;
 
@@ -41,7 +34,7 @@ use crate::crd::NodeMaintenance;
 pub use context::{Context, Settings};
 pub use metrics::{ControllerMetrics, ReconcileResult};
 pub use pass::Next;
-pub use reconcile::reconcile;
+pub use pass::reconcile::reconcile;
 pub use run::{run, stop_signal};
 
 /// controller-runtime's default per-item backoff (5 ms doubling, at most

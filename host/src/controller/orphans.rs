@@ -18,7 +18,8 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
-use super::{Context, finish, node};
+use super::pass::finish;
+use super::{Context, node};
 use crate::crd::NodeMaintenance;
 use crate::error::{Error, Result};
 

@@ -12,7 +12,8 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 
 use super::metrics::ReconcileResult;
-use super::{Context, is_admitted, orphans, reconcile};
+use super::reconcile;
+use super::{Context, is_admitted, orphans};
 use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
 
@@ -224,6 +225,52 @@ fn rv_of(nm: &NodeMaintenance) -> u64 {
         .unwrap_or(0)
 }
 
+/// Lists one NodeMaintenance every `Settings::rewind_check` and ends
+/// when the API server's resourceVersion is below what the watch has
+/// shown (restored from an older state); waits while the CRD is missing,
+/// saying so once.
+async fn watch_for_rewind(
+    ctx: &Context,
+    api: &Api<NodeMaintenance>,
+    seen: &std::sync::atomic::AtomicU64,
+) -> Ended {
+    loop {
+        tokio::time::sleep(ctx.settings.rewind_check).await;
+        // What the watch had shown before the list is asked for: the
+        // server's answer is at least that, unless it went back. (Read
+        // after the answer, it may hold events newer than the answer,
+        // written while the answer travelled: a rewind that was not.)
+        let seen = seen.load(Ordering::Relaxed);
+        let list = match api
+            .list_metadata(&kube::api::ListParams::default().limit(1))
+            .await
+        {
+            Ok(list) => list,
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                if !ctx.crd_missing.swap(true, Ordering::Relaxed) {
+                    tracing::error!(
+                        logger = "controller",
+                        "the API server serves no NodeMaintenances: the CRD is missing (`nmo crd | kubectl apply -f -`)"
+                    );
+                }
+                continue;
+            }
+            Err(_) => continue,
+        };
+        if ctx.crd_missing.swap(false, Ordering::Relaxed) {
+            tracing::info!(logger = "controller", "the NodeMaintenance CRD is back");
+        }
+        let server: u64 = list
+            .metadata
+            .resource_version
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or(u64::MAX);
+        if server < seen {
+            return Ended::Rewound { server, seen };
+        }
+    }
+}
+
 async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     use kube::runtime::{WatchStreamExt, reflector};
     let (reader, writer) = reflector::store();
@@ -311,43 +358,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                 tracing::debug!(logger = "controller", error = %e, "reconcile result");
             }
         });
-    let rewound = async {
-        loop {
-            tokio::time::sleep(ctx.settings.rewind_check).await;
-            // What the watch had shown before the list is asked for: the
-            // server's answer is at least that, unless it went back. (Read
-            // after the answer, it may hold events newer than the answer,
-            // written while the answer travelled: a rewind that was not.)
-            let seen = seen.load(Ordering::Relaxed);
-            let list = match api
-                .list_metadata(&kube::api::ListParams::default().limit(1))
-                .await
-            {
-                Ok(list) => list,
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    if !ctx.crd_missing.swap(true, Ordering::Relaxed) {
-                        tracing::error!(
-                            logger = "controller",
-                            "the API server serves no NodeMaintenances: the CRD is missing (`nmo crd | kubectl apply -f -`)"
-                        );
-                    }
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            if ctx.crd_missing.swap(false, Ordering::Relaxed) {
-                tracing::info!(logger = "controller", "the NodeMaintenance CRD is back");
-            }
-            let server: u64 = list
-                .metadata
-                .resource_version
-                .and_then(|rv| rv.parse().ok())
-                .unwrap_or(u64::MAX);
-            if server < seen {
-                return Ended::Rewound { server, seen };
-            }
-        }
-    };
+    let rewound = watch_for_rewind(ctx, api, &seen);
     tokio::select! {
         () = controller => Ended::Stopped,
         ended = rewound => ended,

@@ -549,7 +549,7 @@ impl Policy {
     }
 
     /// Whether the policy reads pods' workloads: a plan for it needs them
-    /// read first ([`crate::controller::workloads::read`]).
+    /// read first ([`crate::controller::drain::workloads::read`]).
     pub fn reads_workloads(&self) -> bool {
         self.inner.reads_workloads
     }

@@ -3,6 +3,8 @@
 //! resourceVersion, so a concurrent change is never overwritten (the patch
 //! fails, the node is read again, the change is recomputed).
 
+pub mod lease;
+
 use k8s_openapi::api::core::v1::{Node, Taint};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};

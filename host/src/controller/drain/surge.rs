@@ -48,7 +48,7 @@ const POLL: Duration = Duration::from_millis(500);
 
 /// How a surge ended.
 #[derive(Debug)]
-pub(super) enum Surged {
+pub(in crate::controller) enum Surged {
     /// The owner removes the pod now, or the attempt ran out (the pod is
     /// still pending; the next attempt resumes).
     Done,
@@ -166,7 +166,7 @@ impl Record {
 
 /// The replicas an owner (its object, as JSON) has as its own owner set
 /// them: while surges run on it, the count before them.
-pub(super) fn replicas_as_set(object: &Value) -> i64 {
+pub(in crate::controller) fn replicas_as_set(object: &Value) -> i64 {
     object["metadata"]["annotations"][SURGE_ANNOTATION]
         .as_str()
         .and_then(Record::parse)
@@ -361,7 +361,11 @@ enum Step {
 /// attempt runs out, or the owner allows no surge. Between looks it
 /// waits for its owner or the owner's pods to change ([`Changes`]), not
 /// on a clock.
-pub(super) async fn replace(how: Removal<'_>, t: &Target, state: &Attempt) -> Surged {
+pub(in crate::controller) async fn replace(
+    how: Removal<'_>,
+    t: &Target,
+    state: &Attempt,
+) -> Surged {
     let Some(("ReplicaSet", rs)) = t.controller.as_ref().map(|(k, n)| (k.as_str(), n)) else {
         return Surged::Evict("no ReplicaSet controls the pod".into());
     };

@@ -57,7 +57,12 @@ fn parse_ms(text: &str) -> Option<u64> {
 /// Asks the application of `t` to leave and waits for its answer, its
 /// departure or the deadline. `true`: remove it now; `false`: it is gone,
 /// or the attempt ran out first.
-pub(super) async fn ask(how: Removal<'_>, t: &Target, state: &Attempt, n: &Notice) -> bool {
+pub(in crate::controller) async fn ask(
+    how: Removal<'_>,
+    t: &Target,
+    state: &Attempt,
+    n: &Notice,
+) -> bool {
     let requester = format!("nmo/{}", how.maintenance);
     let pods: Api<Pod> = Api::namespaced(how.client.clone(), &t.namespace);
     let ours =

@@ -9,11 +9,11 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::json;
 
-use super::drain::Outcome;
 use super::events::{EventType, reasons};
-use super::pass::{Next, Pass, has_finalizer, phase};
 use super::status::{Writer, now, set_pending};
-use super::{Context, backoff, node};
+use crate::controller::drain::Outcome;
+use crate::controller::pass::{Next, Pass, has_finalizer, phase};
+use crate::controller::{Context, backoff, node};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, PodReference};
 use crate::error::{Error, Result};
 use crate::policy::Decision;
@@ -24,7 +24,7 @@ use crate::policy::types::{self, DrainReport, Failure};
 /// the lease. lastError is cleared: what an earlier attempt failed on, or
 /// what the drain waited for, is over (the Go operator leaves the last
 /// failed attempt's text on a Succeeded maintenance: docs/drop-in.md).
-pub(super) async fn succeeded(pass: &Pass) -> Result<Next> {
+pub(in crate::controller) async fn succeeded(pass: &Pass) -> Result<Next> {
     let old = pass
         .writer
         .update(|s| {
@@ -58,7 +58,7 @@ pub(super) async fn succeeded(pass: &Pass) -> Result<Next> {
 
 /// The drain attempt ended with pods left: recorded, then the policy's
 /// verdict.
-pub(super) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Next> {
+pub(in crate::controller) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Next> {
     let message = outcome.message.clone();
     let waited: Vec<PodReference> = outcome
         .pending
@@ -102,7 +102,11 @@ pub(super) async fn drain_incomplete(pass: &Pass, outcome: Outcome) -> Result<Ne
 }
 
 /// Asks the policy what to do after a failure and does it.
-pub(super) async fn failed(pass: &Pass, failure: Failure, last_error: String) -> Result<Next> {
+pub(in crate::controller) async fn failed(
+    pass: &Pass,
+    failure: Failure,
+    last_error: String,
+) -> Result<Next> {
     let attempt = pass.ctx.failed(&pass.uid);
     let verdict = match on_failure(pass, failure.clone(), attempt).await {
         Ok(v) => v,
@@ -207,7 +211,7 @@ async fn give_up(pass: &Pass, failure: &Failure, message: String) -> Result<Next
 
 /// Phase Failed with `message` as `lastError`, and the Go operator's
 /// `FailedMaintenance` event the first time.
-pub(super) async fn mark_failed(pass: &Pass, message: String) -> Result<Next> {
+pub(in crate::controller) async fn mark_failed(pass: &Pass, message: String) -> Result<Next> {
     let old = pass
         .writer
         .update(|s| {
@@ -250,13 +254,13 @@ async fn on_failure(pass: &Pass, failure: Failure, attempt: u32) -> Result<Verdi
 }
 
 /// A policy could not decide: record it and wait; never act.
-pub(super) async fn policy_failed(pass: &Pass, e: Error) -> Result<Next> {
+pub(in crate::controller) async fn policy_failed(pass: &Pass, e: Error) -> Result<Next> {
     let message = e.to_string();
     tracing::error!(logger = "controller", nodeMaintenance = %pass.name, category = e.category(), "{message}");
     // Before the policy admitted the maintenance nothing has started: the
     // phase stays unset.
     let record = |s: &mut crate::crd::NodeMaintenanceStatus| s.last_error = Some(message.clone());
-    let old = if super::is_admitted(&pass.writer.current().await) {
+    let old = if crate::controller::is_admitted(&pass.writer.current().await) {
         pass.writer.update(record).await?
     } else {
         pass.writer.update_before_admission(record).await?
@@ -271,7 +275,10 @@ pub(super) async fn policy_failed(pass: &Pass, e: Error) -> Result<Next> {
 /// The maintenance is being deleted: if the finalizer is ours, its node
 /// (and a node it was moved away from that the move has not restored yet)
 /// is restored, then the finalizer goes.
-pub(super) async fn deleted(ctx: &Arc<Context>, nm: &NodeMaintenance) -> Result<Next> {
+pub(in crate::controller) async fn deleted(
+    ctx: &Arc<Context>,
+    nm: &NodeMaintenance,
+) -> Result<Next> {
     if !has_finalizer(nm) {
         return Ok(Next::Change);
     }
@@ -306,11 +313,14 @@ pub(super) async fn deleted(ctx: &Arc<Context>, nm: &NodeMaintenance) -> Result<
 
 /// Undoes the surges the maintenance may still hold (its drain stopped
 /// mid-surge): their owners get their replicas back.
-pub(super) async fn release_surges(ctx: &Context, nm: &NodeMaintenance) -> Result<()> {
+pub(in crate::controller) async fn release_surges(
+    ctx: &Context,
+    nm: &NodeMaintenance,
+) -> Result<()> {
     if !ctx.may_hold_surges(&nm.uid().unwrap_or_default()) {
         return Ok(());
     }
-    match super::surge::release(&ctx.client, &nm.name_any()).await {
+    match crate::controller::drain::surge::release(&ctx.client, &nm.name_any()).await {
         Ok(_) => Ok(()),
         // A cluster without the apps API (or no right to it) holds no
         // surges of ours.
@@ -323,7 +333,9 @@ pub(super) async fn release_surges(ctx: &Context, nm: &NodeMaintenance) -> Resul
 }
 
 /// The nodes a maintenance holds an owner reference to.
-pub(super) fn node_owners(nm: &NodeMaintenance) -> impl Iterator<Item = String> + '_ {
+pub(in crate::controller) fn node_owners(
+    nm: &NodeMaintenance,
+) -> impl Iterator<Item = String> + '_ {
     nm.owner_references()
         .iter()
         .filter(|o| o.kind == "Node")
@@ -333,7 +345,7 @@ pub(super) fn node_owners(nm: &NodeMaintenance) -> impl Iterator<Item = String> 
 /// Restores `node` unless another maintenance (not being deleted, not
 /// failed) still wants it in maintenance: with no webhook to refuse a
 /// second NodeMaintenance for a node, ending one must not end the other's.
-pub(super) async fn restore_unless_wanted(
+pub(in crate::controller) async fn restore_unless_wanted(
     ctx: &Context,
     nm: &NodeMaintenance,
     node: &str,
@@ -359,7 +371,7 @@ pub(super) async fn restore_unless_wanted(
 /// is idempotent and the record goes only after the others, so a restore
 /// that fails (or is killed) anywhere and is retried restores the node to
 /// the record again, never to "nothing".
-pub(super) async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
+pub(in crate::controller) async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
     let (node, changed) = node::set_maintenance(&ctx.client, node_name, false).await?;
     if let (Some(node), true) = (node, changed) {
         let (reason, message) = reasons::UNCORDON;
@@ -372,7 +384,7 @@ pub(super) async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<(
     node::forget_record(&ctx.client, node_name).await
 }
 
-pub(super) fn log_err(r: Result<()>) {
+pub(in crate::controller) fn log_err(r: Result<()>) {
     if let Err(e) = r {
         tracing::warn!(logger = "controller", error = %e, "could not record an event");
     }

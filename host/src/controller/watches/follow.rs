@@ -8,7 +8,7 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// One change to a watched kind.
-pub(super) enum Change {
+pub(in crate::controller) enum Change {
     /// Every object, as (re)listed: what was known before is replaced.
     Listed(Vec<DynamicObject>),
     Applied(DynamicObject),
@@ -17,7 +17,11 @@ pub(super) enum Change {
 
 /// Follows `api`'s objects until the task is dropped, handing each change
 /// to `on`; a failure is logged (naming `what`) and retried.
-pub(super) async fn follow(api: Api<DynamicObject>, what: &str, mut on: impl FnMut(Change)) {
+pub(in crate::controller) async fn follow(
+    api: Api<DynamicObject>,
+    what: &str,
+    mut on: impl FnMut(Change),
+) {
     let mut events = watcher(
         api,
         watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),

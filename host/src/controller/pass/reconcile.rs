@@ -8,7 +8,7 @@
 //! about it); every write goes through one [`Writer`]; a pass woken only
 //! by our own write does nothing at all.
 
-use super::metrics::LeaseFailure;
+use crate::controller::metrics::LeaseFailure;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,12 +18,12 @@ use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::json;
 
-use super::drain::{self, Drainer, NodePods};
 use super::events::{EventType, reasons};
 use super::finish;
-use super::pass::{Next, Pass, has_finalizer, phase};
 use super::status::{self, Writer, now, set_pending};
-use super::{Context, node};
+use crate::controller::drain::{self, Drainer, NodePods};
+use crate::controller::pass::{Next, Pass, has_finalizer, phase};
+use crate::controller::{Context, node};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, Waiting};
 use crate::error::{Error, Result};
 use crate::policy::types::{self, Failure};
@@ -318,7 +318,7 @@ impl Pass {
     /// The policy holds the maintenance back for `reason`: the status and
     /// a `Waiting` event say so when the reason changes, but a reason that
     /// changes on every call (a countdown, a timestamp) is written at most
-    /// every [`super::Settings::waiting_update_interval`].
+    /// every [`crate::controller::Settings::waiting_update_interval`].
     async fn waiting(&self, was: Option<Waiting>, reason: String) -> Result<()> {
         if was.as_ref().is_some_and(|w| w.reason == reason) {
             return Ok(());
@@ -548,7 +548,7 @@ impl Pass {
         let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap_or_default()).collect();
         let now_ms = record.now_ms;
         let workloads = if policy.reads_workloads() {
-            super::workloads::read(&self.ctx.client, &pods)
+            crate::controller::drain::workloads::read(&self.ctx.client, &pods)
                 .await
                 .map_err(Error::kube("reading the pods' workloads"))?
         } else {
@@ -699,12 +699,14 @@ impl Pass {
             }
         });
         let ctx = &self.ctx;
-        let waited = super::volumes::wait_detached(
+        let waited = crate::controller::drain::volumes::wait_detached(
             &ctx.client,
             &node,
             timeout,
             |names| {
-                let _ = tx.send(Some(super::volumes::waiting_message(&node, names)));
+                let _ = tx.send(Some(crate::controller::drain::volumes::waiting_message(
+                    &node, names,
+                )));
             },
             || ctx.no_longer_wants(&self.name, &self.uid, &self.node_name),
         )
@@ -712,12 +714,12 @@ impl Pass {
         drop(tx);
         let _ = shower.join().await;
         let left = match waited {
-            super::volumes::Detach::Detached => return Ok(None),
-            super::volumes::Detach::Cancelled => {
+            crate::controller::drain::volumes::Detach::Detached => return Ok(None),
+            crate::controller::drain::volumes::Detach::Cancelled => {
                 tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "volume wait stopped: the NodeMaintenance was deleted or moved");
                 return Ok(Some(Next::After(Duration::from_millis(100))));
             }
-            super::volumes::Detach::Left(left) => left,
+            crate::controller::drain::volumes::Detach::Left(left) => left,
         };
         let message = format!(
             "{} VolumeAttachment(s) of node {} still attached after {}: {}",

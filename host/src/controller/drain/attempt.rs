@@ -6,13 +6,14 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use kube::Client;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::budgets::{Budgets, Timings};
 use super::ledger::Ledger;
-use super::metrics::ControllerMetrics;
+use crate::controller::metrics::ControllerMetrics;
 use crate::crd::PodReference;
 use crate::policy::Action;
 
@@ -86,7 +87,7 @@ impl Default for Retries {
 /// Wait after any other failed eviction.
 pub const ERROR_RETRY: Duration = Duration::from_secs(1);
 impl Retries {
-    pub(super) fn budget_timings(&self) -> Timings {
+    pub(in crate::controller) fn budget_timings(&self) -> Timings {
         Timings {
             fallback: self.pdb,
             min_interval: self.pdb_min.min(self.pdb),
@@ -96,7 +97,7 @@ impl Retries {
 
 /// A pod the plan acts on.
 #[derive(Clone)]
-pub(super) struct Target {
+pub(in crate::controller) struct Target {
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -121,7 +122,7 @@ impl Target {
 }
 
 /// Shared state of one attempt.
-pub(super) struct Attempt {
+pub(in crate::controller) struct Attempt {
     /// uids still on the node (for a `wait`: still running).
     pub present: Mutex<HashSet<String>>,
     /// uids the plan waits to complete: a finished phase counts as gone.
@@ -144,6 +145,43 @@ pub(super) struct Attempt {
 }
 
 impl Attempt {
+    /// The state of an attempt over the listed `pods`: every pod present
+    /// but one the plan waits for that has finished already.
+    pub fn start(pods: &[Pod], targets: &[(u32, Target)]) -> Attempt {
+        let finished: HashSet<String> = pods
+            .iter()
+            .filter(|p| is_finished(p))
+            .filter_map(|p| p.uid())
+            .collect();
+        let waits: HashSet<String> = targets
+            .iter()
+            .filter(|(_, t)| matches!(t.action, Action::Wait { .. }))
+            .map(|(_, t)| t.uid.clone())
+            .collect();
+        Attempt {
+            present: Mutex::new(
+                pods.iter()
+                    .filter_map(|p| p.uid())
+                    .filter(|uid| !(waits.contains(uid) && finished.contains(uid)))
+                    .collect(),
+            ),
+            annotations: std::sync::Mutex::new(
+                targets
+                    .iter()
+                    .filter(|(_, t)| matches!(t.action, Action::Notify(_)))
+                    .map(|(_, t)| (t.uid.clone(), t.annotations.clone()))
+                    .collect(),
+            ),
+            waits,
+            pdb_blocked: Mutex::new(HashSet::new()),
+            accepted: Mutex::new(HashSet::new()),
+            said: Mutex::new(BTreeMap::new()),
+            evicted: Default::default(),
+            deleted: Default::default(),
+            changed: tokio::sync::Notify::new(),
+        }
+    }
+
     /// Whether the pod `uid` is still there.
     pub async fn has(&self, uid: &str) -> bool {
         self.present.lock().await.contains(uid)
@@ -185,7 +223,7 @@ impl Attempt {
 
 /// What removing one pod needs.
 #[derive(Clone, Copy)]
-pub(super) struct Removal<'a> {
+pub(in crate::controller) struct Removal<'a> {
     pub client: &'a Client,
     pub deadline: Instant,
     pub retries: &'a Retries,
@@ -198,4 +236,12 @@ pub(super) struct Removal<'a> {
     pub maintenance: &'a str,
     /// The owners being surged, shared by every drain of the process.
     pub desks: &'a super::surge::Desks,
+}
+
+/// A pod whose phase is Succeeded or Failed.
+pub(in crate::controller) fn is_finished(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
 }

@@ -1,14 +1,20 @@
 //! What a pass over one maintenance is, and what the steps of a pass
 //! (`reconcile.rs`) and the ways it ends (`finish.rs`) share.
 
+pub mod ended;
+pub mod events;
+pub(super) mod finish;
+pub mod reconcile;
+pub(super) mod status;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
+use self::status::Writer;
 use super::Context;
-use super::status::Writer;
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance};
 
 /// When a maintenance is next looked at, unless something changes.
