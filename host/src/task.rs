@@ -13,13 +13,15 @@ use tokio::task::{JoinError, JoinHandle};
 #[must_use = "dropping the handle aborts the task"]
 pub struct Owned<T>(JoinHandle<T>);
 
-/// Spawns `future` on the runtime as a task owned by the returned handle.
+/// Spawns `future` on the runtime as a task owned by the returned handle,
+/// in the current span (a drain's removals log with their maintenance).
 pub fn spawn<F>(future: F) -> Owned<F::Output>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    Owned(tokio::spawn(future))
+    use tracing::Instrument;
+    Owned(tokio::spawn(future.in_current_span()))
 }
 
 impl<T> Owned<T> {

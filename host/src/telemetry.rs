@@ -2,7 +2,10 @@
 //! `{"level":"info","ts":"2024-01-15T10:00:00.123456789Z","logger":"controller","msg":"Begin a node maintenance","nodeName":"node02"}`.
 //!
 //! `logger` is the event's `logger` field when it has one, else its target;
-//! every other field follows under its own name. The encoder, the time
+//! every other field follows under its own name, after the fields of the
+//! spans the event is in (a reconcile's `nodeMaintenance` and `nodeName`,
+//! as controller-runtime's `WithValues` logger carries them), the event's
+//! own winning where both name one. The encoder, the time
 //! encoding and the level are controller-runtime's zap flags
 //! (`--zap-encoder`, `--zap-time-encoding`, `--zap-log-level`, `--zap-devel`),
 //! as the Go operator v0.21.0 takes them.
@@ -16,7 +19,9 @@ use tracing::{Event, Subscriber};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// `--zap-log-level`: the Go operator's log levels. controller-runtime
 /// also takes a verbosity (an integer above 0: debug and more; nmo has
@@ -198,6 +203,46 @@ impl Visit for Fields {
     }
 }
 
+/// A span's fields, kept in its extensions by [`SpanFields`].
+struct Recorded(Map<String, Value>);
+
+/// Keeps each span's fields as JSON values, for [`ZapJson`] to copy into
+/// the lines of the events inside it.
+pub struct SpanFields;
+
+impl<S> Layer<S> for SpanFields
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: LayerContext<'_, S>,
+    ) {
+        let mut fields = Fields(Map::new());
+        attrs.record(&mut fields);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(Recorded(fields.0));
+        }
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        ctx: LayerContext<'_, S>,
+    ) {
+        let Some(span) = ctx.span(id) else { return };
+        let mut extensions = span.extensions_mut();
+        if let Some(Recorded(map)) = extensions.get_mut::<Recorded>() {
+            let mut fields = Fields(std::mem::take(map));
+            values.record(&mut fields);
+            *map = fields.0;
+        }
+    }
+}
+
 /// The zap-shaped line, in the chosen [`LogFormat`].
 pub struct ZapJson(pub LogFormat);
 
@@ -273,11 +318,18 @@ where
 {
     fn format_event(
         &self,
-        _ctx: &FmtContext<'_, S, N>,
+        ctx: &FmtContext<'_, S, N>,
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> fmt::Result {
         let mut fields = Fields(Map::new());
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                if let Some(Recorded(map)) = span.extensions().get::<Recorded>() {
+                    fields.0.extend(map.clone());
+                }
+            }
+        }
         event.record(&mut fields);
         let meta = event.metadata();
         let line = zap_line(self.0, meta.level(), meta.target(), fields.0);
@@ -297,11 +349,23 @@ pub fn init_command(level: ZapLevel) {
 }
 
 fn init_with(filter: EnvFilter, format: LogFormat) {
-    let _ = tracing_subscriber::fmt()
-        .event_format(ZapJson(format))
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = subscriber(filter, format, std::io::stderr).try_init();
+}
+
+/// The log subscriber: the level filter, the spans' fields, and the
+/// zap-shaped lines written to `writer`.
+fn subscriber<W>(filter: EnvFilter, format: LogFormat, writer: W) -> impl Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(SpanFields)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .event_format(ZapJson(format))
+                .with_writer(writer),
+        )
 }
 
 #[cfg(test)]
@@ -322,6 +386,59 @@ mod tests {
     }
 
     use super::*;
+
+    /// What a subscriber filtered at `level` writes while `log` runs.
+    fn lines_of(level: ZapLevel, log: impl FnOnce()) -> Vec<Value> {
+        let buffer = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let sink = buffer.clone();
+        let writer = move || Sink(sink.clone());
+        tracing::subscriber::with_default(
+            subscriber(level.filter(), LogFormat::default(), writer),
+            log,
+        );
+        let text = String::from_utf8(buffer.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn lines_carry_the_fields_of_their_spans_at_every_level() {
+        let log = || {
+            let span =
+                tracing::error_span!("reconcile", nodeMaintenance = "nm-1", nodeName = "worker-1");
+            let _in = span.enter();
+            let drain = tracing::info_span!("drain", attempt = 2);
+            let _in_drain = drain.enter();
+            tracing::error!(target: "nmo::controller", logger = "controller", nodeName = "worker-9", "the event's own field wins");
+            tracing::info!(target: "nmo::controller", logger = "drain", "inside both");
+        };
+        let lines = lines_of(ZapLevel::Info, log);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[0]["nodeMaintenance"], "nm-1");
+        assert_eq!(lines[0]["nodeName"], "worker-9");
+        assert_eq!(lines[1]["nodeMaintenance"], "nm-1");
+        assert_eq!(lines[1]["nodeName"], "worker-1");
+        assert_eq!(lines[1]["attempt"], 2);
+        assert_eq!(lines[1]["logger"], "drain");
+        // Filtered at error, the reconcile's span is still there.
+        let lines = lines_of(ZapLevel::Error, log);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(lines[0]["nodeMaintenance"], "nm-1");
+        assert_eq!(lines[0]["msg"], "the event's own field wins");
+    }
 
     #[test]
     fn lines_have_the_zap_shape() {

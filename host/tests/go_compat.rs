@@ -64,10 +64,26 @@ async fn a_timed_out_drain_logs_and_reports_as_the_go_operator() {
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
-        match entry["msg"].as_str() {
-            Some("Not all pods evicted") => seen.0 = true,
-            Some("Reconciling with fixed duration") => seen.1 = true,
-            _ => {}
+        // No Rust debug text in any field.
+        for (k, v) in entry.as_object().into_iter().flatten() {
+            let text = v.as_str().unwrap_or_default();
+            assert!(
+                !(text.starts_with("Some(") || text == "None"),
+                "field {k} of {line}"
+            );
+        }
+        if let Some(m @ ("Not all pods evicted" | "Reconciling with fixed duration")) =
+            entry["msg"].as_str()
+        {
+            // The maintenance and its node, as the Go operator's
+            // reconciler logs them (from the pass's span).
+            assert_eq!(entry["nodeMaintenance"], "nm-go", "{line}");
+            assert_eq!(entry["nodeName"], "worker-1", "{line}");
+            if m == "Not all pods evicted" {
+                seen.0 = true;
+            } else {
+                seen.1 = true;
+            }
         }
     }
     let status = nms.get("nm-go").await.unwrap().status.unwrap_or_default();

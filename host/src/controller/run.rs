@@ -25,6 +25,7 @@ fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Ac
 /// The reconcile, timed and counted under controller-runtime's names.
 async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Action> {
     use futures::FutureExt;
+    use tracing::Instrument;
     let started = std::time::Instant::now();
     let m = ctx.metrics.clone();
     let worker = m.reconcile_started();
@@ -32,7 +33,15 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
     // A panic (a bug, or an API object nobody foresaw) fails this
     // reconcile only: it is logged, counted and retried; the process and
     // the other maintenances go on.
-    let result = match std::panic::AssertUnwindSafe(reconcile(nm, ctx))
+    // Every line of the pass (and of the tasks it spawns) carries the
+    // maintenance and its node. At the error level, so that it is there
+    // whatever level the log is filtered at.
+    let span = tracing::error_span!(
+        "reconcile",
+        nodeMaintenance = %name,
+        nodeName = %nm.spec.node_name
+    );
+    let result = match std::panic::AssertUnwindSafe(reconcile(nm, ctx).instrument(span.clone()))
         .catch_unwind()
         .await
     {
@@ -43,7 +52,7 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".to_owned());
-            tracing::error!(logger = "controller", nodeMaintenance = %name, panic = %what, "reconcile panicked");
+            tracing::error!(parent: &span, logger = "controller", panic = %what, "reconcile panicked");
             m.panicked();
             Err(Error::Panic(what))
         }

@@ -52,7 +52,10 @@ pub(in crate::controller) async fn succeeded(pass: &Pass) -> Result<Next> {
         pass.event(EventType::Normal, reason, message).await;
     }
     pass.ctx.succeeded(&pass.uid);
-    tracing::info!(logger = "controller", nodeMaintenance = %pass.name, nodeName = %pass.node_name, "Maintenance was completed - all pods were evicted");
+    tracing::info!(
+        logger = "controller",
+        "Maintenance was completed - all pods were evicted"
+    );
     Ok(Next::Done(pass.ctx.settings.renew_interval))
 }
 
@@ -112,15 +115,14 @@ pub(in crate::controller) async fn failed(
         Ok(v) => v,
         Err(e) => return policy_failed(pass, e).await,
     };
-    let (name, node_name) = (&pass.name, &pass.node_name);
     if let Failure::DrainIncomplete(report) = &failure {
         // The Go operator's lines, which its e2e suite looks for.
-        tracing::warn!(logger = "controller", nodeName = %node_name, error = %report.message, "Not all pods evicted");
+        tracing::warn!(logger = "controller", error = %report.message, "Not all pods evicted");
     }
-    tracing::warn!(logger = "controller", nodeMaintenance = %name, nodeName = %node_name, error = %last_error, verdict = %verdict, "maintenance step failed");
+    tracing::warn!(logger = "controller", error = %last_error, verdict = %verdict, "maintenance step failed");
     let delay = match verdict {
         Verdict::RetryAfter(d) => {
-            tracing::info!(logger = "controller", nodeMaintenance = %name, requeueAfter = %crate::text::duration(d), "Reconciling with fixed duration");
+            tracing::info!(logger = "controller", requeueAfter = %crate::text::duration(d), "Reconciling with fixed duration");
             d
         }
         Verdict::RetryWithBackoff => backoff(attempt),
@@ -191,7 +193,7 @@ async fn park(
         pass.event(EventType::Warning, reasons::PARKED, &reason)
             .await;
     }
-    tracing::warn!(logger = "controller", nodeMaintenance = %pass.name, nodeName = %pass.node_name, reason = %reason, recheck = %recheck_after.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "the policy parked the maintenance; the node stays cordoned");
+    tracing::warn!(logger = "controller", reason = %reason, recheck = %recheck_after.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "the policy parked the maintenance; the node stays cordoned");
     Ok(match recheck_after {
         Some(d) => Next::After(d),
         None => Next::Change,
@@ -256,7 +258,7 @@ async fn on_failure(pass: &Pass, failure: Failure, attempt: u32) -> Result<Verdi
 /// A policy could not decide: record it and wait; never act.
 pub(in crate::controller) async fn policy_failed(pass: &Pass, e: Error) -> Result<Next> {
     let message = e.to_string();
-    tracing::error!(logger = "controller", nodeMaintenance = %pass.name, category = e.category(), "{message}");
+    tracing::error!(logger = "controller", category = e.category(), "{message}");
     // Before the policy admitted the maintenance nothing has started: the
     // phase stays unset.
     let record = |s: &mut crate::crd::NodeMaintenanceStatus| s.last_error = Some(message.clone());
@@ -325,7 +327,7 @@ pub(in crate::controller) async fn release_surges(
         // A cluster without the apps API (or no right to it) holds no
         // surges of ours.
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
-            tracing::debug!(logger = "controller", nodeMaintenance = %nm.name_any(), error = %e.message, "no surges to release");
+            tracing::debug!(logger = "controller", error = %e.message, "no surges to release");
             Ok(())
         }
         Err(e) => Err(Error::kube("undoing the maintenance's surges")(e)),

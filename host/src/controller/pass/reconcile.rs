@@ -10,7 +10,9 @@
 
 use crate::controller::metrics::LeaseFailure;
 use std::sync::Arc;
+
 use std::time::Duration;
+use tracing::Instrument;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -43,7 +45,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
         return Ok(Next::After(Duration::from_secs(1)));
     }
     let uid = nm.uid().unwrap_or_default();
-    tracing::debug!(logger = "controller", nodeMaintenance = %nm.name_any(), nodeName = %nm.spec.node_name, "reconciling");
+    tracing::debug!(logger = "controller", "reconciling");
     if nm.metadata.deletion_timestamp.is_some() {
         return finish::deleted(&ctx, &nm).await;
     }
@@ -55,12 +57,12 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
     // a place freed for this waiting maintenance).
     let forced = ctx.take_forced(&uid);
     if !forced && let Some(next) = ctx.after_own_write(&uid, nm.resource_version().as_deref()) {
-        tracing::debug!(logger = "controller", nodeMaintenance = %nm.name_any(), "our own write; nothing to do");
+        tracing::debug!(logger = "controller", "our own write; nothing to do");
         return Ok(next);
     }
     ctx.forget_next(&uid);
     // The Go operator's line for every reconcile that does something.
-    tracing::info!(logger = "controller", nodeMaintenance = %nm.name_any(), nodeName = %nm.spec.node_name, "Reconciling NodeMaintenance");
+    tracing::info!(logger = "controller", "Reconciling NodeMaintenance");
     let pass = Pass {
         writer: Writer::new(ctx.clone(), (*nm).clone()),
         name: nm.name_any(),
@@ -79,12 +81,12 @@ impl Pass {
         // A failed attempt waits as its verdict said, whatever woke us: no
         // request, no policy call until then.
         if let Some(left) = self.ctx.held(&self.uid) {
-            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, wait = %crate::text::duration(left), "waiting before the next attempt");
+            tracing::debug!(logger = "controller", wait = %crate::text::duration(left), "waiting before the next attempt");
             return Ok(Next::After(left));
         }
         // Parked by its policy: nothing until it changes or its recheck.
         if let Some(left) = self.ctx.still_parked(&self.writer.current().await) {
-            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, recheck = %left.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "parked");
+            tracing::debug!(logger = "controller", recheck = %left.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "parked");
             return Ok(left.map_or(Next::Change, Next::After));
         }
         let admitted = self.ctx.admitted(&self.writer.current().await);
@@ -120,7 +122,7 @@ impl Pass {
             return Ok(Next::After(Duration::from_secs(1)));
         }
         let reason = self.writer.current().await.spec.reason.unwrap_or_default();
-        tracing::info!(logger = "controller", nodeMaintenance = %self.name, node = %self.node_name, reason = %reason, "Applying maintenance mode");
+        tracing::info!(logger = "controller", reason = %reason, "Applying maintenance mode");
         if let Err(e) = self.take_lease(&node).await {
             self.count_before_drain(&selected, &node).await?;
             return self.lease_failed(e).await;
@@ -131,7 +133,7 @@ impl Pass {
         else {
             return self.node_not_found().await;
         };
-        tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "Evict all Pods from Node");
+        tracing::info!(logger = "controller", "Evict all Pods from Node");
         let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
         let plan = match self.plan(&selected, &node, pods.shared()).await {
             Ok(plan) => plan,
@@ -147,7 +149,10 @@ impl Pass {
         let outcome = outcome?;
         if outcome.cancelled {
             // Deleted or moved meanwhile: the change is queued and handled next.
-            tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "drain stopped: the NodeMaintenance was deleted or moved");
+            tracing::info!(
+                logger = "controller",
+                "drain stopped: the NodeMaintenance was deleted or moved"
+            );
             return Ok(Next::After(Duration::from_millis(100)));
         }
         // A surge the attempt left behind (its pod went another way: the
@@ -196,7 +201,7 @@ impl Pass {
         // On its new node the maintenance is admitted again, its policy
         // chosen again, its failures forgotten.
         self.ctx.start_over(&self.uid);
-        tracing::warn!(logger = "controller", nodeMaintenance = %self.name, from = %moved_from.join(", "), to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
+        tracing::warn!(logger = "controller", from = %moved_from.join(", "), to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
         let message = format!(
             "spec.nodeName changed from {} to {}: node {} restored, the maintenance starts over on {}",
             moved_from.join(", "),
@@ -254,7 +259,10 @@ impl Pass {
                 // The node exists (this pass found it), but the fleet, from
                 // the node watch, does not show it yet: ask again when it
                 // does. A node that went meanwhile fails the next pass.
-                tracing::debug!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "the node watch does not show the node yet");
+                tracing::debug!(
+                    logger = "controller",
+                    "the node watch does not show the node yet"
+                );
                 return Ok(Some(Next::After(Duration::from_secs(1))));
             }
             Ok(Some(answer)) => Ok(answer),
@@ -291,7 +299,7 @@ impl Pass {
                 if let Some(w) = was_waiting {
                     let (reason, message) = reasons::ADMITTED;
                     self.event(EventType::Normal, reason, message).await;
-                    tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, waited_for = %w.reason, "the policy admitted the maintenance");
+                    tracing::info!(logger = "controller", waited_for = %w.reason, "the policy admitted the maintenance");
                 }
                 self.begin().await;
                 Ok(None)
@@ -308,7 +316,7 @@ impl Pass {
                 )))
             }
             Ok(Admission::Deny(message)) => {
-                tracing::error!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, error = %message, "the policy denied the maintenance");
+                tracing::error!(logger = "controller", error = %message, "the policy denied the maintenance");
                 // Nothing was touched: nothing to restore.
                 finish::mark_failed(self, message).await.map(Some)
             }
@@ -324,7 +332,7 @@ impl Pass {
             return Ok(());
         }
         if !self.ctx.may_write_reason(&self.uid) {
-            tracing::debug!(logger = "controller", nodeMaintenance = %self.name, reason = %reason, "the waiting reason changed again; written later");
+            tracing::debug!(logger = "controller", reason = %reason, "the waiting reason changed again; written later");
             return Ok(());
         }
         let since = was.and_then(|w| w.since).unwrap_or_else(now);
@@ -338,7 +346,7 @@ impl Pass {
             .await?;
         self.event(EventType::Normal, reasons::WAITING, &reason)
             .await;
-        tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, reason = %reason, "the policy holds the maintenance back");
+        tracing::info!(logger = "controller", reason = %reason, "the policy holds the maintenance back");
         Ok(())
     }
 
@@ -432,7 +440,7 @@ impl Pass {
     async fn begin(&self) {
         let (reason, message) = reasons::BEGIN;
         self.event(EventType::Normal, reason, message).await;
-        tracing::info!(logger = "controller", nodeName = %self.node_name, "{message}");
+        tracing::info!(logger = "controller", "{message}");
     }
 
     /// The policy that decides for this maintenance (chosen once, then
@@ -469,7 +477,10 @@ impl Pass {
                 && f.spec.node_name == self.node_name
         });
         if !current {
-            tracing::info!(logger = "controller", nodeMaintenance = %self.name, "the NodeMaintenance changed or went since the cache saw it; not acting on the node");
+            tracing::info!(
+                logger = "controller",
+                "the NodeMaintenance changed or went since the cache saw it; not acting on the node"
+            );
         }
         Ok(current)
     }
@@ -580,7 +591,15 @@ impl Pass {
             // are still to go (written by someone else) is corrected now.
             let status = self.writer.current().await.status.unwrap_or_default();
             if status::overstates(&status, &removals) {
-                tracing::warn!(logger = "controller", nodeMaintenance = %self.name, phase = status.phase.map_or("", crate::crd::MaintenancePhase::as_str), drainProgress = status.drain_progress, pending = removals.len(), "the status claims more than the drain has done; correcting it");
+                tracing::warn!(
+                    logger = "controller",
+                    phase = status
+                        .phase
+                        .map_or("", crate::crd::MaintenancePhase::as_str),
+                    drainProgress = status.drain_progress,
+                    pending = removals.len(),
+                    "the status claims more than the drain has done; correcting it"
+                );
                 self.writer.update(|s| set_pending(s, &removals)).await?;
             }
             return Ok(());
@@ -650,6 +669,13 @@ impl Pass {
             })
         };
         let ledger = ctx.ledger(&self.uid);
+        // The attempt's lines (and its removals', surges', handshakes')
+        // carry it, inside the pass's maintenance and node.
+        let span = tracing::error_span!(
+            "drain",
+            pods = plan.steps.len(),
+            attemptTimeout = %crate::text::duration(plan.attempt_timeout)
+        );
         let outcome = drain::execute(
             Drainer {
                 client: &ctx.client,
@@ -669,6 +695,7 @@ impl Pass {
             },
             || ctx.no_longer_wants(&self.name, &self.uid, &self.node_name),
         )
+        .instrument(span)
         .await;
         // Every note of the attempt becomes an event before the pass goes on.
         drop(notes);
@@ -716,7 +743,10 @@ impl Pass {
         let left = match waited {
             crate::controller::drain::volumes::Detach::Detached => return Ok(None),
             crate::controller::drain::volumes::Detach::Cancelled => {
-                tracing::info!(logger = "controller", nodeMaintenance = %self.name, nodeName = %self.node_name, "volume wait stopped: the NodeMaintenance was deleted or moved");
+                tracing::info!(
+                    logger = "controller",
+                    "volume wait stopped: the NodeMaintenance was deleted or moved"
+                );
                 return Ok(Some(Next::After(Duration::from_millis(100))));
             }
             crate::controller::drain::volumes::Detach::Left(left) => left,
