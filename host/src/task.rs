@@ -24,6 +24,24 @@ where
     Owned(tokio::spawn(future.in_current_span()))
 }
 
+/// The tasks a process runs for as long as it runs (its servers), each in
+/// a span naming it, under one handle: dropped, every one is aborted.
+#[derive(Default)]
+pub struct Background(tokio::task::JoinSet<()>);
+
+impl Background {
+    /// Runs `future` as the process's `what` (in a span `server{what}`).
+    /// Must be called inside the runtime.
+    pub fn spawn<F>(&mut self, what: &'static str, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        use tracing::Instrument;
+        self.0
+            .spawn(future.instrument(tracing::error_span!("server", server = what)));
+    }
+}
+
 impl<T> Owned<T> {
     /// Waits for the task to end; an error if it panicked or was aborted.
     pub async fn join(mut self) -> Result<T, JoinError> {

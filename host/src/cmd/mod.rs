@@ -615,10 +615,14 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
     // process is alive, readiness what it waits for.
     let startup = std::sync::Arc::new(nmo::server::Startup::default());
     startup.waiting_for("compiling and self-checking the policies");
+    // The servers and the policy directory's watch, for as long as the
+    // operator runs.
+    let mut background = nmo::task::Background::default();
     if let Some(addr) = nmo::server::parse_bind(&cli.health_probe_bind_address)? {
         let listener = runtime.block_on(tokio::net::TcpListener::bind(addr))?;
         let probes = nmo::server::probes(startup.checks());
-        runtime.spawn(nmo::server::serve(listener, probes));
+        let _in = runtime.enter();
+        background.spawn("probes", nmo::server::serve(listener, probes));
         tracing::info!(logger = "setup", address = %addr, "serving probes");
     }
     let metrics = nmo::registry::OperatorMetrics::register()?;
@@ -646,9 +650,12 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             settings,
             metrics.controller.clone(),
         );
-        tokio::spawn(policies.watch(Duration::from_millis(250), Duration::from_secs(30)));
+        background.spawn(
+            "policies",
+            policies.watch(Duration::from_millis(250), Duration::from_secs(30)),
+        );
         startup.started(nmo::server::readiness_checks(ctx.clone(), cli.leader_elect));
-        start_servers(cli, &ctx, &client, &metrics).await?;
+        start_servers(cli, &ctx, &client, &metrics, &mut background).await?;
         if cli.leader_elect {
             let ns = cli
                 .leader_election_namespace
@@ -740,12 +747,14 @@ fn policy_push(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Starts the metrics and webhook servers (the probes run from the start).
+/// Starts the metrics and webhook servers (the probes run from the start)
+/// in `background`.
 async fn start_servers(
     cli: &Cli,
     ctx: &std::sync::Arc<nmo::controller::Context>,
     client: &kube::Client,
     metrics: &nmo::registry::OperatorMetrics,
+    background: &mut nmo::task::Background,
 ) -> anyhow::Result<()> {
     use nmo::server;
     if let Some(addr) = server::parse_bind(&cli.metrics_bind_address)? {
@@ -758,7 +767,7 @@ async fn start_servers(
         if cli.metrics_secure {
             let client = client.clone();
             let cert_dir = cli.metrics_cert_dir.clone();
-            tokio::spawn(async move {
+            background.spawn("metrics", async move {
                 let served = nmo::secure_metrics::serve(
                     listener,
                     handler,
@@ -773,7 +782,7 @@ async fn start_servers(
             });
             tracing::info!(logger = "setup", address = %addr, "serving metrics over HTTPS to authorized clients");
         } else {
-            tokio::spawn(server::serve(listener, handler));
+            background.spawn("metrics", server::serve(listener, handler));
             tracing::info!(logger = "setup", address = %addr, "serving metrics");
         }
     }
@@ -785,7 +794,7 @@ async fn start_servers(
             .with_lease_namespace(&ctx.settings.lease_namespace)
             .with_metrics(metrics.webhook.clone());
         if has_webhook_cert(&cert_dir) {
-            serve_webhook(addr, cert_dir, validator).await?;
+            background.spawn("webhook", bind_webhook(addr, cert_dir, validator).await?);
         } else {
             // As a pod, the certificate's Secret is often issued after the
             // pod started (cert-manager): the kubelet fills the mounted
@@ -795,12 +804,15 @@ async fn start_servers(
                 cert_dir = %cert_dir.display(),
                 "no webhook certificate yet: the validating webhook starts when it appears"
             );
-            tokio::spawn(async move {
+            background.spawn("webhook", async move {
                 while !has_webhook_cert(&cert_dir) {
                     tokio::time::sleep(WEBHOOK_CERT_POLL).await;
                 }
-                if let Err(e) = serve_webhook(addr, cert_dir, validator).await {
-                    tracing::error!(logger = "webhook", error = %e, "the validating webhook could not start");
+                match bind_webhook(addr, cert_dir, validator).await {
+                    Ok(serving) => serving.await,
+                    Err(e) => {
+                        tracing::error!(logger = "webhook", error = %e, "the validating webhook could not start");
+                    }
                 }
             });
         }
@@ -815,20 +827,19 @@ fn has_webhook_cert(cert_dir: &std::path::Path) -> bool {
     cert_dir.join(nmo::tls::cert_files(cert_dir)[0]).exists()
 }
 
-/// Binds the webhook's address and serves it in the background.
-async fn serve_webhook(
+/// Binds the webhook's address; the returned future serves it.
+async fn bind_webhook(
     addr: std::net::SocketAddr,
     cert_dir: PathBuf,
     validator: nmo::webhook::Validator,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     tracing::info!(logger = "setup", address = %addr, cert_dir = %cert_dir.display(), "serving the validating webhook");
-    tokio::spawn(async move {
+    Ok(async move {
         if let Err(e) = nmo::webhook::serve(listener, &cert_dir, validator).await {
             tracing::error!(logger = "webhook", error = %e, "webhook server stopped");
         }
-    });
-    Ok(())
+    })
 }
 
 /// Where the webhook's certificate is: `--webhook-cert-dir`, or, when

@@ -93,26 +93,9 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
         }
     }
     let _stand_by = StandBy(&ctx);
-    // The budgets' watch runs as long as the controller does.
-    let _budgets = {
-        let (budgets, client) = (ctx.budgets.clone(), ctx.client.clone());
-        crate::task::spawn(async move { budgets.watch(client).await })
-    };
-    // So do the leases' watch and the nodes', which admission reads.
-    let _leases = {
-        let (leases, client) = (ctx.lease_watch.clone(), ctx.client.clone());
-        let namespace = ctx.settings.lease_namespace.clone();
-        crate::task::spawn(async move { leases.watch(client, namespace).await })
-    };
-    let _claims = {
-        let (claims, client) = (ctx.tool_claims.clone(), ctx.client.clone());
-        let again = ctx.settings.tool_api_recheck;
-        crate::task::spawn(async move { claims.watch(client, again).await })
-    };
-    let _nodes = {
-        let (nodes, client) = (ctx.nodes.clone(), ctx.client.clone());
-        crate::task::spawn(async move { nodes.watch(client).await })
-    };
+    // The watches the passes read (the budgets', the nodes', the leases',
+    // other tools' claims) run as long as the controller does.
+    let _watches = super::watches::start(&ctx);
     loop {
         match run_once(&ctx, &api).await {
             Ended::Stopped => return Ok(()),

@@ -6,3 +6,29 @@ pub mod claims;
 pub(super) mod follow;
 pub mod leases;
 pub(crate) mod nodes;
+
+use tracing::Instrument;
+
+use super::Context;
+use crate::task::Owned;
+
+/// Starts every watch the passes read, each in a span naming it; they end
+/// when the returned handles are dropped (with the controller's run).
+pub(super) fn start(ctx: &Context) -> [Owned<()>; 4] {
+    let client = &ctx.client;
+    let span = |of: &'static str| tracing::error_span!("watch", of);
+    let (budgets, nodes) = (ctx.budgets.clone(), ctx.nodes.clone());
+    let (leases, claims) = (ctx.lease_watch.clone(), ctx.tool_claims.clone());
+    let namespace = ctx.settings.lease_namespace.clone();
+    let again = ctx.settings.tool_api_recheck;
+    let (b, n) = (client.clone(), client.clone());
+    let (l, c) = (client.clone(), client.clone());
+    [
+        crate::task::spawn(async move { budgets.watch(b).await }.instrument(span("budgets"))),
+        crate::task::spawn(async move { nodes.watch(n).await }.instrument(span("nodes"))),
+        crate::task::spawn(
+            async move { leases.watch(l, namespace).await }.instrument(span("leases")),
+        ),
+        crate::task::spawn(async move { claims.watch(c, again).await }.instrument(span("claims"))),
+    ]
+}
