@@ -100,61 +100,88 @@ impl Default for Settings {
     }
 }
 
-/// Shared by every reconcile.
+/// Shared by every reconcile, in parts: the client, the policies, the
+/// settings and the metrics every part uses; what the controller writes
+/// besides maintenances (`writers`); how its own watch goes (`health`);
+/// what admission holds (`admission`) and reads (`watched`); what every
+/// drain shares (`drains`); what is remembered of each maintenance
+/// (`memory`); and the passes' slots.
 pub struct Context {
     pub client: Client,
     /// The policies, as loaded (and reloaded) from the policy directory.
     pub policies: Arc<PolicyStore>,
-    pub(super) recorder: events::Recorder,
-    pub(super) leases: lease::LeaseManager,
     pub settings: Settings,
     /// Where the controller counts (on the registry the operator serves).
     pub metrics: ControllerMetrics,
+    pub(super) writers: Writers,
+    pub(super) health: Health,
+    pub(crate) admission: Admission,
+    /// The nodes, the medik8s leases and other tools' claims, watched
+    /// while the controller runs: admission's fleet.
+    pub(super) watched: super::watches::Watched,
+    pub(super) drains: drain::Shared,
+    /// What is remembered about each maintenance between passes.
+    pub(super) memory: Memories,
+    /// The passes that work at once (`max_concurrent`): held from a
+    /// pass's start to its drain, never by a drain (see
+    /// docs/architecture.md, the concurrency model).
+    pub(super) slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// What the controller writes besides maintenances.
+pub(super) struct Writers {
+    /// Events, as the Go operator records them.
+    pub recorder: events::Recorder,
+    /// The medik8s node leases.
+    pub leases: lease::LeaseManager,
+}
+
+/// How the controller's own NodeMaintenance watch goes, and whether the
+/// process stops.
+pub(super) struct Health {
     /// The controller's cache of NodeMaintenances, once it runs.
-    pub(super) store: Mutex<Option<Store<NodeMaintenance>>>,
+    pub store: Mutex<Option<Store<NodeMaintenance>>>,
     /// The cache has synced.
-    pub(super) synced: AtomicBool,
+    pub synced: AtomicBool,
     /// The NodeMaintenance watch's last event was not an error.
-    pub(super) watch_ok: AtomicBool,
+    pub watch_ok: AtomicBool,
     /// When the watch last failed.
-    pub(super) watch_failed_at: Mutex<Option<std::time::Instant>>,
+    pub watch_failed_at: Mutex<Option<std::time::Instant>>,
     /// The API server answered that it serves no NodeMaintenances (the
     /// CRD is missing), at the last look.
-    pub(super) crd_missing: AtomicBool,
+    pub crd_missing: AtomicBool,
+    /// Asked to stop (SIGTERM): no pass starts work, every drain and
+    /// wait ends as if its maintenance were gone, so the process ends (and
+    /// the leader lock is given up) within moments; the next leader
+    /// resumes from what is in the API.
+    pub stopping: AtomicBool,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health {
+            store: Mutex::new(None),
+            synced: AtomicBool::new(false),
+            watch_ok: AtomicBool::new(true),
+            watch_failed_at: Mutex::new(None),
+            crd_missing: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+        }
+    }
+}
+
+/// What admission holds, and what it reads besides the watches.
+#[derive(Default)]
+pub(crate) struct Admission {
     /// Held while one maintenance's admission is decided (and, when
     /// admitted, counted in `admitted_here`): two admissions never see a
     /// stale view of each other.
-    pub(crate) admission: tokio::sync::Mutex<()>,
+    pub(crate) lock: tokio::sync::Mutex<()>,
     /// The last list of the nodes for admission, and when it was asked
     /// for; held while a list is made, so admissions asking at once share
     /// one (see [`Context::fresh_nodes`]).
     pub(super) nodes_listed:
         tokio::sync::Mutex<Option<(std::time::Instant, crate::policy::FleetNodes)>>,
-    /// What is remembered about each maintenance between passes.
-    pub(super) memory: Memories,
-    /// The PodDisruptionBudgets, watched while the controller runs: every
-    /// drain's evictions are paced by them.
-    pub(super) budgets: Arc<super::drain::budgets::Budgets>,
-    /// The removal requests every drain shares (`removals_in_flight`).
-    pub(super) in_flight: Arc<tokio::sync::Semaphore>,
-    /// The owners being surged: one watch and one read per change of
-    /// each, shared by every surge of its pods.
-    pub(super) desks: Arc<super::drain::surge::Desks>,
-    /// Asked to stop (SIGTERM): no pass starts work, every drain and
-    /// wait ends as if its maintenance were gone, so the process ends (and
-    /// the leader lock is given up) within moments; the next leader
-    /// resumes from what is in the API.
-    pub(super) stopping: AtomicBool,
-    /// The passes that work at once (`max_concurrent`): held from a
-    /// pass's start to its drain, never by a drain (see
-    /// docs/architecture.md, the concurrency model).
-    pub(super) slots: Arc<tokio::sync::Semaphore>,
-    /// The nodes, watched while the controller runs: admission's fleet.
-    pub(super) nodes: Arc<super::watches::nodes::Nodes>,
-    /// The medik8s node leases, watched: who else holds a node.
-    pub(super) lease_watch: Arc<super::watches::leases::Leases>,
-    /// Other tools' objects claiming nodes, watched.
-    pub(super) tool_claims: Arc<super::watches::claims::ToolClaims>,
     /// The maintenances that ended (the fleet's history).
     pub(super) ended: super::pass::ended::EndedLog,
 }
@@ -174,28 +201,23 @@ impl Context {
         )));
         Arc::new(Context {
             slots,
-            stopping: AtomicBool::new(false),
-            recorder: events::Recorder::new(client.clone(), settings.instance.clone()),
-            leases: lease::LeaseManager::new(client.clone(), settings.lease_namespace.clone()),
+            writers: Writers {
+                recorder: events::Recorder::new(client.clone(), settings.instance.clone()),
+                leases: lease::LeaseManager::new(client.clone(), settings.lease_namespace.clone()),
+            },
             client,
             metrics,
             policies,
             settings,
-            store: Mutex::new(None),
-            synced: AtomicBool::new(false),
-            watch_ok: AtomicBool::new(true),
-            crd_missing: AtomicBool::new(false),
-            watch_failed_at: Mutex::new(None),
-            admission: tokio::sync::Mutex::new(()),
-            nodes_listed: tokio::sync::Mutex::new(None),
+            health: Health::default(),
+            admission: Admission::default(),
             memory: Memories::default(),
-            budgets: Arc::default(),
-            in_flight,
-            desks: Arc::default(),
-            nodes: Arc::default(),
-            lease_watch: Arc::default(),
-            tool_claims: Arc::default(),
-            ended: Default::default(),
+            drains: drain::Shared {
+                budgets: Arc::default(),
+                in_flight,
+                desks: Arc::default(),
+            },
+            watched: Default::default(),
         })
     }
 
@@ -206,11 +228,11 @@ impl Context {
     /// 50 maintenances created at once cost a few lists, not 50, and none
     /// reads nodes older than its own question.
     pub async fn fresh_nodes(&self) -> Result<crate::policy::FleetNodes> {
-        if let Some(nodes) = self.nodes.snapshot() {
+        if let Some(nodes) = self.watched.nodes.snapshot() {
             return Ok(nodes);
         }
         let asked = std::time::Instant::now();
-        let mut listed = self.nodes_listed.lock().await;
+        let mut listed = self.admission.nodes_listed.lock().await;
         if let Some((at, nodes)) = listed.as_ref()
             && *at >= asked
         {
@@ -225,14 +247,15 @@ impl Context {
     /// The node `name` as the controller's node watch has it (what an
     /// admission decides on); `None` when the watch does not show it.
     pub fn watched_node(&self, name: &str) -> Option<k8s_openapi::api::core::v1::Node> {
-        self.nodes.get(name)
+        self.watched.nodes.get(name)
     }
 
     /// Who else holds `node`'s medik8s lease, as the controller's lease
     /// watch has it (what an admission decides on).
     pub fn watched_lease_holder(&self, node: &str) -> Option<String> {
-        let node = Arc::new(self.nodes.get(node)?);
-        self.lease_watch
+        let node = Arc::new(self.watched.nodes.get(node)?);
+        self.watched
+            .leases
             .holders(std::slice::from_ref(&node))
             .into_values()
             .next()
@@ -241,12 +264,21 @@ impl Context {
     /// Other tools' claims of `node`, as the controller's watches have
     /// them.
     pub fn watched_tool_claims(&self, node: &str) -> Vec<String> {
-        self.tool_claims.by_node().remove(node).unwrap_or_default()
+        self.watched
+            .claims
+            .by_node()
+            .remove(node)
+            .unwrap_or_default()
     }
 
     /// Every NodeMaintenance in the controller's cache.
     pub(crate) fn cached_maintenances(&self) -> Vec<Arc<NodeMaintenance>> {
-        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let store = self
+            .health
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         store.map(|s| s.state()).unwrap_or_default()
     }
 
@@ -254,10 +286,15 @@ impl Context {
     /// controller's cache sees it now, gone, being deleted, or moved to
     /// another node: a drain in progress for it should stop.
     pub fn no_longer_wants(&self, name: &str, uid: &str, node: &str) -> bool {
-        if self.stopping.load(Ordering::Relaxed) {
+        if self.health.stopping.load(Ordering::Relaxed) {
             return true;
         }
-        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let store = self
+            .health
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let Some(store) = store else { return false };
         match store.get(&kube::runtime::reflector::ObjectRef::new(name)) {
             None => true,
@@ -272,7 +309,7 @@ impl Context {
     /// Stops the work in progress: every drain and wait ends (see
     /// [`Context::stopping`]).
     pub fn stop(&self) {
-        if !self.stopping.swap(true, Ordering::Relaxed) {
+        if !self.health.stopping.swap(true, Ordering::Relaxed) {
             tracing::info!(
                 logger = "controller",
                 "stopping: drains in progress end here and are resumed by the next leader"
@@ -283,7 +320,8 @@ impl Context {
     /// Whether the controller has started (a standby replica waiting for
     /// leadership has not).
     pub fn started(&self) -> bool {
-        self.store
+        self.health
+            .store
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .is_some()
@@ -294,21 +332,21 @@ impl Context {
     /// nothing synced (readiness answers as a standby's does), nothing
     /// remembered of any maintenance.
     pub(super) fn stand_by(&self) {
-        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        self.synced.store(false, Ordering::Relaxed);
-        self.watch_ok.store(true, Ordering::Relaxed);
+        *self.health.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.health.synced.store(false, Ordering::Relaxed);
+        self.health.watch_ok.store(true, Ordering::Relaxed);
         self.forget_all();
     }
 
     /// Whether the controller's cache has synced.
     pub fn synced(&self) -> bool {
-        self.synced.load(Ordering::Relaxed)
+        self.health.synced.load(Ordering::Relaxed)
     }
 
     /// Whether the NodeMaintenance CRD was missing at the last look (every
     /// [`Settings::rewind_check`]).
     pub fn crd_missing(&self) -> bool {
-        self.crd_missing.load(Ordering::Relaxed)
+        self.health.crd_missing.load(Ordering::Relaxed)
     }
 
     /// Whether the NodeMaintenance watch is working: no failure since
@@ -317,10 +355,11 @@ impl Context {
     /// changes; a failing one fails again at least that often, as the
     /// watcher's back-off is shorter).
     pub fn watching(&self) -> bool {
-        if self.watch_ok.load(Ordering::Relaxed) {
+        if self.health.watch_ok.load(Ordering::Relaxed) {
             return true;
         }
         let failed_at = *self
+            .health
             .watch_failed_at
             .lock()
             .unwrap_or_else(|p| p.into_inner());
@@ -330,7 +369,12 @@ impl Context {
     /// Sets the per-maintenance gauges from the controller's cache (called
     /// at each scrape, so they are never stale).
     pub fn refresh_gauges(&self) {
-        let store = self.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let store = self
+            .health
+            .store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let Some(store) = store else { return };
         let all = store.state();
         let rows: Vec<(String, State, i32)> = all

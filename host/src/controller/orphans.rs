@@ -58,7 +58,12 @@ pub(super) async fn sweep(ctx: &Context, requeue: &Requeue) -> Result<Vec<String
 
 /// Whether the controller's cache holds a maintenance naming `node`.
 fn cache_wants(ctx: &Context, node: &str) -> bool {
-    let store = ctx.store.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let store = ctx
+        .health
+        .store
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     store.is_some_and(|s| {
         s.state()
             .iter()
@@ -78,7 +83,7 @@ async fn candidates(ctx: &Context) -> Result<BTreeSet<String>> {
         .filter(|n| n.annotations().contains_key(node::PRIOR_STATE_ANNOTATION))
         .map(ResourceExt::name_any)
         .collect();
-    out.extend(ctx.leases.ours().await?);
+    out.extend(ctx.writers.leases.ours().await?);
     Ok(out)
 }
 

@@ -239,7 +239,7 @@ async fn watch_for_rewind(
         {
             Ok(list) => list,
             Err(kube::Error::Api(e)) if e.code == 404 => {
-                if !ctx.crd_missing.swap(true, Ordering::Relaxed) {
+                if !ctx.health.crd_missing.swap(true, Ordering::Relaxed) {
                     tracing::error!(
                         logger = "controller",
                         "the API server serves no NodeMaintenances: the CRD is missing (`nmo crd | kubectl apply -f -`)"
@@ -249,7 +249,7 @@ async fn watch_for_rewind(
             }
             Err(_) => continue,
         };
-        if ctx.crd_missing.swap(false, Ordering::Relaxed) {
+        if ctx.health.crd_missing.swap(false, Ordering::Relaxed) {
             tracing::info!(logger = "controller", "the NodeMaintenance CRD is back");
         }
         let server: u64 = list
@@ -266,13 +266,13 @@ async fn watch_for_rewind(
 async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     use kube::runtime::{WatchStreamExt, reflector};
     let (reader, writer) = reflector::store();
-    *ctx.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader.clone());
+    *ctx.health.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader.clone());
     // Maintenances waiting for admission are asked again when another one
     // ends.
     let (recheck_tx, recheck_rx) = futures::channel::mpsc::unbounded();
     let requeue = recheck_tx.clone();
-    ctx.synced.store(false, Ordering::Relaxed);
-    ctx.watch_ok.store(true, Ordering::Relaxed);
+    ctx.health.synced.store(false, Ordering::Relaxed);
+    ctx.health.watch_ok.store(true, Ordering::Relaxed);
     let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let stream = {
         let ctx = ctx.clone();
@@ -286,7 +286,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         .reflect(writer)
         .inspect(move |event| match event {
             Ok(e) => {
-                if !ctx.watch_ok.swap(true, Ordering::Relaxed) {
+                if !ctx.health.watch_ok.swap(true, Ordering::Relaxed) {
                     tracing::info!(logger = "controller", "the NodeMaintenance watch works again");
                 }
                 if frees_a_place(e) {
@@ -304,7 +304,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                         // The initial list is in the cache (the reflector
                         // applied it before this): synced, whatever was
                         // deleted meanwhile.
-                        if !ctx.synced.swap(true, Ordering::Relaxed) {
+                        if !ctx.health.synced.swap(true, Ordering::Relaxed) {
                             tracing::info!(logger = "controller", "cache synced");
                         }
                         0
@@ -314,9 +314,9 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                 seen.fetch_max(newest, Ordering::Relaxed);
             }
             Err(e) => {
-                *ctx.watch_failed_at.lock().unwrap_or_else(|p| p.into_inner()) =
+                *ctx.health.watch_failed_at.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(std::time::Instant::now());
-                if ctx.watch_ok.swap(false, Ordering::Relaxed) {
+                if ctx.health.watch_ok.swap(false, Ordering::Relaxed) {
                     tracing::warn!(logger = "controller", error = %watch_error(e), "the NodeMaintenance watch failed; retrying");
                 }
             }

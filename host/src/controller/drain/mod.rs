@@ -144,6 +144,18 @@ impl NodePods {
     }
 }
 
+/// What every drain of the process shares.
+pub(in crate::controller) struct Shared {
+    /// The PodDisruptionBudgets, watched while the controller runs: every
+    /// drain's evictions are paced by them.
+    pub budgets: Arc<Budgets>,
+    /// The removal requests every drain shares (`removals_in_flight`).
+    pub in_flight: Arc<Semaphore>,
+    /// The owners being surged: one watch and one read per change of
+    /// each, shared by every surge of its pods.
+    pub desks: Arc<surge::Desks>,
+}
+
 /// What a drain needs besides the plan.
 #[derive(Clone, Copy)]
 pub struct Drainer<'a> {

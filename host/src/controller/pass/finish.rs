@@ -236,7 +236,8 @@ pub(in crate::controller) async fn mark_failed(pass: &Pass, message: String) -> 
 /// back with `outcome`.
 async fn record_end(ctx: &Context, nm: &NodeMaintenance, outcome: &str) {
     if let Some(entry) = super::ended::entry(nm, outcome) {
-        ctx.ended
+        ctx.admission
+            .ended
             .record(&ctx.client, &ctx.settings.lease_namespace, entry)
             .await;
     }
@@ -308,7 +309,11 @@ pub(in crate::controller) async fn deleted(
         .patch_metadata(json!({"finalizers": finalizers}), "removing the finalizer")
         .await?;
     let (reason, message) = reasons::REMOVED;
-    log_err(ctx.recorder.record(nm, EventType::Normal, reason, message));
+    log_err(
+        ctx.writers
+            .recorder
+            .record(nm, EventType::Normal, reason, message),
+    );
     ctx.forget(&nm.uid().unwrap_or_default());
     Ok(Next::Change)
 }
@@ -378,11 +383,12 @@ pub(in crate::controller) async fn stop_maintenance(ctx: &Context, node_name: &s
     if let (Some(node), true) = (node, changed) {
         let (reason, message) = reasons::UNCORDON;
         log_err(
-            ctx.recorder
+            ctx.writers
+                .recorder
                 .record(&node, EventType::Normal, reason, message),
         );
     }
-    ctx.leases.invalidate(node_name).await?;
+    ctx.writers.leases.invalidate(node_name).await?;
     node::forget_record(&ctx.client, node_name).await
 }
 

@@ -41,7 +41,11 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
     let Ok(slot) = ctx.slots.clone().acquire_owned().await else {
         return Ok(Next::After(Duration::from_secs(1)));
     };
-    if ctx.stopping.load(std::sync::atomic::Ordering::Relaxed) {
+    if ctx
+        .health
+        .stopping
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
         return Ok(Next::After(Duration::from_secs(1)));
     }
     let uid = nm.uid().unwrap_or_default();
@@ -230,17 +234,18 @@ impl Pass {
         let etcd = crate::fleet::etcd(client, &nm, self.ctx.settings.openshift).await?;
         let history = self
             .ctx
+            .admission
             .ended
             .entries(client, &self.ctx.settings.lease_namespace)
             .await;
-        let one_at_a_time = self.ctx.admission.lock().await;
+        let one_at_a_time = self.ctx.admission.lock.lock().await;
         let all = self.ctx.cached_maintenances();
         let mut around =
             crate::fleet::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
                 self.ctx.admitted(o)
             });
-        around.fleet.lease_holders = Arc::new(self.ctx.lease_watch.holders(&around.fleet.nodes));
-        around.fleet.tool_claims = Arc::new(self.ctx.tool_claims.by_node());
+        around.fleet.lease_holders = Arc::new(self.ctx.watched.leases.holders(&around.fleet.nodes));
+        around.fleet.tool_claims = Arc::new(self.ctx.watched.claims.by_node());
         around.ended = super::ended::wit(&history);
         if around.already_admitted {
             return Ok(None);
@@ -360,7 +365,7 @@ impl Pass {
     async fn node_for(&self, admitted: bool) -> Result<Option<Node>> {
         if !admitted
             && is_node_name(&self.node_name)
-            && let Some(node) = self.ctx.nodes.get(&self.node_name)
+            && let Some(node) = self.ctx.watched.nodes.get(&self.node_name)
         {
             return Ok(Some(node));
         }
@@ -487,7 +492,7 @@ impl Pass {
 
     /// The node lease; a lease that works again clears the error count.
     async fn take_lease(&self, node: &Node) -> Result<()> {
-        self.ctx.leases.request(node).await?;
+        self.ctx.writers.leases.request(node).await?;
         let nm = self.writer.current().await;
         if nm
             .status
@@ -664,7 +669,7 @@ impl Pass {
                         tracing::debug!(logger = "controller", reason, subject = %subject, "said within the interval already; not said again");
                         continue;
                     }
-                    finish::log_err(ctx.recorder.record(&nm, type_, reason, &message));
+                    finish::log_err(ctx.writers.recorder.record(&nm, type_, reason, &message));
                 }
             })
         };
@@ -681,12 +686,12 @@ impl Pass {
                 client: &ctx.client,
                 retries: &ctx.settings.drain_retries,
                 metrics: &ctx.metrics,
-                budgets: &ctx.budgets,
-                in_flight: &ctx.in_flight,
+                budgets: &ctx.drains.budgets,
+                in_flight: &ctx.drains.in_flight,
                 ledger: &ledger,
                 notes: &notes,
                 maintenance: &self.name,
-                desks: &ctx.desks,
+                desks: &ctx.drains.desks,
             },
             pods,
             plan,
@@ -766,7 +771,12 @@ impl Pass {
     /// Records an event about the maintenance; a failure is only logged.
     pub async fn event(&self, type_: EventType, reason: &str, message: &str) {
         let nm = self.writer.current().await;
-        finish::log_err(self.ctx.recorder.record(&nm, type_, reason, message));
+        finish::log_err(
+            self.ctx
+                .writers
+                .recorder
+                .record(&nm, type_, reason, message),
+        );
     }
 }
 

@@ -7,18 +7,31 @@ pub(super) mod follow;
 pub mod leases;
 pub(crate) mod nodes;
 
+use std::sync::Arc;
+
 use tracing::Instrument;
 
 use super::Context;
 use crate::task::Owned;
+
+/// What the controller watches for admission.
+#[derive(Default)]
+pub(in crate::controller) struct Watched {
+    /// The nodes: admission's fleet.
+    pub nodes: Arc<nodes::Nodes>,
+    /// The medik8s node leases: who else holds a node.
+    pub leases: Arc<leases::Leases>,
+    /// Other tools' objects claiming nodes.
+    pub claims: Arc<claims::ToolClaims>,
+}
 
 /// Starts every watch the passes read, each in a span naming it; they end
 /// when the returned handles are dropped (with the controller's run).
 pub(super) fn start(ctx: &Context) -> [Owned<()>; 4] {
     let client = &ctx.client;
     let span = |of: &'static str| tracing::error_span!("watch", of);
-    let (budgets, nodes) = (ctx.budgets.clone(), ctx.nodes.clone());
-    let (leases, claims) = (ctx.lease_watch.clone(), ctx.tool_claims.clone());
+    let (budgets, nodes) = (ctx.drains.budgets.clone(), ctx.watched.nodes.clone());
+    let (leases, claims) = (ctx.watched.leases.clone(), ctx.watched.claims.clone());
     let namespace = ctx.settings.lease_namespace.clone();
     let again = ctx.settings.tool_api_recheck;
     let (b, n) = (client.clone(), client.clone());
