@@ -1,6 +1,7 @@
 //! The controller's context: its settings, clients and caches, shared by
 //! every reconcile, and how ready it is.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,7 +16,7 @@ use super::node::lease;
 use super::pass::events;
 use crate::crd::NodeMaintenance;
 use crate::error::Result;
-use crate::policy::PolicyStore;
+use crate::policy::{PolicyStore, Selected};
 
 /// How often a finished maintenance is looked at again (renewing the node
 /// lease well within its 3600 s).
@@ -199,6 +200,7 @@ impl Context {
         let slots = Arc::new(tokio::sync::Semaphore::new(usize::from(
             settings.max_concurrent.max(1),
         )));
+        let say_every = settings.waiting_update_interval;
         Arc::new(Context {
             slots,
             writers: Writers {
@@ -211,7 +213,7 @@ impl Context {
             settings,
             health: Health::default(),
             admission: Admission::default(),
-            memory: Memories::default(),
+            memory: Memories::new(say_every),
             drains: drain::Shared {
                 budgets: Arc::default(),
                 in_flight,
@@ -306,6 +308,51 @@ impl Context {
         }
     }
 
+    /// How many maintenances the controller remembers something about
+    /// (none once every maintenance it saw is gone).
+    pub fn remembered(&self) -> usize {
+        self.memory.len()
+    }
+
+    /// Forgets every maintenance the controller's cache no longer holds.
+    pub(super) fn forget_gone(&self) {
+        if !self.synced() {
+            return;
+        }
+        let present: HashSet<String> = self
+            .cached_maintenances()
+            .iter()
+            .filter_map(|nm| nm.uid())
+            .collect();
+        self.memory.retain(&present);
+    }
+
+    /// The policy that decides for `nm`: the one it started with, or, at
+    /// its first decision, the one the current set selects (its annotation,
+    /// a rule matching the node's labels, or the default), which is then
+    /// kept until the maintenance is deleted.
+    pub fn policy_for(
+        &self,
+        nm: &NodeMaintenance,
+        node: Option<&k8s_openapi::api::core::v1::Node>,
+    ) -> Result<Selected> {
+        self.memory.pinned_or(&nm.uid().unwrap_or_default(), || {
+            let selected = self
+                .policies
+                .current()
+                .select_for(nm, node.map(|n| n.labels()))?;
+            tracing::info!(
+                logger = "controller",
+                nodeMaintenance = %nm.name_any(),
+                policy = %selected.name,
+                digest = selected.policy.digest(),
+                chosen_by = %selected.why,
+                "policy selected"
+            );
+            Ok(selected)
+        })
+    }
+
     /// Stops the work in progress: every drain and wait ends (see
     /// [`Context::stopping`]).
     pub fn stop(&self) {
@@ -335,7 +382,7 @@ impl Context {
         *self.health.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.health.synced.store(false, Ordering::Relaxed);
         self.health.watch_ok.store(true, Ordering::Relaxed);
-        self.forget_all();
+        self.memory.forget_all();
     }
 
     /// Whether the controller's cache has synced.

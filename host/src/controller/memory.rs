@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
-use super::{Context, Next, is_admitted};
+use super::{Next, is_admitted};
 use crate::crd::NodeMaintenance;
 use crate::error::Result;
 use crate::policy::Selected;
@@ -72,10 +72,15 @@ fn parked_key(nm: &NodeMaintenance) -> String {
 }
 
 /// The memories of every maintenance, by uid.
-#[derive(Default)]
-pub(super) struct Memories(Mutex<HashMap<String, Memory>>);
+pub(super) struct Memories(Mutex<HashMap<String, Memory>>, Duration);
 
 impl Memories {
+    /// Nothing remembered yet; a reason is said at most once every
+    /// `say_every` ([`Settings::waiting_update_interval`](super::Settings::waiting_update_interval)).
+    pub(super) fn new(say_every: Duration) -> Self {
+        Memories(Mutex::default(), say_every)
+    }
+
     /// Runs `f` on the memory of `uid`, made empty if there was none.
     fn with<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
         let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,7 +98,7 @@ impl Memories {
     }
 
     /// Keeps only the memories of `uids`.
-    fn retain(&self, uids: &HashSet<String>) {
+    pub(super) fn retain(&self, uids: &HashSet<String>) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -105,41 +110,39 @@ impl Memories {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
-impl Context {
-    /// How many maintenances the controller remembers something about
-    /// (none once every maintenance it saw is gone).
-    pub fn remembered(&self) -> usize {
-        self.memory.len()
+impl Memories {
+    /// The policy pinned for the maintenance `uid`, or, at its first
+    /// decision, the one `choose` selects, pinned from then on.
+    pub(super) fn pinned_or(
+        &self,
+        uid: &str,
+        choose: impl FnOnce() -> Result<Selected>,
+    ) -> Result<Selected> {
+        self.with(uid, |m| {
+            if let Some(s) = &m.pin {
+                return Ok(s.clone());
+            }
+            let selected = choose()?;
+            m.pin = Some(selected.clone());
+            Ok(selected)
+        })
     }
 
     /// Forgets everything about a maintenance that is gone.
     pub(super) fn forget(&self, uid: &str) {
-        self.memory.remove(uid);
+        self.remove(uid);
     }
 
     /// Forgets every maintenance: what this process knew as leader may be
     /// stale by the time it leads again (another replica went on), so it
     /// starts as a restarted process would.
     pub(super) fn forget_all(&self) {
-        self.memory.clear();
-    }
-
-    /// Forgets every maintenance the controller's cache no longer holds.
-    pub(super) fn forget_gone(&self) {
-        if !self.synced() {
-            return;
-        }
-        let present: HashSet<String> = self
-            .cached_maintenances()
-            .iter()
-            .filter_map(|nm| nm.uid())
-            .collect();
-        self.memory.retain(&present);
+        self.clear();
     }
 
     /// Whether `nm` was admitted, by its status or by this process (whose
@@ -147,20 +150,19 @@ impl Context {
     pub fn admitted(&self, nm: &NodeMaintenance) -> bool {
         is_admitted(nm)
             || self
-                .memory
                 .existing(&nm.uid().unwrap_or_default(), |m| m.admitted_here)
                 .unwrap_or(false)
     }
 
     /// Records that this process admitted the maintenance `uid`.
     pub(crate) fn admitted_now(&self, uid: &str) {
-        self.memory.with(uid, |m| m.admitted_here = true);
+        self.with(uid, |m| m.admitted_here = true);
     }
 
     /// The maintenance starts over (its node changed): admitted again, its
     /// policy chosen again, its failures forgotten.
     pub(super) fn start_over(&self, uid: &str) {
-        self.memory.existing(uid, |m| {
+        self.existing(uid, |m| {
             m.admitted_here = false;
             m.pin = None;
             m.failures = 0;
@@ -173,21 +175,19 @@ impl Context {
     /// Whether the maintenance `uid` may hold surges: a plan of it surged
     /// a pod, or this process does not know (it restarted).
     pub(super) fn may_hold_surges(&self, uid: &str) -> bool {
-        self.memory
-            .existing(uid, |m| m.ledger.surged())
-            .unwrap_or(true)
+        self.existing(uid, |m| m.ledger.surged()).unwrap_or(true)
     }
 
     /// The ledger of the drain of `uid`.
     pub(super) fn ledger(&self, uid: &str) -> std::sync::Arc<super::drain::ledger::Ledger> {
-        self.memory.with(uid, |m| m.ledger.clone())
+        self.with(uid, |m| m.ledger.clone())
     }
 
     /// The policy parked `nm`: nothing is tried again until `recheck` (if
     /// any) or until it changes.
     pub(super) fn park(&self, nm: &NodeMaintenance, recheck: Option<Duration>) {
         let key = parked_key(nm);
-        self.memory.with(&nm.uid().unwrap_or_default(), |m| {
+        self.with(&nm.uid().unwrap_or_default(), |m| {
             m.parked = Some((key, recheck.map(|d| Instant::now() + d)));
         });
     }
@@ -197,79 +197,46 @@ impl Context {
     /// changed, or whose recheck is due, is unparked here.
     pub(super) fn still_parked(&self, nm: &NodeMaintenance) -> Option<Option<Duration>> {
         let key = parked_key(nm);
-        self.memory
-            .existing(&nm.uid().unwrap_or_default(), |m| {
-                let (was, until) = m.parked.clone()?;
-                let now = Instant::now();
-                if was != key || until.is_some_and(|u| u <= now) {
-                    m.parked = None;
-                    return None;
-                }
-                Some(until.map(|u| u - now))
-            })
-            .flatten()
+        self.existing(&nm.uid().unwrap_or_default(), |m| {
+            let (was, until) = m.parked.clone()?;
+            let now = Instant::now();
+            if was != key || until.is_some_and(|u| u <= now) {
+                m.parked = None;
+                return None;
+            }
+            Some(until.map(|u| u - now))
+        })
+        .flatten()
     }
 
     /// Whether the policy said to wait, with no `recheck-after`, in a
     /// fleet with this `fingerprint` (see `fleet::Around::fingerprint`).
     pub(super) fn waits_on(&self, uid: &str, fingerprint: u64) -> bool {
-        self.memory
-            .existing(uid, |m| m.waiting_on == Some(fingerprint))
+        self.existing(uid, |m| m.waiting_on == Some(fingerprint))
             .unwrap_or(false)
     }
 
     /// The policy said to wait: until the fleet changes from `fingerprint`
     /// (`None`: it gave a time to ask again, or the maintenance goes on).
     pub(super) fn wait_on(&self, uid: &str, fingerprint: Option<u64>) {
-        self.memory.with(uid, |m| m.waiting_on = fingerprint);
+        self.with(uid, |m| m.waiting_on = fingerprint);
     }
 
     /// The next pass of `uid` looks, whatever woke it.
     pub(super) fn force(&self, uid: &str) {
-        self.memory.with(uid, |m| m.forced = true);
+        self.with(uid, |m| m.forced = true);
     }
 
     /// Whether the pass starting now was forced (and clears it).
     pub(super) fn take_forced(&self, uid: &str) -> bool {
-        self.memory
-            .existing(uid, |m| std::mem::take(&mut m.forced))
+        self.existing(uid, |m| std::mem::take(&mut m.forced))
             .unwrap_or(false)
-    }
-
-    /// The policy that decides for `nm`: the one it started with, or, at
-    /// its first decision, the one the current set selects (its annotation,
-    /// a rule matching the node's labels, or the default), which is then
-    /// kept until the maintenance is deleted.
-    pub fn policy_for(
-        &self,
-        nm: &NodeMaintenance,
-        node: Option<&k8s_openapi::api::core::v1::Node>,
-    ) -> Result<Selected> {
-        self.memory.with(&nm.uid().unwrap_or_default(), |m| {
-            if let Some(s) = &m.pin {
-                return Ok(s.clone());
-            }
-            let selected = self
-                .policies
-                .current()
-                .select_for(nm, node.map(|n| n.labels()))?;
-            tracing::info!(
-                logger = "controller",
-                nodeMaintenance = %nm.name_any(),
-                policy = %selected.name,
-                digest = selected.policy.digest(),
-                chosen_by = %selected.why,
-                "policy selected"
-            );
-            m.pin = Some(selected.clone());
-            Ok(selected)
-        })
     }
 
     /// Remembers that our write gave the maintenance `uid` the
     /// resourceVersion `rv`.
     pub(super) fn own_write(&self, uid: &str, rv: String) {
-        self.memory.with(uid, |m| {
+        self.with(uid, |m| {
             m.own_versions.push_back(rv);
             while m.own_versions.len() > OWN_WRITES_KEPT {
                 m.own_versions.pop_front();
@@ -282,26 +249,24 @@ impl Context {
     /// left of its wait). `None`: a pass has work to do.
     pub(super) fn after_own_write(&self, uid: &str, rv: Option<&str>) -> Option<Next> {
         let rv = rv?;
-        self.memory
-            .existing(uid, |m| {
-                if !m.own_versions.iter().any(|v| v == rv) {
-                    return None;
-                }
-                let (since, next) = m.next?;
-                next.left(since)
-            })
-            .flatten()
+        self.existing(uid, |m| {
+            if !m.own_versions.iter().any(|v| v == rv) {
+                return None;
+            }
+            let (since, next) = m.next?;
+            next.left(since)
+        })
+        .flatten()
     }
 
     /// A pass starts: the last one's wish no longer stands.
     pub(super) fn forget_next(&self, uid: &str) {
-        self.memory.existing(uid, |m| m.next = None);
+        self.existing(uid, |m| m.next = None);
     }
 
     /// A pass ended wanting `next`.
     pub(super) fn remember_next(&self, uid: &str, next: Next) {
-        self.memory
-            .with(uid, |m| m.next = Some((Instant::now(), next)));
+        self.with(uid, |m| m.next = Some((Instant::now(), next)));
     }
 
     /// Whether a waiting or parked maintenance's new reason may be written
@@ -317,8 +282,8 @@ impl Context {
     /// [`Settings::waiting_update_interval`](super::Settings::waiting_update_interval),
     /// whatever the policy's words are this time.
     pub(super) fn may_say(&self, uid: &str, reason: &'static str, subject: &str) -> bool {
-        let interval = self.settings.waiting_update_interval;
-        self.memory.with(uid, |m| {
+        let interval = self.1;
+        self.with(uid, |m| {
             let now = Instant::now();
             m.said.retain(|_, at| now.duration_since(*at) < interval);
             match m.said.entry((reason, subject.to_owned())) {
@@ -333,7 +298,7 @@ impl Context {
 
     /// Counts a failure; returns how many in a row.
     pub(super) fn failed(&self, uid: &str) -> u32 {
-        self.memory.with(uid, |m| {
+        self.with(uid, |m| {
             m.failures = m.failures.saturating_add(1);
             m.failures
         })
@@ -341,12 +306,12 @@ impl Context {
 
     /// How many failures in a row so far.
     pub(super) fn failures(&self, uid: &str) -> u32 {
-        self.memory.existing(uid, |m| m.failures).unwrap_or(0)
+        self.existing(uid, |m| m.failures).unwrap_or(0)
     }
 
     /// An attempt succeeded: its failures and any hold are forgotten.
     pub(super) fn succeeded(&self, uid: &str) {
-        self.memory.existing(uid, |m| {
+        self.existing(uid, |m| {
             m.failures = 0;
             m.retry_at = None;
         });
@@ -354,21 +319,19 @@ impl Context {
 
     /// Holds the maintenance's next attempt until `delay` from now.
     pub(super) fn hold(&self, uid: &str, delay: Duration) {
-        self.memory
-            .with(uid, |m| m.retry_at = Some(Instant::now() + delay));
+        self.with(uid, |m| m.retry_at = Some(Instant::now() + delay));
     }
 
     /// How long the maintenance's next attempt is still held, if it is.
     pub(super) fn held(&self, uid: &str) -> Option<Duration> {
-        self.memory
-            .existing(uid, |m| {
-                let left = m.retry_at?.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    m.retry_at = None;
-                    return None;
-                }
-                Some(left)
-            })
-            .flatten()
+        self.existing(uid, |m| {
+            let left = m.retry_at?.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                m.retry_at = None;
+                return None;
+            }
+            Some(left)
+        })
+        .flatten()
     }
 }

@@ -48,7 +48,7 @@ pub(super) async fn sweep(ctx: &Context, requeue: &Requeue) -> Result<Vec<String
         finish::stop_maintenance(ctx, &node).await?;
         for nm in wanting(ctx, &node).await? {
             tracing::warn!(logger = "controller", nodeName = %node, nodeMaintenance = %nm.name_any(), "a maintenance of the node appeared while it was restored; marking it again");
-            ctx.force(&nm.uid().unwrap_or_default());
+            ctx.memory.force(&nm.uid().unwrap_or_default());
             let _ = requeue.unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(&nm));
         }
         restored.push(node);

@@ -175,7 +175,7 @@ fn recheck_waiting(
         // The pass must look, though the object is at our own last write
         // (and though a pass of it may be running now and remember a wait
         // when it ends).
-        ctx.force(&nm.uid().unwrap_or_default());
+        ctx.memory.force(&nm.uid().unwrap_or_default());
         let _ = tx.unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(&*nm));
     }
 }
@@ -294,7 +294,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                 }
                 if let watcher::Event::Delete(nm) = e {
                     // Gone from the API: nothing of it is kept.
-                    ctx.forget(&nm.uid().unwrap_or_default());
+                    ctx.memory.forget(&nm.uid().unwrap_or_default());
                 }
                 let newest = match e {
                     watcher::Event::Apply(nm)

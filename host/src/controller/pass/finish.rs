@@ -51,7 +51,7 @@ pub(in crate::controller) async fn succeeded(pass: &Pass) -> Result<Next> {
         let (reason, message) = reasons::SUCCEEDED;
         pass.event(EventType::Normal, reason, message).await;
     }
-    pass.ctx.succeeded(&pass.uid);
+    pass.ctx.memory.succeeded(&pass.uid);
     tracing::info!(
         logger = "controller",
         "Maintenance was completed - all pods were evicted"
@@ -74,7 +74,7 @@ pub(in crate::controller) async fn drain_incomplete(pass: &Pass, outcome: Outcom
     // the same pods left with the same error renews it at most once per
     // interval, however soon the policy retries (the throttle every
     // reason a policy gives shares).
-    let renew = pass.ctx.may_say(&pass.uid, "a failed attempt", "");
+    let renew = pass.ctx.memory.may_say(&pass.uid, "a failed attempt", "");
     pass.writer
         .update(|s| {
             let before = s.clone();
@@ -110,7 +110,7 @@ pub(in crate::controller) async fn failed(
     failure: Failure,
     last_error: String,
 ) -> Result<Next> {
-    let attempt = pass.ctx.failed(&pass.uid);
+    let attempt = pass.ctx.memory.failed(&pass.uid);
     let verdict = match on_failure(pass, failure.clone(), attempt).await {
         Ok(v) => v,
         Err(e) => return policy_failed(pass, e).await,
@@ -132,7 +132,7 @@ pub(in crate::controller) async fn failed(
             recheck_after,
         } => return park(pass, reason, recheck_after, last_error).await,
     };
-    pass.ctx.hold(&pass.uid, delay);
+    pass.ctx.memory.hold(&pass.uid, delay);
     pass.writer
         .update(|s| {
             s.last_error = Some(last_error.clone());
@@ -163,10 +163,12 @@ async fn park(
     // status and the event stream. The first park is always said.
     let was = pass.writer.current().await.status.and_then(|s| s.parked);
     let reason = match &was {
-        Some(p) if p.reason != reason && !pass.ctx.may_write_reason(&pass.uid) => p.reason.clone(),
+        Some(p) if p.reason != reason && !pass.ctx.memory.may_write_reason(&pass.uid) => {
+            p.reason.clone()
+        }
         Some(_) => reason,
         None => {
-            pass.ctx.may_write_reason(&pass.uid);
+            pass.ctx.memory.may_write_reason(&pass.uid);
             reason
         }
     };
@@ -188,7 +190,7 @@ async fn park(
         })
         .await?;
     let nm = pass.writer.current().await;
-    pass.ctx.park(&nm, recheck_after);
+    pass.ctx.memory.park(&nm, recheck_after);
     if old.parked.as_ref().map(|p| &p.reason) != Some(&reason) {
         pass.event(EventType::Warning, reasons::PARKED, &reason)
             .await;
@@ -314,7 +316,7 @@ pub(in crate::controller) async fn deleted(
             .recorder
             .record(nm, EventType::Normal, reason, message),
     );
-    ctx.forget(&nm.uid().unwrap_or_default());
+    ctx.memory.forget(&nm.uid().unwrap_or_default());
     Ok(Next::Change)
 }
 
@@ -324,7 +326,7 @@ pub(in crate::controller) async fn release_surges(
     ctx: &Context,
     nm: &NodeMaintenance,
 ) -> Result<()> {
-    if !ctx.may_hold_surges(&nm.uid().unwrap_or_default()) {
+    if !ctx.memory.may_hold_surges(&nm.uid().unwrap_or_default()) {
         return Ok(());
     }
     match crate::controller::drain::surge::release(&ctx.client, &nm.name_any()).await {

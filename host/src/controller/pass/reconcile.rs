@@ -59,12 +59,16 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
     }
     // Woken by our own write: nothing changed that we did not do (unless
     // a place freed for this waiting maintenance).
-    let forced = ctx.take_forced(&uid);
-    if !forced && let Some(next) = ctx.after_own_write(&uid, nm.resource_version().as_deref()) {
+    let forced = ctx.memory.take_forced(&uid);
+    if !forced
+        && let Some(next) = ctx
+            .memory
+            .after_own_write(&uid, nm.resource_version().as_deref())
+    {
         tracing::debug!(logger = "controller", "our own write; nothing to do");
         return Ok(next);
     }
-    ctx.forget_next(&uid);
+    ctx.memory.forget_next(&uid);
     // The Go operator's line for every reconcile that does something.
     tracing::info!(logger = "controller", "Reconciling NodeMaintenance");
     let pass = Pass {
@@ -75,7 +79,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
         ctx: ctx.clone(),
     };
     let next = pass.run(slot).await?;
-    ctx.remember_next(&uid, next);
+    ctx.memory.remember_next(&uid, next);
     Ok(next)
 }
 
@@ -84,16 +88,16 @@ impl Pass {
         self.follow_node_move().await?;
         // A failed attempt waits as its verdict said, whatever woke us: no
         // request, no policy call until then.
-        if let Some(left) = self.ctx.held(&self.uid) {
+        if let Some(left) = self.ctx.memory.held(&self.uid) {
             tracing::debug!(logger = "controller", wait = %crate::text::duration(left), "waiting before the next attempt");
             return Ok(Next::After(left));
         }
         // Parked by its policy: nothing until it changes or its recheck.
-        if let Some(left) = self.ctx.still_parked(&self.writer.current().await) {
+        if let Some(left) = self.ctx.memory.still_parked(&self.writer.current().await) {
             tracing::debug!(logger = "controller", recheck = %left.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "parked");
             return Ok(left.map_or(Next::Change, Next::After));
         }
-        let admitted = self.ctx.admitted(&self.writer.current().await);
+        let admitted = self.ctx.memory.admitted(&self.writer.current().await);
         let node = self.node_for(admitted).await?;
         let began = self.ensure_metadata(node.as_ref()).await?;
         let Some(node) = node else {
@@ -204,7 +208,7 @@ impl Pass {
         self.writer.start_over().await?;
         // On its new node the maintenance is admitted again, its policy
         // chosen again, its failures forgotten.
-        self.ctx.start_over(&self.uid);
+        self.ctx.memory.start_over(&self.uid);
         tracing::warn!(logger = "controller", from = %moved_from.join(", "), to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
         let message = format!(
             "spec.nodeName changed from {} to {}: node {} restored, the maintenance starts over on {}",
@@ -242,7 +246,7 @@ impl Pass {
         let all = self.ctx.cached_maintenances();
         let mut around =
             crate::fleet::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
-                self.ctx.admitted(o)
+                self.ctx.memory.admitted(o)
             });
         around.fleet.lease_holders = Arc::new(self.ctx.watched.leases.holders(&around.fleet.nodes));
         around.fleet.tool_claims = Arc::new(self.ctx.watched.claims.by_node());
@@ -255,7 +259,7 @@ impl Pass {
         // maintenances would otherwise each be decided every recheck).
         let now_ms = u64::try_from(now().0.as_millisecond()).unwrap_or(0);
         let fingerprint = around.fingerprint(&selected.policy, &nm, now_ms);
-        if self.ctx.waits_on(&self.uid, fingerprint) {
+        if self.ctx.memory.waits_on(&self.uid, fingerprint) {
             return Ok(Some(Next::After(self.ctx.settings.admission_recheck)));
         }
         let record = self.record().await;
@@ -277,7 +281,7 @@ impl Pass {
         // it whether or not the cache has our write yet: the write need not
         // hold the others back.
         if matches!(answer, Ok(Admission::Admit)) {
-            self.ctx.admitted_now(&self.uid);
+            self.ctx.memory.admitted_now(&self.uid);
         }
         // Only a wait with no time to ask again stands while the fleet
         // keeps this fingerprint; any other answer (an error too) is asked
@@ -289,7 +293,9 @@ impl Pass {
                 ..
             })
         );
-        self.ctx.wait_on(&self.uid, stands.then_some(fingerprint));
+        self.ctx
+            .memory
+            .wait_on(&self.uid, stands.then_some(fingerprint));
         drop(one_at_a_time);
         let was_waiting = nm.status.as_ref().and_then(|s| s.waiting.clone());
         match answer {
@@ -336,7 +342,7 @@ impl Pass {
         if was.as_ref().is_some_and(|w| w.reason == reason) {
             return Ok(());
         }
-        if !self.ctx.may_write_reason(&self.uid) {
+        if !self.ctx.memory.may_write_reason(&self.uid) {
             tracing::debug!(logger = "controller", reason = %reason, "the waiting reason changed again; written later");
             return Ok(());
         }
@@ -434,7 +440,7 @@ impl Pass {
         if !adding_finalizer {
             return Ok(Began::Before);
         }
-        if self.ctx.admitted(&self.writer.current().await) {
+        if self.ctx.memory.admitted(&self.writer.current().await) {
             self.begin().await;
             return Ok(Began::Before);
         }
@@ -559,7 +565,7 @@ impl Pass {
         let record = self.record().await;
         let policy = selected.policy.clone();
         let node = node.clone();
-        let ledger = self.ctx.ledger(&self.uid);
+        let ledger = self.ctx.memory.ledger(&self.uid);
         let history = ledger.history(record.now_ms);
         let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap_or_default()).collect();
         let now_ms = record.now_ms;
@@ -582,7 +588,7 @@ impl Pass {
     /// The maintenance as the policy sees it.
     pub async fn record(&self) -> types::Maintenance {
         let nm = self.writer.current().await;
-        let attempt = self.ctx.failures(&self.uid).saturating_add(1);
+        let attempt = self.ctx.memory.failures(&self.uid).saturating_add(1);
         crate::policy::convert::maintenance(&nm, attempt, k8s_openapi::jiff::Timestamp::now())
     }
 
@@ -665,7 +671,7 @@ impl Pass {
                     // that never finishes terminating, deleted again at
                     // every attempt) says so once an interval.
                     let subject = note.subject();
-                    if !ctx.may_say(&uid, reason, &subject) {
+                    if !ctx.memory.may_say(&uid, reason, &subject) {
                         tracing::debug!(logger = "controller", reason, subject = %subject, "said within the interval already; not said again");
                         continue;
                     }
@@ -673,7 +679,7 @@ impl Pass {
                 }
             })
         };
-        let ledger = ctx.ledger(&self.uid);
+        let ledger = ctx.memory.ledger(&self.uid);
         // The attempt's lines (and its removals', surges', handshakes')
         // carry it, inside the pass's maintenance and node.
         let span = tracing::error_span!(

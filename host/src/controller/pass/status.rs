@@ -270,7 +270,7 @@ impl Writer {
     }
 
     fn wrote(&self, state: &mut State, updated: NodeMaintenance) {
-        self.ctx.own_write(
+        self.ctx.memory.own_write(
             &updated.uid().unwrap_or_default(),
             updated.resource_version().unwrap_or_default(),
         );
