@@ -80,48 +80,57 @@ fn timestamp(secs: i64) -> Time {
     Time(Timestamp::from_second(secs).expect("valid timestamp"))
 }
 
+/// A pod's name, owners and the labels its owner gives it, by kind.
+fn identity(
+    kind: PodKind,
+    app: &str,
+    index: usize,
+    node: &str,
+) -> (String, Vec<OwnerReference>, Vec<(&'static str, String)>) {
+    let hash = format!("{:x}", fnv(app) % 0xfffff);
+    match kind {
+        PodKind::Deployment | PodKind::EmptyDir | PodKind::Terminating => (
+            format!("{app}-{hash}-{index:05}"),
+            vec![owner("apps/v1", "ReplicaSet", &format!("{app}-{hash}"))],
+            vec![("pod-template-hash", hash.clone())],
+        ),
+        PodKind::StatefulSet => (
+            format!("{app}-{index}"),
+            vec![owner("apps/v1", "StatefulSet", app)],
+            vec![
+                (
+                    "statefulset.kubernetes.io/pod-name",
+                    format!("{app}-{index}"),
+                ),
+                ("controller-revision-hash", format!("{app}-{hash}")),
+            ],
+        ),
+        PodKind::DaemonSet => (
+            format!("{app}-{hash}{index}"),
+            vec![owner("apps/v1", "DaemonSet", app)],
+            vec![("controller-revision-hash", hash.clone())],
+        ),
+        PodKind::Job | PodKind::CompletedJob => (
+            format!("{app}-{index}-{hash}"),
+            vec![owner("batch/v1", "Job", &format!("{app}-{index}"))],
+            vec![("batch.kubernetes.io/job-name", format!("{app}-{index}"))],
+        ),
+        PodKind::Bare => (format!("{app}-{index}"), Vec::new(), Vec::new()),
+        PodKind::Mirror => (
+            format!("{app}-{node}"),
+            vec![OwnerReference {
+                controller: Some(true),
+                block_owner_deletion: None,
+                ..owner("v1", "Node", node)
+            }],
+            vec![("tier", "control-plane".into())],
+        ),
+    }
+}
+
 /// A pod of `kind` named after `app` and `index`, bound to `node`.
 pub fn pod(kind: PodKind, namespace: &str, app: &str, index: usize, node: &str) -> Pod {
-    let hash = format!("{:x}", fnv(app) % 0xfffff);
-    let (name, owners, extra_labels): (String, Vec<OwnerReference>, Vec<(&str, String)>) =
-        match kind {
-            PodKind::Deployment | PodKind::EmptyDir | PodKind::Terminating => (
-                format!("{app}-{hash}-{index:05}"),
-                vec![owner("apps/v1", "ReplicaSet", &format!("{app}-{hash}"))],
-                vec![("pod-template-hash", hash.clone())],
-            ),
-            PodKind::StatefulSet => (
-                format!("{app}-{index}"),
-                vec![owner("apps/v1", "StatefulSet", app)],
-                vec![
-                    (
-                        "statefulset.kubernetes.io/pod-name",
-                        format!("{app}-{index}"),
-                    ),
-                    ("controller-revision-hash", format!("{app}-{hash}")),
-                ],
-            ),
-            PodKind::DaemonSet => (
-                format!("{app}-{hash}{index}"),
-                vec![owner("apps/v1", "DaemonSet", app)],
-                vec![("controller-revision-hash", hash.clone())],
-            ),
-            PodKind::Job | PodKind::CompletedJob => (
-                format!("{app}-{index}-{hash}"),
-                vec![owner("batch/v1", "Job", &format!("{app}-{index}"))],
-                vec![("batch.kubernetes.io/job-name", format!("{app}-{index}"))],
-            ),
-            PodKind::Bare => (format!("{app}-{index}"), Vec::new(), Vec::new()),
-            PodKind::Mirror => (
-                format!("{app}-{node}"),
-                vec![OwnerReference {
-                    controller: Some(true),
-                    block_owner_deletion: None,
-                    ..owner("v1", "Node", node)
-                }],
-                vec![("tier", "control-plane".into())],
-            ),
-        };
+    let (name, owners, extra_labels) = identity(kind, app, index, node);
     let mut all_labels = labels(&[
         ("app", app),
         ("app.kubernetes.io/name", app),

@@ -360,115 +360,15 @@ fn typed(mut v: Value, api_version: &str, kind: &str) -> Value {
 
 impl Scenario {
     fn from_raw(raw: RawScenario, source: String) -> std::result::Result<Self, String> {
-        let nm = raw.maintenance.unwrap_or_else(|| json!({}));
-        let mut nm = typed(nm, "nodemaintenance.medik8s.io/v1beta1", "NodeMaintenance");
-        let node_name = raw
-            .node
-            .as_ref()
-            .and_then(|n| n["metadata"]["name"].as_str())
-            .unwrap_or("node-1")
-            .to_owned();
-        {
-            let o = nm
-                .as_object_mut()
-                .ok_or("maintenance: expected an object")?;
-            let meta = o.entry("metadata").or_insert_with(|| json!({}));
-            if meta.get("name").is_none() {
-                meta["name"] = json!("scenario");
-            }
-            let spec = o.entry("spec").or_insert_with(|| json!({}));
-            if spec.get("nodeName").is_none() {
-                spec["nodeName"] = json!(node_name);
-            }
-        }
-        let maintenance: NodeMaintenance =
-            serde_json::from_value(nm).map_err(|e| format!("maintenance: {e}"))?;
-        let node = raw.node.unwrap_or_else(|| {
-            json!({"metadata": {"name": maintenance.spec.node_name}, "spec": {"unschedulable": true}})
-        });
-        let node: core::Node =
-            serde_json::from_value(typed(node, "v1", "Node")).map_err(|e| format!("node: {e}"))?;
-        let items = match raw.pods {
-            Value::Null => Vec::new(),
-            Value::Array(a) => a,
-            Value::Object(mut o) => match o.remove("items") {
-                Some(Value::Array(a)) => a,
-                _ => return Err("pods: expected a list of Pods or a `kind: List`".into()),
-            },
-            _ => return Err("pods: expected a list of Pods or a `kind: List`".into()),
-        };
-        let pods = items
-            .into_iter()
-            .enumerate()
-            .map(|(i, p)| {
-                let mut p = typed(p, "v1", "Pod");
-                if p["metadata"]["namespace"].is_null() && p["metadata"].is_object() {
-                    p["metadata"]["namespace"] = json!("default");
-                }
-                serde_json::from_value::<core::Pod>(p).map_err(|e| format!("pods[{i}]: {e}"))
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()?;
-        let failure = match raw.failure {
-            None => None,
-            Some(v) => Some(
-                match serde_json::from_value::<RawFailure>(v)
-                    .map_err(|e| format!("failure: {e}"))?
-                {
-                    RawFailure::NodeNotFound => Failure::NodeNotFound,
-                    RawFailure::LeaseHeld(h) => Failure::LeaseHeld(h),
-                    RawFailure::LeaseError(m) => Failure::LeaseError(m),
-                    RawFailure::ApiError(m) => Failure::ApiError(m),
-                    RawFailure::VolumesAttached(v) => Failure::VolumesAttached(v),
-                    RawFailure::DrainIncomplete(r) => Failure::DrainIncomplete(DrainReport {
-                        pending: r.pending.iter().map(|k| pod_ref(k)).collect(),
-                        pdb_blocked: r.pdb_blocked.iter().map(|k| pod_ref(k)).collect(),
-                        blocked: r.blocked.iter().map(|k| pod_ref(k)).collect(),
-                        waited: r.waited.iter().map(|k| pod_ref(k)).collect(),
-                        timed_out: r.timed_out,
-                        message: r.message,
-                    }),
-                },
-            ),
-        };
-        let e = &raw.expect;
-        let plan_expected = !e.decisions.is_empty()
-            || e.attempt_timeout_ms.is_some()
-            || e.max_concurrent_evictions.is_some();
-        if failure.is_some() && plan_expected {
-            return Err("expect: a scenario with a failure gets a verdict, not decisions".into());
-        }
-        if failure.is_none() && e.verdict.is_some() {
-            return Err("expect: a verdict needs a `failure` to answer".into());
-        }
-        if raw.fleet.is_some() && (failure.is_some() || plan_expected) {
-            return Err(
-                "a scenario with a fleet asks admit: expect an admission, not decisions or a \
-                 verdict"
-                    .into(),
-            );
-        }
-        for (pod, want) in &e.decisions {
-            expectation(want).map_err(|why| format!("expect.decisions.{pod}: {why}"))?;
-        }
-        if raw.fleet.is_none() && e.admission.is_some() {
-            return Err("expect: an admission needs a `fleet` to decide in".into());
-        }
-        if !plan_expected && e.verdict.is_none() && e.admission.is_none() && e.error.is_none() {
-            return Err("expect: nothing to check (decisions, verdict, admission or error)".into());
-        }
+        let (maintenance, node) = scenario_maintenance(raw.maintenance, raw.node)?;
+        let pods = scenario_pods(raw.pods)?;
+        let failure = raw.failure.map(scenario_failure).transpose()?;
+        check_expectations(&raw.expect, failure.is_some(), raw.fleet.is_some())?;
         let fleet = match raw.fleet {
             None => None,
             Some(f) => Some(scenario_fleet(f, &node)?),
         };
-        let mut settings = BTreeMap::new();
-        for (k, v) in &raw.settings {
-            let text = match v {
-                Value::String(s) => s.clone(),
-                Value::Number(_) | Value::Bool(_) => v.to_string(),
-                _ => return Err(format!("settings: {k} must be a string, number or boolean")),
-            };
-            settings.insert(k.clone(), text);
-        }
+        let settings = scenario_settings(&raw.settings)?;
         let elapsed_ms = match &raw.elapsed {
             None => 0,
             Some(v) => duration_ms(v).map_err(|e| format!("elapsed: {e}"))?,
@@ -500,6 +400,141 @@ impl Scenario {
             expect: raw.expect,
         })
     }
+}
+
+/// The scenario's maintenance and node, each completed as a user leaves
+/// them out: a maintenance `scenario` of the node, a node `node-1` that
+/// is cordoned.
+fn scenario_maintenance(
+    maintenance: Option<Value>,
+    node_given: Option<Value>,
+) -> std::result::Result<(NodeMaintenance, core::Node), String> {
+    let nm = maintenance.unwrap_or_else(|| json!({}));
+    let mut nm = typed(nm, "nodemaintenance.medik8s.io/v1beta1", "NodeMaintenance");
+    let node_name = node_given
+        .as_ref()
+        .and_then(|n| n["metadata"]["name"].as_str())
+        .unwrap_or("node-1")
+        .to_owned();
+    {
+        let o = nm
+            .as_object_mut()
+            .ok_or("maintenance: expected an object")?;
+        let meta = o.entry("metadata").or_insert_with(|| json!({}));
+        if meta.get("name").is_none() {
+            meta["name"] = json!("scenario");
+        }
+        let spec = o.entry("spec").or_insert_with(|| json!({}));
+        if spec.get("nodeName").is_none() {
+            spec["nodeName"] = json!(node_name);
+        }
+    }
+    let maintenance: NodeMaintenance =
+        serde_json::from_value(nm).map_err(|e| format!("maintenance: {e}"))?;
+    let node = node_given.unwrap_or_else(|| {
+        json!({"metadata": {"name": maintenance.spec.node_name}, "spec": {"unschedulable": true}})
+    });
+    let node: core::Node =
+        serde_json::from_value(typed(node, "v1", "Node")).map_err(|e| format!("node: {e}"))?;
+    Ok((maintenance, node))
+}
+
+/// The scenario's `pods`: a list, or a `kind: List` (as kubectl prints
+/// them), in `default` when they name no namespace.
+fn scenario_pods(pods: Value) -> std::result::Result<Vec<core::Pod>, String> {
+    let items = match pods {
+        Value::Null => Vec::new(),
+        Value::Array(a) => a,
+        Value::Object(mut o) => match o.remove("items") {
+            Some(Value::Array(a)) => a,
+            _ => return Err("pods: expected a list of Pods or a `kind: List`".into()),
+        },
+        _ => return Err("pods: expected a list of Pods or a `kind: List`".into()),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut p = typed(p, "v1", "Pod");
+            if p["metadata"]["namespace"].is_null() && p["metadata"].is_object() {
+                p["metadata"]["namespace"] = json!("default");
+            }
+            serde_json::from_value::<core::Pod>(p).map_err(|e| format!("pods[{i}]: {e}"))
+        })
+        .collect()
+}
+
+/// The scenario's `failure`, as `on-failure` is given it.
+fn scenario_failure(v: Value) -> std::result::Result<Failure, String> {
+    let refs = |keys: &[String]| keys.iter().map(|k| pod_ref(k)).collect();
+    Ok(
+        match serde_json::from_value::<RawFailure>(v).map_err(|e| format!("failure: {e}"))? {
+            RawFailure::NodeNotFound => Failure::NodeNotFound,
+            RawFailure::LeaseHeld(h) => Failure::LeaseHeld(h),
+            RawFailure::LeaseError(m) => Failure::LeaseError(m),
+            RawFailure::ApiError(m) => Failure::ApiError(m),
+            RawFailure::VolumesAttached(v) => Failure::VolumesAttached(v),
+            RawFailure::DrainIncomplete(r) => Failure::DrainIncomplete(DrainReport {
+                pending: refs(&r.pending),
+                pdb_blocked: refs(&r.pdb_blocked),
+                blocked: refs(&r.blocked),
+                waited: refs(&r.waited),
+                timed_out: r.timed_out,
+                message: r.message,
+            }),
+        },
+    )
+}
+
+/// The scenario's `expect` fits what it gives: decisions for a plan, a
+/// verdict for a failure, an admission for a fleet, and something to check.
+fn check_expectations(
+    e: &Expect,
+    has_failure: bool,
+    has_fleet: bool,
+) -> std::result::Result<(), String> {
+    let plan_expected = !e.decisions.is_empty()
+        || e.attempt_timeout_ms.is_some()
+        || e.max_concurrent_evictions.is_some();
+    if has_failure && plan_expected {
+        return Err("expect: a scenario with a failure gets a verdict, not decisions".into());
+    }
+    if !has_failure && e.verdict.is_some() {
+        return Err("expect: a verdict needs a `failure` to answer".into());
+    }
+    if has_fleet && (has_failure || plan_expected) {
+        return Err(
+            "a scenario with a fleet asks admit: expect an admission, not decisions or a \
+             verdict"
+                .into(),
+        );
+    }
+    for (pod, want) in &e.decisions {
+        expectation(want).map_err(|why| format!("expect.decisions.{pod}: {why}"))?;
+    }
+    if !has_fleet && e.admission.is_some() {
+        return Err("expect: an admission needs a `fleet` to decide in".into());
+    }
+    if !plan_expected && e.verdict.is_none() && e.admission.is_none() && e.error.is_none() {
+        return Err("expect: nothing to check (decisions, verdict, admission or error)".into());
+    }
+    Ok(())
+}
+
+/// The scenario's `settings`, as text (numbers and booleans as written).
+fn scenario_settings(
+    given: &BTreeMap<String, Value>,
+) -> std::result::Result<BTreeMap<String, String>, String> {
+    let mut settings = BTreeMap::new();
+    for (k, v) in given {
+        let text = match v {
+            Value::String(s) => s.clone(),
+            Value::Number(_) | Value::Bool(_) => v.to_string(),
+            _ => return Err(format!("settings: {k} must be a string, number or boolean")),
+        };
+        settings.insert(k.clone(), text);
+    }
+    Ok(settings)
 }
 
 /// The scenario's `workloads` (Deployments, ReplicaSets, StatefulSets,

@@ -41,26 +41,9 @@ pub fn check_name(name: &str) -> Result<()> {
     }
 }
 
-/// The files of a new policy crate, by path relative to its directory.
-pub fn files(name: &str) -> Result<Vec<(PathBuf, String)>> {
-    check_name(name)?;
-    let file_stem = name.replace('-', "_");
-    let sdk_lib = SDK_LIB.replace(REPO_WIT_PATH, CRATE_WIT_PATH);
-    if sdk_lib == SDK_LIB {
-        return Err(Error::Scaffold(
-            "the embedded SDK no longer names its WIT path; rebuild nmo".into(),
-        ));
-    }
-    let type_name: String = name
-        .split('-')
-        .map(|w| {
-            let mut c = w.chars();
-            c.next()
-                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect();
-    let cargo_toml = format!(
+/// The policy crate's Cargo.toml.
+fn cargo_toml(name: &str) -> String {
+    format!(
         r#"[package]
 name = "{name}"
 version = "0.1.0"
@@ -82,8 +65,12 @@ strip = true
 # A workspace of its own: the crate builds wherever it is put.
 [workspace]
 "#
-    );
-    let sdk_toml = format!(
+    )
+}
+
+/// The SDK copy's Cargo.toml.
+fn sdk_toml() -> String {
+    format!(
         r#"[package]
 name = "nmo-policy-sdk"
 description = "Write nmo drain policies in Rust (the copy `nmo policy new` wrote, matching that nmo)"
@@ -100,8 +87,13 @@ bump-allocator = []
 {WIT_BINDGEN}
 "#,
         version = env!("CARGO_PKG_VERSION"),
-    );
-    let lib = format!(
+    )
+}
+
+/// The policy's source: the default's decisions, and a surge for a
+/// single-replica Deployment's pod.
+fn lib_rs(name: &str, type_name: &str) -> String {
+    format!(
         r#"//! The `{name}` drain policy.
 //!
 //! It starts as the Go Node Maintenance Operator's rules (the SDK's
@@ -172,50 +164,12 @@ mod tests {{
     }}
 }}
 "#
-    );
-    let scenario = r#"# Scenarios for `nmo policy test`: a maintenance, a node and pods as
-# `kubectl get pods -o yaml` prints them (or `podsFrom: pods.yaml`, the
-# saved output as is), and what the policy must answer. One per document.
-name: a ReplicaSet pod is evicted, a DaemonSet pod stays
-pods:
-  - metadata:
-      name: web-1
-      ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d4f, uid: r1, controller: true}]
-    spec: {containers: [{name: web, image: nginx}]}
-  - metadata:
-      name: agent-x
-      namespace: kube-system
-      ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: d1, controller: true}]
-    spec: {containers: [{name: agent, image: agent}]}
-expect:
-  decisions:
-    default/web-1: evict
-    kube-system/agent-x: skip
----
-name: the pod of a single-replica Deployment surges
-pods:
-  - metadata:
-      name: cart-6c8-a
-      ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: cart-6c8, uid: r2, controller: true}]
-    spec: {containers: [{name: cart, image: cart}]}
-workloads:     # what the operator reads for `pod.workload()`, as kubectl prints it
-  - kind: ReplicaSet
-    metadata:
-      name: cart-6c8
-      ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: cart, uid: d2, controller: true}]
-  - {kind: Deployment, metadata: {name: cart}, spec: {replicas: 1}}
-expect:
-  decisions:
-    default/cart-6c8-a: surge
----
-name: an incomplete drain is tried again after 5 s
-failure:
-  drainIncomplete: {pending: [default/web-1], timedOut: true, message: "drain did not complete"}
-expect:
-  verdict: {retryAfterMs: 5000}
-"#
-    .to_owned();
-    let readme = format!(
+    )
+}
+
+/// The policy's README.
+fn readme(name: &str, file_stem: &str) -> String {
+    format!(
         r#"# {name}
 
 An nmo drain policy. Needs Rust {RUST_VERSION} or newer and its WebAssembly
@@ -255,14 +209,78 @@ crate (contract {contract}); a newer `nmo policy new` writes the matching
 ones.
 "#,
         contract = super::CONTRACT_VERSION,
-    );
+    )
+}
+
+/// The scenarios the policy starts with.
+const SCENARIO: &str = r#"# Scenarios for `nmo policy test`: a maintenance, a node and pods as
+# `kubectl get pods -o yaml` prints them (or `podsFrom: pods.yaml`, the
+# saved output as is), and what the policy must answer. One per document.
+name: a ReplicaSet pod is evicted, a DaemonSet pod stays
+pods:
+  - metadata:
+      name: web-1
+      ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-5d4f, uid: r1, controller: true}]
+    spec: {containers: [{name: web, image: nginx}]}
+  - metadata:
+      name: agent-x
+      namespace: kube-system
+      ownerReferences: [{apiVersion: apps/v1, kind: DaemonSet, name: agent, uid: d1, controller: true}]
+    spec: {containers: [{name: agent, image: agent}]}
+expect:
+  decisions:
+    default/web-1: evict
+    kube-system/agent-x: skip
+---
+name: the pod of a single-replica Deployment surges
+pods:
+  - metadata:
+      name: cart-6c8-a
+      ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: cart-6c8, uid: r2, controller: true}]
+    spec: {containers: [{name: cart, image: cart}]}
+workloads:     # what the operator reads for `pod.workload()`, as kubectl prints it
+  - kind: ReplicaSet
+    metadata:
+      name: cart-6c8
+      ownerReferences: [{apiVersion: apps/v1, kind: Deployment, name: cart, uid: d2, controller: true}]
+  - {kind: Deployment, metadata: {name: cart}, spec: {replicas: 1}}
+expect:
+  decisions:
+    default/cart-6c8-a: surge
+---
+name: an incomplete drain is tried again after 5 s
+failure:
+  drainIncomplete: {pending: [default/web-1], timedOut: true, message: "drain did not complete"}
+expect:
+  verdict: {retryAfterMs: 5000}
+"#;
+
+/// The files of a new policy crate, by path relative to its directory.
+pub fn files(name: &str) -> Result<Vec<(PathBuf, String)>> {
+    check_name(name)?;
+    let file_stem = name.replace('-', "_");
+    let sdk_lib = SDK_LIB.replace(REPO_WIT_PATH, CRATE_WIT_PATH);
+    if sdk_lib == SDK_LIB {
+        return Err(Error::Scaffold(
+            "the embedded SDK no longer names its WIT path; rebuild nmo".into(),
+        ));
+    }
+    let type_name: String = name
+        .split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect();
     Ok(vec![
-        ("Cargo.toml".into(), cargo_toml),
+        ("Cargo.toml".into(), cargo_toml(name)),
         (".gitignore".into(), "/target\n".into()),
-        ("README.md".into(), readme),
-        ("src/lib.rs".into(), lib),
-        ("scenarios/basic.yaml".into(), scenario),
-        ("nmo-policy-sdk/Cargo.toml".into(), sdk_toml),
+        ("README.md".into(), readme(name, &file_stem)),
+        ("src/lib.rs".into(), lib_rs(name, &type_name)),
+        ("scenarios/basic.yaml".into(), SCENARIO.into()),
+        ("nmo-policy-sdk/Cargo.toml".into(), sdk_toml()),
         ("nmo-policy-sdk/src/lib.rs".into(), sdk_lib),
         ("nmo-policy-sdk/src/alloc.rs".into(), SDK_ALLOC.into()),
         ("nmo-policy-sdk/wit/node-maintenance.wit".into(), WIT.into()),

@@ -309,77 +309,7 @@ pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
         if std::mem::replace(&mut seen[i], true) {
             return Err(check.invalid(format!("pod {} is decided more than once", key())));
         }
-        let removes = matches!(
-            d.action,
-            PodAction::Evict(_) | PodAction::Delete(_) | PodAction::Surge(_) | PodAction::Notify(_)
-        );
-        if removes && convert::is_mirror(pod) {
-            return Err(check.invalid(format!(
-                "pod {} is a mirror (static) pod: the kubelet recreates it at once, \
-                 so it cannot be evicted or deleted; skip it",
-                key()
-            )));
-        }
-        if removes && convert::is_daemonset_managed(pod) {
-            return Err(check.invalid(format!(
-                "pod {} is managed by a DaemonSet, which puts it straight back on \
-                 this node; skip it",
-                key()
-            )));
-        }
-        let action = match d.action {
-            PodAction::Evict(r) => Action::Evict(check.removal(&key, r)?),
-            PodAction::Delete(r) => Action::Delete(check.removal(&key, r)?),
-            PodAction::Surge(r) => {
-                if convert::controller_kind(pod) != Some("ReplicaSet") {
-                    return Err(check.invalid(format!(
-                        "pod {} cannot surge: only a pod a ReplicaSet controls (a \
-                         Deployment's) has an owner that can bring up a replacement \
-                         first; its controller is {}",
-                        key(),
-                        convert::controller_kind(pod).unwrap_or("none (a bare pod)")
-                    )));
-                }
-                Action::Surge(check.removal(&key, r)?)
-            }
-            PodAction::Notify(n) => {
-                let timeout = check.duration(
-                    &format!("notify timeout-ms for pod {}", key()),
-                    n.timeout_ms,
-                )?;
-                let heartbeat = n
-                    .heartbeat_ms
-                    .map(|ms| check.duration(&format!("notify heartbeat-ms for pod {}", key()), ms))
-                    .transpose()?;
-                Action::Notify(Notice {
-                    timeout,
-                    heartbeat,
-                    then_delete: matches!(n.then, types::RemovalMethod::Delete),
-                    removal: check.removal(&key, n.removal)?,
-                })
-            }
-            PodAction::Wait(c) => {
-                let timeout =
-                    check.duration(&format!("wait timeout-ms for pod {}", key()), c.timeout_ms)?;
-                check.message(&format!("the wait reason for pod {}", key()), &c.reason)?;
-                Action::Wait {
-                    timeout,
-                    reason: crate::text::clean(&c.reason, MAX_MESSAGE_BYTES),
-                }
-            }
-            PodAction::Skip(reason) => {
-                check.message(&format!("the skip reason for pod {}", key()), &reason)?;
-                Action::Skip {
-                    reason: crate::text::clean(&reason, MAX_MESSAGE_BYTES),
-                }
-            }
-            PodAction::Block(reason) => {
-                check.message(&format!("the block reason for pod {}", key()), &reason)?;
-                Action::Block {
-                    reason: crate::text::clean(&reason, MAX_MESSAGE_BYTES),
-                }
-            }
-        };
+        let action = check.action(pod, &key, d.action)?;
         steps.push(Step {
             pod: i,
             namespace,
@@ -408,6 +338,90 @@ pub fn plan(policy: &str, pods: &[k8s::Pod], raw: DrainPlan) -> Result<Plan> {
         max_concurrent_evictions,
         volume_detach_timeout,
     })
+}
+
+impl Check<'_> {
+    /// One pod's action, checked: what the pod allows (a mirror or a
+    /// DaemonSet's pod is never removed, only a ReplicaSet's pod surges)
+    /// and the numbers and words it carries.
+    fn action(
+        &self,
+        pod: &k8s::Pod,
+        key: &dyn Fn() -> String,
+        action: PodAction,
+    ) -> Result<Action> {
+        let removes = matches!(
+            action,
+            PodAction::Evict(_) | PodAction::Delete(_) | PodAction::Surge(_) | PodAction::Notify(_)
+        );
+        if removes && convert::is_mirror(pod) {
+            return Err(self.invalid(format!(
+                "pod {} is a mirror (static) pod: the kubelet recreates it at once, \
+                 so it cannot be evicted or deleted; skip it",
+                key()
+            )));
+        }
+        if removes && convert::is_daemonset_managed(pod) {
+            return Err(self.invalid(format!(
+                "pod {} is managed by a DaemonSet, which puts it straight back on \
+                 this node; skip it",
+                key()
+            )));
+        }
+        Ok(match action {
+            PodAction::Evict(r) => Action::Evict(self.removal(&key, r)?),
+            PodAction::Delete(r) => Action::Delete(self.removal(&key, r)?),
+            PodAction::Surge(r) => {
+                if convert::controller_kind(pod) != Some("ReplicaSet") {
+                    return Err(self.invalid(format!(
+                        "pod {} cannot surge: only a pod a ReplicaSet controls (a \
+                         Deployment's) has an owner that can bring up a replacement \
+                         first; its controller is {}",
+                        key(),
+                        convert::controller_kind(pod).unwrap_or("none (a bare pod)")
+                    )));
+                }
+                Action::Surge(self.removal(&key, r)?)
+            }
+            PodAction::Notify(n) => {
+                let timeout = self.duration(
+                    &format!("notify timeout-ms for pod {}", key()),
+                    n.timeout_ms,
+                )?;
+                let heartbeat = n
+                    .heartbeat_ms
+                    .map(|ms| self.duration(&format!("notify heartbeat-ms for pod {}", key()), ms))
+                    .transpose()?;
+                Action::Notify(Notice {
+                    timeout,
+                    heartbeat,
+                    then_delete: matches!(n.then, types::RemovalMethod::Delete),
+                    removal: self.removal(&key, n.removal)?,
+                })
+            }
+            PodAction::Wait(c) => {
+                let timeout =
+                    self.duration(&format!("wait timeout-ms for pod {}", key()), c.timeout_ms)?;
+                self.message(&format!("the wait reason for pod {}", key()), &c.reason)?;
+                Action::Wait {
+                    timeout,
+                    reason: crate::text::clean(&c.reason, MAX_MESSAGE_BYTES),
+                }
+            }
+            PodAction::Skip(reason) => {
+                self.message(&format!("the skip reason for pod {}", key()), &reason)?;
+                Action::Skip {
+                    reason: crate::text::clean(&reason, MAX_MESSAGE_BYTES),
+                }
+            }
+            PodAction::Block(reason) => {
+                self.message(&format!("the block reason for pod {}", key()), &reason)?;
+                Action::Block {
+                    reason: crate::text::clean(&reason, MAX_MESSAGE_BYTES),
+                }
+            }
+        })
+    }
 }
 
 /// Checks an `on-failure` verdict.
