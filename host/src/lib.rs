@@ -20,14 +20,15 @@
 //! - [`error`]: the operator's error type (wrapping [`policy::Error`]), with
 //!   metric categories.
 
+pub mod admission;
 pub mod client;
 pub mod controller;
 pub mod crd;
 pub mod error;
 #[cfg(feature = "test-support")]
 pub mod fixtures;
-pub mod fleet;
 pub mod metrics;
+pub mod node_lease;
 pub mod plan;
 pub mod policy;
 pub mod registry;

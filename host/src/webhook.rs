@@ -115,13 +115,13 @@ pub struct Validator {
 impl Validator {
     /// Detects OpenShift by the `config.openshift.io` API group.
     pub async fn new(client: Client) -> Self {
-        let openshift = crate::fleet::is_openshift(&client).await;
+        let openshift = crate::admission::is_openshift(&client).await;
         Validator {
             client,
             openshift,
             policies: None,
             metrics: None,
-            lease_namespace: crate::controller::node::lease::DEFAULT_NAMESPACE.to_owned(),
+            lease_namespace: crate::node_lease::DEFAULT_NAMESPACE.to_owned(),
         }
     }
 
@@ -243,22 +243,8 @@ impl Validator {
         if selected.is_none() && !(self.openshift && is_control_plane(node)) {
             return Ok(None);
         }
-        let read = async {
-            let mut around = crate::fleet::around(
-                &self.client,
-                nm,
-                self.openshift,
-                crate::controller::is_admitted,
-            )
-            .await?;
-            crate::controller::watches::leases::complete(
-                &self.client,
-                &self.lease_namespace,
-                &mut around,
-            )
-            .await?;
-            Ok::<_, crate::error::Error>(around)
-        };
+        let read =
+            crate::admission::listed(&self.client, nm, self.openshift, &self.lease_namespace);
         let around = read
             .await
             .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
@@ -267,7 +253,7 @@ impl Validator {
                 .fleet
                 .etcd
                 .as_ref()
-                .is_none_or(crate::fleet::etcd_can_lose_one);
+                .is_none_or(crate::admission::etcd_can_lose_one);
             return Ok((!allowed).then(|| messages::etcd_quorum(&nm.spec.node_name)));
         };
         let record =

@@ -636,12 +636,12 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             max_concurrent,
             removals_in_flight: cli.max_removals_in_flight,
             lease_namespace: if cli.lease_namespace.is_empty() {
-                nmo::controller::node::lease::DEFAULT_NAMESPACE.to_owned()
+                nmo::node_lease::DEFAULT_NAMESPACE.to_owned()
             } else {
                 cli.lease_namespace.clone()
             },
             instance: cli.instance.clone(),
-            openshift: nmo::fleet::is_openshift(&client).await,
+            openshift: nmo::admission::is_openshift(&client).await,
             ..Default::default()
         };
         let ctx = nmo::controller::Context::new(

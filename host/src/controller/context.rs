@@ -96,7 +96,7 @@ impl Default for Settings {
             admission_recheck_min: Duration::from_secs(2),
             waiting_update_interval: Duration::from_secs(30),
             orphan_sweep: Duration::from_secs(60),
-            tool_api_recheck: super::watches::claims::LOOK_AGAIN,
+            tool_api_recheck: crate::admission::claims::LOOK_AGAIN,
         }
     }
 }
@@ -119,7 +119,7 @@ pub struct Context {
     pub(crate) admission: Admission,
     /// The nodes, the medik8s leases and other tools' claims, watched
     /// while the controller runs: admission's fleet.
-    pub(super) watched: super::watches::Watched,
+    pub(super) watched: crate::admission::Watched,
     pub(super) drains: drain::Shared,
     /// What is remembered about each maintenance between passes.
     pub(super) memory: Memories,
@@ -184,7 +184,7 @@ pub(crate) struct Admission {
     pub(super) nodes_listed:
         tokio::sync::Mutex<Option<(std::time::Instant, crate::policy::FleetNodes)>>,
     /// The maintenances that ended (the fleet's history).
-    pub(super) ended: super::pass::ended::EndedLog,
+    pub(super) ended: crate::admission::history::EndedLog,
 }
 
 impl Context {
@@ -241,7 +241,7 @@ impl Context {
             return Ok(nodes.clone());
         }
         let at = std::time::Instant::now();
-        let nodes = crate::policy::fleet_nodes(crate::fleet::nodes(&self.client).await?);
+        let nodes = crate::policy::fleet_nodes(crate::admission::nodes(&self.client).await?);
         *listed = Some((at, nodes.clone()));
         Ok(nodes)
     }

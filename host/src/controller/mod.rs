@@ -5,20 +5,19 @@
 //! `context.rs` holds what every reconcile shares, `memory.rs` what is
 //! remembered about each maintenance between passes, `run.rs` the run
 //! loop. The rooms: `pass/` (one pass: `reconcile.rs` its steps,
-//! `finish.rs` how it ends, `status.rs` its writes, `events.rs`,
-//! `ended.rs` the fleet's history), `drain/` (the executor and what it
-//! calls: `surge.rs`, `handshake.rs`, `volumes.rs`, `ledger.rs`,
-//! `budgets.rs`, `workloads.rs`), `node/` (cordon, taints, the node lease)
-//! and `watches/` (nodes, leases, other tools' claims).
+//! `finish.rs` how it ends, `status.rs` its writes, `events.rs`), `drain/`
+//! (the executor and what it calls: `surge.rs`, `handshake.rs`,
+//! `volumes.rs`, `ledger.rs`, `budgets.rs`, `workloads.rs`) and `node/`
+//! (cordon, taints, the node lease). What admission reads (the watched
+//! nodes, leases and claims, the history) is `crate::admission`, which the
+//! webhook and `nmo plan` use as peers.
 
-// The rooms: a pass over one maintenance, the drain it runs, the node it
-// changes, and the watches admission reads. Beside them, what every pass
-// shares (`context`, `memory`, `metrics`) and the loop that runs passes
-// (`run`, `leader`, `orphans`).
+// The rooms, and beside them what every pass shares (`context`,
+// `memory`, `metrics`) and the loop that runs passes (`run`, `leader`,
+// `orphans`).
 pub mod drain;
 pub mod node;
 pub mod pass;
-pub mod watches;
 
 mod context;
 pub mod leader;
@@ -29,7 +28,7 @@ mod run;
 
 use std::time::Duration;
 
-use crate::crd::NodeMaintenance;
+pub use crate::admission::is_admitted;
 
 pub use context::{Context, Settings};
 pub use metrics::{ControllerMetrics, ReconcileResult};
@@ -46,12 +45,4 @@ pub fn backoff(failures: u32) -> Duration {
         crate::policy::validate::MIN_RETRY,
         Duration::from_secs(1000),
     )
-}
-
-/// Whether a maintenance was admitted: its phase is set (it started, or
-/// finished), or the policy admitted it (`status.admittedAt`).
-pub fn is_admitted(nm: &NodeMaintenance) -> bool {
-    nm.status
-        .as_ref()
-        .is_some_and(|s| s.phase.is_some() || s.admitted_at.is_some())
 }

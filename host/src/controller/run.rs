@@ -95,7 +95,7 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
     let _stand_by = StandBy(&ctx);
     // The watches the passes read (the budgets', the nodes', the leases',
     // other tools' claims) run as long as the controller does.
-    let _watches = super::watches::start(&ctx);
+    let _watches = start_watches(&ctx);
     loop {
         match run_once(&ctx, &api).await {
             Ended::Stopped => return Ok(()),
@@ -356,4 +356,26 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         ended = rewound => ended,
         () = orphans::run(ctx, &requeue) => Ended::Stopped,
     }
+}
+
+/// Starts every watch the passes read, each in a span naming it; they end
+/// when the returned handles are dropped (with the controller's run).
+fn start_watches(ctx: &Context) -> [crate::task::Owned<()>; 4] {
+    use tracing::Instrument;
+    let client = &ctx.client;
+    let span = |of: &'static str| tracing::error_span!("watch", of);
+    let (budgets, nodes) = (ctx.drains.budgets.clone(), ctx.watched.nodes.clone());
+    let (leases, claims) = (ctx.watched.leases.clone(), ctx.watched.claims.clone());
+    let namespace = ctx.settings.lease_namespace.clone();
+    let again = ctx.settings.tool_api_recheck;
+    let (b, n) = (client.clone(), client.clone());
+    let (l, c) = (client.clone(), client.clone());
+    [
+        crate::task::spawn(async move { budgets.watch(b).await }.instrument(span("budgets"))),
+        crate::task::spawn(async move { nodes.watch(n).await }.instrument(span("nodes"))),
+        crate::task::spawn(
+            async move { leases.watch(l, namespace).await }.instrument(span("leases")),
+        ),
+        crate::task::spawn(async move { claims.watch(c, again).await }.instrument(span("claims"))),
+    ]
 }

@@ -234,8 +234,6 @@ pub(in crate::controller) struct Removal<'a> {
     pub ledger: &'a Ledger,
     pub notes: &'a Notes,
     pub maintenance: &'a str,
-    /// The owners being surged, shared by every drain of the process.
-    pub desks: &'a super::surge::Desks,
 }
 
 /// A pod whose phase is Succeeded or Failed.

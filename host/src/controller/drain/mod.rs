@@ -383,9 +383,8 @@ impl<'a> Run<'a> {
                         ledger: &ledger,
                         notes: &notes,
                         maintenance: &maintenance,
-                        desks: &desks,
                     };
-                    remove(how, &t, &state).await;
+                    remove(how, &desks, &t, &state).await;
                 })
             })
             .collect()
@@ -618,11 +617,11 @@ impl Words<'_> {
 
 /// Takes one pod off the node as its action says: a surge or a handshake
 /// first where the plan asks for one, then an eviction or a deletion.
-async fn remove(how: Removal<'_>, t: &Target, state: &Attempt) {
+async fn remove(how: Removal<'_>, desks: &surge::Desks, t: &Target, state: &Attempt) {
     let (delete, removal) = match &t.action {
         Action::Evict(r) => (false, r.clone()),
         Action::Delete(r) => (true, r.clone()),
-        Action::Surge(r) => match self::surge::replace(how, t, state).await {
+        Action::Surge(r) => match self::surge::replace(how, desks, t, state).await {
             self::surge::Surged::Done => return,
             self::surge::Surged::Evict(why) => {
                 tracing::warn!(logger = "drain", pod = %t.key(), reason = %why, "surge not possible; evicting");

@@ -363,6 +363,7 @@ enum Step {
 /// on a clock.
 pub(in crate::controller) async fn replace(
     how: Removal<'_>,
+    desks: &Desks,
     t: &Target,
     state: &Attempt,
 ) -> Surged {
@@ -376,7 +377,7 @@ pub(in crate::controller) async fn replace(
         }
         let opened = match &desk {
             Some(d) => Ok(d.clone()),
-            None => how.desks.open(how.client, &t.namespace, rs).await,
+            None => desks.open(how.client, &t.namespace, rs).await,
         };
         let (seen, looked) = match opened {
             Ok(d) => {

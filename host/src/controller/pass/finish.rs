@@ -237,7 +237,7 @@ pub(in crate::controller) async fn mark_failed(pass: &Pass, message: String) -> 
 /// Records in the fleet's history that `nm` (as it was) gave its node
 /// back with `outcome`.
 async fn record_end(ctx: &Context, nm: &NodeMaintenance, outcome: &str) {
-    if let Some(entry) = super::ended::entry(nm, outcome) {
+    if let Some(entry) = crate::admission::history::entry(nm, outcome) {
         ctx.admission
             .ended
             .record(&ctx.client, &ctx.settings.lease_namespace, entry)

@@ -1,7 +1,6 @@
 //! What a pass over one maintenance is, and what the steps of a pass
 //! (`reconcile.rs`) and the ways it ends (`finish.rs`) share.
 
-pub mod ended;
 pub mod events;
 pub(super) mod finish;
 pub mod reconcile;

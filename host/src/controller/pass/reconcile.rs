@@ -235,7 +235,7 @@ impl Pass {
         let client = &self.ctx.client;
         let nm = self.writer.current().await;
         let nodes = self.ctx.fresh_nodes().await?;
-        let etcd = crate::fleet::etcd(client, &nm, self.ctx.settings.openshift).await?;
+        let etcd = crate::admission::etcd(client, &nm, self.ctx.settings.openshift).await?;
         let history = self
             .ctx
             .admission
@@ -245,12 +245,11 @@ impl Pass {
         let one_at_a_time = self.ctx.admission.lock.lock().await;
         let all = self.ctx.cached_maintenances();
         let mut around =
-            crate::fleet::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
+            crate::admission::assemble(nodes, all.iter().map(|a| a.as_ref()), &nm, etcd, |o| {
                 self.ctx.memory.admitted(o)
             });
-        around.fleet.lease_holders = Arc::new(self.ctx.watched.leases.holders(&around.fleet.nodes));
-        around.fleet.tool_claims = Arc::new(self.ctx.watched.claims.by_node());
-        around.ended = super::ended::wit(&history);
+        self.ctx.watched.complete(&mut around);
+        around.ended = crate::admission::history::wit(&history);
         if around.already_admitted {
             return Ok(None);
         }

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 
-use crate::controller::node::lease::{HOLDER, LeaseRecord, lease_name};
+use crate::node_lease::{HOLDER, LeaseRecord, lease_name};
 
 /// The watched leases of the lease namespace, by name.
 #[derive(Debug, Default)]
@@ -81,7 +81,7 @@ pub(crate) fn holders_of(
 pub async fn complete(
     client: &Client,
     namespace: &str,
-    around: &mut crate::fleet::Around,
+    around: &mut super::Around,
 ) -> crate::error::Result<()> {
     use crate::error::Error;
     let api: Api<DynamicObject> =
@@ -97,10 +97,10 @@ pub async fn complete(
     around.fleet.lease_holders = std::sync::Arc::new(holders_of(&around.fleet.nodes, |name| {
         leases.get(name).cloned()
     }));
-    let ended = crate::controller::pass::ended::read_for_admission(client, namespace)
+    let ended = super::history::read_for_admission(client, namespace)
         .await
         .map_err(Error::kube("reading the maintenance history for admission"))?;
-    around.ended = crate::controller::pass::ended::wit(&ended);
+    around.ended = super::history::wit(&ended);
     around.fleet.tool_claims = std::sync::Arc::new(
         super::claims::list(client)
             .await

@@ -1,8 +1,23 @@
+//! Admission: the fleet a policy's `admit` sees around one maintenance,
+//! and where it is read from. The controller, the webhook and `nmo plan`
+//! use it as peers. Its two sources: **watched** ([`Watched`]: the nodes,
+//! the medik8s node leases and other tools' claims, followed while the
+//! controller runs, so a decision costs no request) and **listed**
+//! ([`listed`]: the same read from the API server per decision, for the
+//! webhook and `nmo plan`, which run no watch). `history.rs` keeps the
+//! maintenances that ended (the fleet's `history`).
+//!
 //! The fleet around a maintenance, as the policy's `admit` sees it: every
 //! node, the other NodeMaintenances that hold (or wait for) a node, and on
 //! OpenShift the etcd
 //! quorum guard. Read from the API server (not a cache), so two admissions
 //! made one after the other always see each other.
+
+pub mod claims;
+mod follow;
+pub mod history;
+pub mod leases;
+pub(crate) mod nodes;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -131,7 +146,7 @@ fn sorted<V>(map: &std::collections::HashMap<String, V>) -> Vec<(&String, &V)> {
 
 /// Reads the fleet around the maintenance `nm` from the API server (the
 /// node leases and the history are the controller's to add:
-/// `controller::watches::leases::complete`).
+/// `leases::complete`).
 /// `admitted` says whether a maintenance was admitted.
 pub async fn around(
     client: &Client,
@@ -300,4 +315,46 @@ pub async fn etcd_guard(client: &Client, node: &str) -> Result<EtcdGuard> {
 /// guard pod (a guard that is already down costs no quorum).
 pub fn etcd_can_lose_one(g: &EtcdGuard) -> bool {
     g.budgets == 1 && (g.disruptions_allowed > 0 || !g.guard_ready_on_node)
+}
+
+/// Whether a maintenance was admitted: its phase is set (it started, or
+/// finished), or the policy admitted it (`status.admittedAt`).
+pub fn is_admitted(nm: &NodeMaintenance) -> bool {
+    nm.status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_some() || s.admitted_at.is_some())
+}
+
+/// The watched source: what the controller follows for admission.
+#[derive(Default)]
+pub(crate) struct Watched {
+    /// The nodes: admission's fleet.
+    pub nodes: std::sync::Arc<nodes::Nodes>,
+    /// The medik8s node leases: who else holds a node.
+    pub leases: std::sync::Arc<leases::Leases>,
+    /// Other tools' objects claiming nodes.
+    pub claims: std::sync::Arc<claims::ToolClaims>,
+}
+
+impl Watched {
+    /// Adds to `around` who else holds each node's lease and other tools'
+    /// claims, as the watches have them now.
+    pub(crate) fn complete(&self, around: &mut Around) {
+        around.fleet.lease_holders = std::sync::Arc::new(self.leases.holders(&around.fleet.nodes));
+        around.fleet.tool_claims = std::sync::Arc::new(self.claims.by_node());
+    }
+}
+
+/// The listed source: the fleet around `nm` read from the API server, with
+/// the node leases and the history of `lease_namespace` and other tools'
+/// claims (for the webhook and `nmo plan`, which run no watch).
+pub async fn listed(
+    client: &Client,
+    nm: &NodeMaintenance,
+    openshift: bool,
+    lease_namespace: &str,
+) -> Result<Around> {
+    let mut around = around(client, nm, openshift, is_admitted).await?;
+    leases::complete(client, lease_namespace, &mut around).await?;
+    Ok(around)
 }

@@ -8,7 +8,7 @@ use kube::api::{Api, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 
 /// One change to a watched kind.
-pub(in crate::controller) enum Change {
+pub(super) enum Change {
     /// Every object, as (re)listed: what was known before is replaced.
     Listed(Vec<DynamicObject>),
     Applied(DynamicObject),
@@ -17,11 +17,7 @@ pub(in crate::controller) enum Change {
 
 /// Follows `api`'s objects until the task is dropped, handing each change
 /// to `on`; a failure is logged (naming `what`) and retried.
-pub(in crate::controller) async fn follow(
-    api: Api<DynamicObject>,
-    what: &str,
-    mut on: impl FnMut(Change),
-) {
+pub(super) async fn follow(api: Api<DynamicObject>, what: &str, mut on: impl FnMut(Change)) {
     let mut events = watcher(
         api,
         watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),

@@ -16,7 +16,7 @@
 //!   out (a TTL of 0: until kured releases it); `kured <namespace>/<ds>`.
 //!
 //! An API that is not served is looked for again every
-//! [`Settings::tool_api_recheck`](crate::controller::Settings) (five minutes: its CRD
+//! `Settings::tool_api_recheck` (the controller's) (five minutes: its CRD
 //! may be installed later).
 
 use std::collections::{BTreeMap, HashMap};

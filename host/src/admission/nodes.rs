@@ -6,7 +6,7 @@
 //! the last one (nodes change rarely: kubelets renew leases, not the
 //! Node); admissions in between share it. Until the watch has listed the
 //! nodes once, and while it fails, admission lists them instead
-//! ([`crate::controller::Context::fresh_nodes`]): never a stale fleet for long.
+//! (the controller's `Context::fresh_nodes`): never a stale fleet for long.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -53,7 +53,7 @@ impl Ended {
 /// The entry for `nm` ending now with `outcome`; `None` for a maintenance
 /// never admitted (it held no node).
 pub fn entry(nm: &crate::crd::NodeMaintenance, outcome: &str) -> Option<Ended> {
-    if !crate::controller::is_admitted(nm) {
+    if !super::is_admitted(nm) {
         return None;
     }
     let ms = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {
@@ -68,7 +68,7 @@ pub fn entry(nm: &crate::crd::NodeMaintenance, outcome: &str) -> Option<Ended> {
         name: kube::ResourceExt::name_any(nm),
         node: nm.spec.node_name.clone(),
         started_ms: started,
-        ended_ms: crate::controller::drain::ledger::now_ms(),
+        ended_ms: now_ms(),
         outcome: outcome.to_owned(),
     })
 }
@@ -118,7 +118,7 @@ impl EndedLog {
         {
             entries.push(entry);
         }
-        prune(&mut entries, crate::controller::drain::ledger::now_ms());
+        prune(&mut entries, now_ms());
         if let Err(e) = write(client, namespace, &entries).await {
             tracing::warn!(logger = "controller", error = %e, "could not write the maintenance history");
         }
@@ -183,7 +183,7 @@ pub async fn read(client: &Client, namespace: &str) -> kube::Result<Vec<Ended>> 
     });
     // What is read is held to the bounds the operator writes with.
     let found = entries.len();
-    prune(&mut entries, crate::controller::drain::ledger::now_ms());
+    prune(&mut entries, now_ms());
     if entries.len() < found {
         tracing::warn!(
             logger = "controller",
@@ -218,6 +218,11 @@ async fn write(client: &Client, namespace: &str, entries: &[Ended]) -> kube::Res
         }
     }
     Ok(())
+}
+
+/// Milliseconds since the Unix epoch, now.
+fn now_ms() -> u64 {
+    u64::try_from(k8s_openapi::jiff::Timestamp::now().as_millisecond()).unwrap_or(0)
 }
 
 #[cfg(test)]
