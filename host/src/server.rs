@@ -19,38 +19,10 @@ use crate::error::{Error, Result};
 /// is shown by `/readyz?verbose`), `Err(why)` when not.
 pub type Check = Box<dyn Fn() -> std::result::Result<String, String> + Send + Sync>;
 
-/// The operator's readiness checks: `informer-sync` (the NodeMaintenance
-/// cache has synced; a standby replica waiting for leadership counts as
-/// ready when `standby_ready`) and `policy` (a policy set is in use; its
-/// detail names it and any rejected reload).
-pub fn readiness_checks(
-    ctx: Arc<crate::controller::Context>,
-    standby_ready: bool,
-) -> Vec<(&'static str, Check)> {
-    let policies = ctx.policies.clone();
-    vec![
-        (
-            "informer-sync",
-            Box::new(move || match (ctx.started(), ctx.synced()) {
-                (true, _) if ctx.crd_missing() => Err(
-                    "the NodeMaintenance CRD is not installed (`nmo crd | kubectl apply -f -`)"
-                        .into(),
-                ),
-                (_, true) if !ctx.watching() => Err("the NodeMaintenance watch is failing".into()),
-                (_, true) => Ok(String::new()),
-                (false, false) if standby_ready => Ok(String::new()),
-                (false, false) => Err("the controller has not started".into()),
-                (true, false) => Err("the NodeMaintenance cache has not synced".into()),
-            }),
-        ),
-        ("policy", Box::new(move || Ok(policies.readiness()))),
-    ]
-}
-
 /// Readiness while the operator starts: the probe server answers from the
 /// first moment (liveness: alive), and readiness names what it waits for
 /// (the policies being compiled, the controller) until the real checks of
-/// [`readiness_checks`] take over.
+/// `controller::readiness_checks` take over.
 #[derive(Default)]
 pub struct Startup {
     checks: std::sync::OnceLock<Vec<(&'static str, Check)>>,

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 pub use crate::admission::is_admitted;
 
-pub use context::{Context, Settings};
+pub use context::{Context, Settings, readiness_checks};
 pub use metrics::{ControllerMetrics, ReconcileResult};
 pub use pass::Next;
 pub use pass::reconcile::reconcile;
