@@ -158,6 +158,13 @@ pub(super) struct Health {
     pub stopping: AtomicBool,
 }
 
+impl Health {
+    /// The controller's cache of NodeMaintenances, if it runs.
+    pub fn store(&self) -> Option<Store<NodeMaintenance>> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 impl Default for Health {
     fn default() -> Self {
         Health {
@@ -275,12 +282,7 @@ impl Context {
 
     /// Every NodeMaintenance in the controller's cache.
     pub(crate) fn cached_maintenances(&self) -> Vec<Arc<NodeMaintenance>> {
-        let store = self
-            .health
-            .store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let store = self.health.store();
         store.map(|s| s.state()).unwrap_or_default()
     }
 
@@ -291,12 +293,7 @@ impl Context {
         if self.health.stopping.load(Ordering::Relaxed) {
             return true;
         }
-        let store = self
-            .health
-            .store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let store = self.health.store();
         let Some(store) = store else { return false };
         match store.get(&kube::runtime::reflector::ObjectRef::new(name)) {
             None => true,
@@ -416,12 +413,7 @@ impl Context {
     /// Sets the per-maintenance gauges from the controller's cache (called
     /// at each scrape, so they are never stale).
     pub fn refresh_gauges(&self) {
-        let store = self
-            .health
-            .store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let store = self.health.store();
         let Some(store) = store else { return };
         let all = store.state();
         let rows: Vec<(String, State, i32)> = all

@@ -11,7 +11,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::budgets::{Budgets, Timings};
+use super::budgets::{Budgets, Permit, Timings};
 use super::ledger::Ledger;
 use crate::controller::metrics::ControllerMetrics;
 use crate::crd::PodReference;
@@ -242,4 +242,20 @@ pub(in crate::controller) fn is_finished(p: &Pod) -> bool {
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
+}
+
+impl<'a> Removal<'a> {
+    /// Waits until the pod's budgets allow an eviction (`None`: the
+    /// attempt's time ran out first).
+    pub(in crate::controller) async fn budget_permit(self, t: &Target) -> Option<Permit<'a>> {
+        self.budgets
+            .permit(
+                &t.namespace,
+                &t.name,
+                &t.labels,
+                self.retries.budget_timings(),
+                self.deadline,
+            )
+            .await
+    }
 }

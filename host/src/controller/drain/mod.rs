@@ -705,12 +705,7 @@ async fn send_eviction<'a>(
     state: &Attempt,
     dp: &DeleteParams,
 ) -> Option<Sent<'a>> {
-    let timings = how.retries.budget_timings();
-    let Some(permit) = how
-        .budgets
-        .permit(&t.namespace, &t.name, &t.labels, timings, how.deadline)
-        .await
-    else {
+    let Some(permit) = how.budget_permit(t).await else {
         // The attempt's time ran out waiting for its budget.
         state.pdb_blocked.lock().await.insert(t.uid.clone());
         return None;

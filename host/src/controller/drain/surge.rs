@@ -680,12 +680,7 @@ async fn look(
     // take their turns meanwhile (the claim below holds only if the owner
     // is still as read).
     turn.take();
-    let timings = how.retries.budget_timings();
-    let Some(permit) = how
-        .budgets
-        .permit(&t.namespace, &t.name, &t.labels, timings, how.deadline)
-        .await
-    else {
+    let Some(permit) = how.budget_permit(t).await else {
         return Ok(Step::Over(Surged::Done));
     };
     // Claimed in the owner's record first: of two surges whose
