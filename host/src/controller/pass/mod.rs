@@ -1,19 +1,18 @@
-//! What a pass over one maintenance is, and what the steps of a pass
-//! (`reconcile.rs`) and the ways it ends (`finish.rs`) share.
+//! A pass over one maintenance: `reconcile.rs` (the `Pass` and its steps),
+//! `finish.rs` (the ways it ends), `status.rs` (its writes), `events.rs`;
+//! here, what they share (`Next`, and two reads of a maintenance).
 
 pub mod events;
 pub(super) mod finish;
 pub mod reconcile;
+pub(super) use reconcile::Pass;
 pub(super) mod status;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use self::status::Writer;
-use super::Context;
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance};
 
 /// When a maintenance is next looked at, unless something changes.
@@ -67,13 +66,4 @@ pub(super) fn has_finalizer(nm: &NodeMaintenance) -> bool {
 
 pub(super) fn phase(nm: &NodeMaintenance) -> Option<MaintenancePhase> {
     nm.status.as_ref().and_then(|s| s.phase)
-}
-
-/// One pass over a maintenance that is not being deleted.
-pub(super) struct Pass {
-    pub ctx: Arc<Context>,
-    pub writer: Arc<Writer>,
-    pub name: String,
-    pub uid: String,
-    pub node_name: String,
 }

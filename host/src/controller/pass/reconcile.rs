@@ -24,7 +24,7 @@ use super::events::{EventType, reasons};
 use super::finish;
 use super::status::{self, Writer, now, set_pending};
 use crate::controller::drain::{self, Drainer, NodePods};
-use crate::controller::pass::{Next, Pass, has_finalizer, phase};
+use crate::controller::pass::{Next, has_finalizer, phase};
 use crate::controller::{Context, node};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, Waiting};
 use crate::error::{Error, Result};
@@ -81,6 +81,15 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
     let next = pass.run(slot).await?;
     ctx.memory.remember_next(&uid, next);
     Ok(next)
+}
+
+/// One pass over a maintenance that is not being deleted.
+pub(in crate::controller) struct Pass {
+    pub ctx: Arc<Context>,
+    pub writer: Arc<Writer>,
+    pub name: String,
+    pub uid: String,
+    pub node_name: String,
 }
 
 impl Pass {
