@@ -381,29 +381,22 @@ async fn a_list_answer_overtaken_by_the_watch_is_not_a_rewind() {
         }];
     });
     env.cluster.record_audit(true);
-    let watches = || {
+    // The operator's requests of `verb` on NodeMaintenances (only those
+    // answered, with `answered`).
+    let requests = |verb: &str, answered: bool| {
         env.cluster
             .audit()
             .iter()
             .filter(|r| {
                 r.user_agent == nmo::client::USER_AGENT
-                    && r.verb == "watch"
+                    && r.verb == verb
                     && r.resource == "nodemaintenances"
+                    && (!answered || r.answered.is_some())
             })
             .count()
     };
-    let checks = || {
-        env.cluster
-            .audit()
-            .iter()
-            .filter(|r| {
-                r.user_agent == nmo::client::USER_AGENT
-                    && r.verb == "list"
-                    && r.resource == "nodemaintenances"
-                    && r.answered.is_some()
-            })
-            .count()
-    };
+    let watches = || requests("watch", false);
+    let checks = || requests("list", true);
     // Writes for as long as five checks take, each overtaking the answer
     // in flight.
     let nms = env.nms();

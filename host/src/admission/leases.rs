@@ -75,36 +75,19 @@ pub(crate) fn holders_of(
         .collect()
 }
 
-/// Adds to a fleet read from the API server (`fleet::around`, for the
-/// webhook and `nmo plan`, which run no watch) the leases and the history
-/// of `namespace`, and other tools' claims, as listed.
-pub async fn complete(
+/// The leases of `namespace`, as listed, by name (for the listed source,
+/// which runs no watch).
+pub(super) async fn list(
     client: &Client,
     namespace: &str,
-    around: &mut super::Around,
-) -> crate::error::Result<()> {
-    use crate::error::Error;
+) -> kube::Result<BTreeMap<String, LeaseRecord>> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<Lease>(&()));
-    let leases: BTreeMap<String, LeaseRecord> = api
+    Ok(api
         .list(&Default::default())
-        .await
-        .map_err(Error::kube("listing the node leases for admission"))?
+        .await?
         .items
         .into_iter()
         .map(|o| (o.name_any(), LeaseRecord::from_dynamic(o)))
-        .collect();
-    around.fleet.lease_holders = std::sync::Arc::new(holders_of(&around.fleet.nodes, |name| {
-        leases.get(name).cloned()
-    }));
-    let ended = super::history::read_for_admission(client, namespace)
-        .await
-        .map_err(Error::kube("reading the maintenance history for admission"))?;
-    around.ended = super::history::wit(&ended);
-    around.fleet.tool_claims = std::sync::Arc::new(
-        super::claims::list(client)
-            .await
-            .map_err(Error::kube("listing other tools' claims for admission"))?,
-    );
-    Ok(())
+        .collect())
 }

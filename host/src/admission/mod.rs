@@ -8,10 +8,9 @@
 //! maintenances that ended (the fleet's `history`).
 //!
 //! The fleet around a maintenance, as the policy's `admit` sees it: every
-//! node, the other NodeMaintenances that hold (or wait for) a node, and on
-//! OpenShift the etcd
-//! quorum guard. Read from the API server (not a cache), so two admissions
-//! made one after the other always see each other.
+//! node, the other NodeMaintenances that hold (or wait for) a node, who
+//! else holds a node's lease, other tools' claims, and on OpenShift the
+//! etcd quorum guard.
 
 pub mod claims;
 mod follow;
@@ -142,32 +141,6 @@ fn sorted<V>(map: &std::collections::HashMap<String, V>) -> Vec<(&String, &V)> {
     let mut entries: Vec<_> = map.iter().collect();
     entries.sort_by(|a, b| a.0.cmp(b.0));
     entries
-}
-
-/// Reads the fleet around the maintenance `nm` from the API server (the
-/// node leases and the history are the controller's to add:
-/// `leases::complete`).
-/// `admitted` says whether a maintenance was admitted.
-pub async fn around(
-    client: &Client,
-    nm: &NodeMaintenance,
-    openshift: bool,
-    admitted: impl Fn(&NodeMaintenance) -> bool,
-) -> Result<Around> {
-    let nodes = nodes(client).await?;
-    let others = Api::<NodeMaintenance>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("listing the NodeMaintenances for admission"))?
-        .items;
-    let etcd = etcd(client, nm, openshift).await?;
-    Ok(assemble(
-        crate::policy::fleet_nodes(nodes),
-        &others,
-        nm,
-        etcd,
-        admitted,
-    ))
 }
 
 /// Every node, from the API server.
@@ -354,7 +327,35 @@ pub async fn listed(
     openshift: bool,
     lease_namespace: &str,
 ) -> Result<Around> {
-    let mut around = around(client, nm, openshift, is_admitted).await?;
-    leases::complete(client, lease_namespace, &mut around).await?;
+    let nodes = nodes(client).await?;
+    let others = Api::<NodeMaintenance>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing the NodeMaintenances for admission"))?
+        .items;
+    let etcd = etcd(client, nm, openshift).await?;
+    let mut around = assemble(
+        crate::policy::fleet_nodes(nodes),
+        &others,
+        nm,
+        etcd,
+        is_admitted,
+    );
+    let leases = leases::list(client, lease_namespace)
+        .await
+        .map_err(Error::kube("listing the node leases for admission"))?;
+    around.fleet.lease_holders =
+        std::sync::Arc::new(leases::holders_of(&around.fleet.nodes, |name| {
+            leases.get(name).cloned()
+        }));
+    let ended = history::read_for_admission(client, lease_namespace)
+        .await
+        .map_err(Error::kube("reading the maintenance history for admission"))?;
+    around.ended = history::wit(&ended);
+    around.fleet.tool_claims = std::sync::Arc::new(
+        claims::list(client)
+            .await
+            .map_err(Error::kube("listing other tools' claims for admission"))?,
+    );
     Ok(around)
 }

@@ -163,6 +163,14 @@ impl Health {
     pub fn store(&self) -> Option<Store<NodeMaintenance>> {
         self.store.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    /// A new run of the controller with `store` as its cache (`None`: no
+    /// run, a standby's): nothing synced yet, the watch not failing.
+    pub fn start_over(&self, store: Option<Store<NodeMaintenance>>) {
+        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = store;
+        self.synced.store(false, Ordering::Relaxed);
+        self.watch_ok.store(true, Ordering::Relaxed);
+    }
 }
 
 impl Default for Health {
@@ -376,9 +384,7 @@ impl Context {
     /// nothing synced (readiness answers as a standby's does), nothing
     /// remembered of any maintenance.
     pub(super) fn stand_by(&self) {
-        *self.health.store.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        self.health.synced.store(false, Ordering::Relaxed);
-        self.health.watch_ok.store(true, Ordering::Relaxed);
+        self.health.start_over(None);
         self.memory.forget_all();
     }
 

@@ -266,13 +266,11 @@ async fn watch_for_rewind(
 async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     use kube::runtime::{WatchStreamExt, reflector};
     let (reader, writer) = reflector::store();
-    *ctx.health.store.lock().unwrap_or_else(|p| p.into_inner()) = Some(reader.clone());
+    ctx.health.start_over(Some(reader.clone()));
     // Maintenances waiting for admission are asked again when another one
     // ends.
     let (recheck_tx, recheck_rx) = futures::channel::mpsc::unbounded();
     let requeue = recheck_tx.clone();
-    ctx.health.synced.store(false, Ordering::Relaxed);
-    ctx.health.watch_ok.store(true, Ordering::Relaxed);
     let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let stream = {
         let ctx = ctx.clone();

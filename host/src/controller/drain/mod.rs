@@ -145,6 +145,7 @@ impl NodePods {
 }
 
 /// What every drain of the process shares.
+#[derive(Clone)]
 pub(in crate::controller) struct Shared {
     /// The PodDisruptionBudgets, watched while the controller runs: every
     /// drain's evictions are paced by them.
@@ -158,15 +159,14 @@ pub(in crate::controller) struct Shared {
 
 /// What a drain needs besides the plan.
 #[derive(Clone, Copy)]
-pub struct Drainer<'a> {
+pub(in crate::controller) struct Drainer<'a> {
     pub client: &'a Client,
     pub retries: &'a Retries,
     pub metrics: &'a ControllerMetrics,
-    /// The budgets' watch every drain of the process shares.
-    pub budgets: &'a Arc<Budgets>,
-    /// The removal requests every drain of the process shares: a request
-    /// is sent only with one of its permits.
-    pub in_flight: &'a Arc<Semaphore>,
+    /// The budgets' watch, the removal requests in flight (a request is
+    /// sent only with one of its permits) and the surges' desks, which
+    /// every drain of the process shares.
+    pub(in crate::controller) shared: &'a Shared,
     /// The maintenance's pod ledger (refusals, handshakes).
     pub ledger: &'a Arc<Ledger>,
     /// Where notes for the maintenance's events go.
@@ -174,8 +174,6 @@ pub struct Drainer<'a> {
     /// The maintenance's name (the requester of a handshake, the holder of
     /// a surge).
     pub maintenance: &'a str,
-    /// The owners being surged, shared by every drain of the process.
-    pub desks: &'a Arc<self::surge::Desks>,
 }
 
 /// Runs one drain attempt of `plan` over the `listed` pods (the list the
@@ -183,7 +181,7 @@ pub struct Drainer<'a> {
 /// pending whenever that set shrinks, and with what the drain waits for
 /// (the last refused eviction) whenever that changes; `cancelled` is asked
 /// at least every 500 ms and ends the attempt early when it says so.
-pub async fn execute(
+pub(in crate::controller) async fn execute(
     drainer: Drainer<'_>,
     listed: NodePods,
     plan: &Plan,
@@ -367,10 +365,8 @@ impl<'a> Run<'a> {
                     (self.state.clone(), self.slots.clone(), self.deadline);
                 let (client, retries, metrics) =
                     (d.client.clone(), d.retries.clone(), d.metrics.clone());
-                let (budgets, in_flight, ledger) =
-                    (d.budgets.clone(), d.in_flight.clone(), d.ledger.clone());
-                let (notes, maintenance, desks) =
-                    (d.notes.clone(), d.maintenance.to_owned(), d.desks.clone());
+                let (shared, ledger) = (d.shared.clone(), d.ledger.clone());
+                let (notes, maintenance) = (d.notes.clone(), d.maintenance.to_owned());
                 crate::task::spawn(async move {
                     let _slot = slots.acquire_owned().await;
                     let how = Removal {
@@ -378,13 +374,13 @@ impl<'a> Run<'a> {
                         deadline,
                         retries: &retries,
                         metrics: &metrics,
-                        budgets: &budgets,
-                        in_flight: &in_flight,
+                        budgets: &shared.budgets,
+                        in_flight: &shared.in_flight,
                         ledger: &ledger,
                         notes: &notes,
                         maintenance: &maintenance,
                     };
-                    remove(how, &desks, &t, &state).await;
+                    remove(how, &shared.desks, &t, &state).await;
                 })
             })
             .collect()
