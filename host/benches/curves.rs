@@ -368,7 +368,7 @@ async fn admission_point(
     let dir = max_unavailable_dir(&at_once.to_string());
     let metrics = nmo::registry::OperatorMetrics::register().unwrap();
     let engine =
-        PolicyEngine::with_metrics(EngineConfig::default(), metrics.policy.clone()).unwrap();
+        PolicyEngine::observed(EngineConfig::default(), metrics.policy.observer()).unwrap();
     let running = run_controller(
         kubeconfig,
         PolicyStore::from_dir(engine, dir.path(), None).unwrap(),

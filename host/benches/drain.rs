@@ -149,7 +149,7 @@ spec: {minAvailable: 1, selector: {matchLabels: {app: stuck}}}
         .unwrap();
     let client = bench_client(&c.kubeconfig()).await;
     let metrics = nmo::registry::OperatorMetrics::register().unwrap();
-    let policy = PolicyEngine::with_metrics(EngineConfig::default(), metrics.policy.clone())
+    let policy = PolicyEngine::observed(EngineConfig::default(), metrics.policy.observer())
         .unwrap()
         .default_policy()
         .unwrap();

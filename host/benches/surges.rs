@@ -184,9 +184,9 @@ async fn main() {
     .unwrap();
     std::fs::write(dir.path().join("policies.yaml"), "default: builtin\n").unwrap();
     let metrics = nmo::registry::OperatorMetrics::register().unwrap();
-    let engine = nmo::policy::PolicyEngine::with_metrics(
+    let engine = nmo::policy::PolicyEngine::observed(
         nmo::policy::EngineConfig::default(),
-        metrics.policy.clone(),
+        metrics.policy.observer(),
     )
     .unwrap();
     let store = nmo::policy::PolicyStore::from_dir(engine, dir.path(), None).unwrap();

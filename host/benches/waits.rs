@@ -91,9 +91,9 @@ async fn main() {
     ))
     .unwrap();
     let metrics = nmo::registry::OperatorMetrics::register().unwrap();
-    let engine = nmo::policy::PolicyEngine::with_metrics(
+    let engine = nmo::policy::PolicyEngine::observed(
         nmo::policy::EngineConfig::default(),
-        metrics.policy.clone(),
+        metrics.policy.observer(),
     )
     .unwrap();
     let policy = engine.load("hostile", &hostile).unwrap();

@@ -67,6 +67,13 @@ pub enum Error {
     Config(String),
 }
 
+/// A policy's own error (loading it, or a decision) is the policy layer's.
+impl From<nmo_policy_runtime::Error> for Error {
+    fn from(e: nmo_policy_runtime::Error) -> Self {
+        Error::Policy(e.into())
+    }
+}
+
 impl Error {
     /// A fixed, bounded label for metrics and logs.
     pub fn category(&self) -> &'static str {

@@ -263,9 +263,9 @@ fn passes(metrics: &nmo::controller::ControllerMetrics) -> u64 {
 async fn a_waiting_maintenance_is_asked_again_only_when_its_fleet_changes() {
     let (cluster, client) = start_cluster(3).await;
     let metrics = metrics();
-    let engine = nmo::policy::PolicyEngine::with_metrics(
+    let engine = nmo::policy::PolicyEngine::observed(
         nmo::policy::EngineConfig::default(),
-        metrics.policy.clone(),
+        metrics.policy.observer(),
     )
     .unwrap();
     let settings = BTreeMap::from([("max".to_owned(), "1".to_owned())]);

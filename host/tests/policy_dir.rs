@@ -17,7 +17,7 @@ use serde_json::json;
 
 /// An engine whose decisions and stores' reloads are counted.
 fn engine() -> PolicyEngine {
-    PolicyEngine::with_metrics(EngineConfig::default(), metrics().policy).unwrap()
+    PolicyEngine::observed(EngineConfig::default(), metrics().policy.observer()).unwrap()
 }
 
 /// Writes `files` as a kubelet writes a ConfigMap volume: a fresh

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use nmo::fixtures::{self, PodKind};
-use nmo::policy::Error;
 use nmo::policy::types::{Failure, Maintenance};
 use nmo::policy::{EngineConfig, Policy, PolicyEngine, Verdict};
+use nmo_policy_runtime::Error;
 
 const HOSTILE: &str = concat!(env!("NMO_POLICY_WASM_DIR"), "/nmo_policy_hostile.wasm");
 const DEADLINE: Duration = Duration::from_millis(200);

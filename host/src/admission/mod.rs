@@ -121,6 +121,7 @@ impl Around {
         })
         .await
         .map(Some)
+        .map_err(Into::into)
     }
 }
 

@@ -559,7 +559,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// The sandbox as the binary runs it: the defaults, with policies compiled
 /// in a child process of this binary (under a time and memory limit).
 fn engine() -> nmo::policy::Result<PolicyEngine> {
-    PolicyEngine::new(engine_config())
+    Ok(PolicyEngine::new(engine_config())?)
 }
 
 /// The engine's settings: policies compiled in a worker process of this
@@ -693,7 +693,7 @@ fn load_policies(
     cli: &Cli,
     metrics: nmo::policy::PolicyMetrics,
 ) -> anyhow::Result<std::sync::Arc<PolicyStore>> {
-    let engine = PolicyEngine::with_metrics(engine_config(), metrics)?;
+    let engine = PolicyEngine::observed(engine_config(), metrics.observer())?;
     let cache = policy_cache(std::path::Path::new(&cli.policy_cache_dir));
     Ok(match &cli.policy {
         Some(path) => {
@@ -865,16 +865,18 @@ fn load_policy(
     engine: &PolicyEngine,
     file: &std::path::Path,
 ) -> nmo::policy::Result<nmo::policy::Policy> {
-    if file.as_os_str() == "default" {
+    let policy = if file.as_os_str() == "default" {
         engine.default_policy()
     } else {
         engine.load_file(file)
-    }
+    };
+    Ok(policy?)
 }
 
 fn policy_test(policy: &std::path::Path, scenarios: &[PathBuf]) -> ExitCode {
     let report = engine()
         .and_then(|engine| load_policy(&engine, policy))
+        .map_err(nmo::policy::ToolError::from)
         .and_then(|p| nmo::policy::harness::run_paths(&p, scenarios));
     match report {
         Ok(report) => {
@@ -915,7 +917,7 @@ fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
             continue;
         }
         let loaded = load_policy(&engine, file);
-        match loaded.and_then(|p| selfcheck::run(&p).map(|()| p)) {
+        match loaded.and_then(|p| Ok(selfcheck::run(&p).map(|()| p)?)) {
             Ok(p) => outln!("ok    {} (sha256 {})", file.display(), &p.digest()[..12]),
             Err(e) => {
                 failed += 1;

@@ -75,11 +75,12 @@ use k8s_openapi::api::core::v1 as core;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::engine::Policy;
-use super::error::{Error, Result};
-use super::inputs::{Fleet, Settings};
+use super::Policy;
+use super::error::ToolError as Error;
+type Result<T, E = Error> = std::result::Result<T, E>;
 use super::types::{DrainReport, EtcdGuard, Failure, FleetMaintenance, PodRef};
 use super::validate::{Action, Admission, Plan, Verdict};
+use super::{Fleet, Settings};
 use crate::crd::NodeMaintenance;
 
 /// One scenario, as read from a file.

@@ -3,7 +3,9 @@
 
 use prometheus::{HistogramVec, IntCounterVec, IntGauge, Registry};
 
-use super::Decision;
+use std::sync::Arc;
+
+use super::{Decision, Observer};
 use crate::metrics::{self, Label, counter_vec, exponential, gauge, histogram_vec};
 
 /// The categories of `nmo_policy_errors_total` (see `Error::category`).
@@ -53,6 +55,18 @@ impl std::fmt::Debug for PolicyMetrics {
     }
 }
 
+/// Every decision's latency, and its error's category.
+impl Observer for PolicyMetrics {
+    fn decided(&self, decision: Decision, seconds: f64, category: Option<&'static str>) {
+        self.latency
+            .with_label_values(&[decision.name()])
+            .observe(seconds);
+        if let Some(category) = category {
+            self.errors.with_label_values(&[category]).inc();
+        }
+    }
+}
+
 impl PolicyMetrics {
     /// Registers the policy families on `registry`: every decision's
     /// latency series and every error category, empty or at 0, from the
@@ -97,14 +111,17 @@ impl PolicyMetrics {
         Ok(m)
     }
 
-    /// A decision answered (or failed, in `category`) after `seconds`.
-    pub fn decided(&self, decision: Decision, seconds: f64, category: Option<&'static str>) {
-        self.latency
-            .with_label_values(&[decision.name()])
-            .observe(seconds);
-        if let Some(category) = category {
-            self.errors.with_label_values(&[category]).inc();
-        }
+    /// The metrics behind an engine's observer, when it is these (the
+    /// store counts its reloads beside the engine's decisions).
+    pub fn of(observer: Option<&Arc<dyn Observer>>) -> Option<Self> {
+        let observer: &dyn std::any::Any = &**observer?;
+        observer.downcast_ref::<Self>().cloned()
+    }
+
+    /// These metrics as an engine's observer
+    /// ([`crate::policy::PolicyEngine::observed`]).
+    pub fn observer(&self) -> Arc<dyn Observer> {
+        Arc::new(self.clone())
     }
 
     /// How many `decision` calls were timed so far.
@@ -150,7 +167,7 @@ mod tests {
     /// Every category a policy error can have is one the metric shows.
     #[test]
     fn every_policy_error_category_is_listed() {
-        use crate::policy::Error;
+        use nmo_policy_runtime::Error;
         let errors = [
             Error::Load {
                 policy: String::new(),
@@ -194,14 +211,18 @@ mod tests {
                 function: "",
                 reason: String::new(),
             },
-            Error::NotFound {
-                name: String::new(),
-                available: String::new(),
-            },
             Error::Engine(String::new()),
         ];
-        for e in errors {
-            assert!(ERROR_CATEGORIES.contains(&e.category()), "{}", e.category());
+        let not_found = crate::policy::Error::NotFound {
+            name: String::new(),
+            available: String::new(),
+        };
+        let categories = errors
+            .iter()
+            .map(Error::category)
+            .chain([not_found.category()]);
+        for category in categories {
+            assert!(ERROR_CATEGORIES.contains(&category), "{category}");
         }
     }
 

@@ -39,8 +39,8 @@ use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
-use super::digest::hex_digest;
 use super::error::{Error, Result};
+use nmo_policy_runtime::digest::hex_digest;
 
 /// The layer media type of the CNCF Wasm OCI artifact (the one pushed).
 pub const WASM_LAYER: &str = "application/wasm";

@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::error::{Error, Result};
+use super::error::ToolError as Error;
+type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The SDK's sources, as this `nmo` was built with them.
 const SDK_LIB: &str = include_str!("../../../policies/sdk/src/lib.rs");

@@ -34,15 +34,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::cache::PolicyCache;
+use super::PolicyCache;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::engine::{Policy, PolicyEngine};
+use super::Settings;
 use super::error::{Error, Result};
-use super::inputs::Settings;
 use super::selfcheck;
+use super::{Policy, PolicyEngine};
 use kube::core::{Selector, SelectorExt};
 
 use super::selector;
@@ -127,7 +127,12 @@ fn load_all(
         .map(|r| {
             r.into_inner()
                 .unwrap_or_else(|p| p.into_inner())
-                .unwrap_or_else(|| Err(Error::Engine("a policy load did not finish".into())))
+                .unwrap_or_else(|| {
+                    Err(
+                        nmo_policy_runtime::Error::Engine("a policy load did not finish".into())
+                            .into(),
+                    )
+                })
         })
         .collect()
 }
@@ -229,7 +234,7 @@ impl Snapshot {
             h.update((bytes.len() as u64).to_le_bytes());
             h.update(bytes);
         }
-        let fingerprint = super::digest::hex(&h.finalize());
+        let fingerprint = nmo_policy_runtime::digest::hex(&h.finalize());
         Snapshot { files, fingerprint }
     }
 

@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use super::cache::PolicyCache;
-use super::engine::{Policy, PolicyEngine};
+use super::PolicyCache;
 use super::error::Result;
 use super::metrics::{PolicyMetrics, ReloadResult};
 use super::oci::Registry;
 use super::set::{PolicySet, Snapshot};
+use super::{Policy, PolicyEngine};
 
 /// The fingerprint of a policy directory that does not exist.
 const ABSENT: &str = "absent";
@@ -69,7 +69,7 @@ impl PolicyStore {
         let metrics = set
             .select(None, None)
             .ok()
-            .and_then(|s| s.policy.metrics().cloned());
+            .and_then(|s| PolicyMetrics::of(s.policy.observer()));
         Arc::new(PolicyStore {
             metrics,
             status: Mutex::new(Status {
@@ -121,7 +121,7 @@ impl PolicyStore {
         };
         tracing::info!(logger = "policy", dir = %dir.display(), set = %set.summary(), "policies loaded");
         Ok(Arc::new(PolicyStore {
-            metrics: engine.metrics().cloned(),
+            metrics: PolicyMetrics::of(engine.observer()),
             current: RwLock::new(Arc::new(set)),
             status: Mutex::new(Status {
                 last_tried: tried,

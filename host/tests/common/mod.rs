@@ -56,7 +56,7 @@ pub fn metrics() -> OperatorMetrics {
 
 /// [`policy_store`], its decisions counted in `metrics`.
 pub fn policy_store_counted(policy_file: Option<&str>, metrics: PolicyMetrics) -> Arc<PolicyStore> {
-    let engine = PolicyEngine::with_metrics(EngineConfig::default(), metrics).unwrap();
+    let engine = PolicyEngine::observed(EngineConfig::default(), metrics.observer()).unwrap();
     let policy = match policy_file {
         Some(f) => engine
             .load_file(std::path::Path::new(&format!(

@@ -1,4 +1,4 @@
-//! A policy built against contract 0.3.0 (`host/wit-compat`), as one
+//! A policy built against contract 0.3.0 (`runtime/wit-compat`), as one
 //! built before 0.4 is: no SDK, the 0.3 WIT alone. It reads every pod
 //! and node accessor of 0.3 and says what it read in each pod's skip
 //! reason, so the host's test can check that a 0.4 host answers a 0.3
@@ -9,7 +9,7 @@
 #[allow(missing_docs, clippy::all)]
 mod bindings {
     wit_bindgen::generate!({
-        path: "../../../host/wit-compat/node-maintenance-0.3.0.wit",
+        path: "../../../runtime/wit-compat/node-maintenance-0.3.0.wit",
         world: "drain-policy",
     });
 }

@@ -11,19 +11,18 @@ use wasmtime::component::{Component, HasSelf, Linker, Resource};
 use wasmtime::{Engine, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 
-use super::Decision;
 use super::bindings::{DrainPolicy, DrainPolicyPre};
 use super::cache::PolicyCache;
 use super::compile::{self, CompileLimits, wasm_config};
 use super::digest::hex_digest;
 use super::error::{Error, Result};
 use super::inputs::{Fleet, History, HostState, Inputs, Settings};
-use super::metrics::PolicyMetrics;
 use super::output::{CappedOutput, MAX_LOG_LINE_BYTES, RateWindow, Records};
 use super::types::{self, Failure, KeyValue, Maintenance};
 use super::validate::{self, Admission, Plan, Verdict};
 use super::workloads::Workloads;
 use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, SERVED_CONTRACTS, WORLD};
+use super::{Decision, Observer};
 
 /// Sandbox limits, the same for every policy of an engine.
 #[derive(Debug, Clone)]
@@ -90,7 +89,7 @@ struct EngineInner {
     /// Runs the decisions' futures (WASI's host calls are async; a
     /// decision is bounded by a timer of this runtime). Taken on drop.
     runtime: Option<tokio::runtime::Runtime>,
-    metrics: Option<PolicyMetrics>,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 /// The epoch ticker's state: it advances the epoch only while a decision
@@ -166,18 +165,18 @@ impl std::fmt::Debug for PolicyEngine {
 
 impl PolicyEngine {
     /// Sets up the engine, the linker and the epoch ticker; its decisions
-    /// are not counted (see [`PolicyEngine::with_metrics`]).
+    /// are not told to anyone (see [`PolicyEngine::observed`]).
     pub fn new(config: EngineConfig) -> Result<Self> {
         Self::build(config, None)
     }
 
-    /// [`PolicyEngine::new`], recording every decision's latency and error
-    /// category in `metrics` (and, through its stores, the reloads).
-    pub fn with_metrics(config: EngineConfig, metrics: PolicyMetrics) -> Result<Self> {
-        Self::build(config, Some(metrics))
+    /// [`PolicyEngine::new`], telling `observer` of every decision's
+    /// latency and error category.
+    pub fn observed(config: EngineConfig, observer: Arc<dyn Observer>) -> Result<Self> {
+        Self::build(config, Some(observer))
     }
 
-    fn build(config: EngineConfig, metrics: Option<PolicyMetrics>) -> Result<Self> {
+    fn build(config: EngineConfig, observer: Option<Arc<dyn Observer>>) -> Result<Self> {
         if config.deadline.is_zero() || config.epoch_tick.is_zero() {
             return Err(Error::Engine(
                 "the policy deadline and epoch tick must be above zero".into(),
@@ -258,7 +257,7 @@ impl PolicyEngine {
                 ticker,
                 ticker_thread,
                 runtime: Some(runtime),
-                metrics,
+                observer,
             }),
         })
     }
@@ -268,10 +267,9 @@ impl PolicyEngine {
         &self.inner.config
     }
 
-    /// Where this engine's decisions (and its policy store's reloads) are
-    /// counted, if anywhere.
-    pub fn metrics(&self) -> Option<&PolicyMetrics> {
-        self.inner.metrics.as_ref()
+    /// Who is told of this engine's decisions, if anyone.
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+        self.inner.observer.as_ref()
     }
 
     /// Compiles and links a policy. `name` is what logs, metrics and errors
@@ -549,7 +547,7 @@ impl Policy {
     }
 
     /// Whether the policy reads pods' workloads: a plan for it needs them
-    /// read first ([`crate::controller::drain::workloads::read`]).
+    /// read first (the operator reads them only for such policies).
     pub fn reads_workloads(&self) -> bool {
         self.inner.reads_workloads
     }
@@ -559,10 +557,10 @@ impl Policy {
         &self.inner.digest
     }
 
-    /// Where this policy's decisions are counted (its engine's), if
-    /// anywhere.
-    pub fn metrics(&self) -> Option<&PolicyMetrics> {
-        self.inner.engine.metrics()
+    /// Who is told of this policy's decisions (its engine's observer), if
+    /// anyone.
+    pub fn observer(&self) -> Option<&Arc<dyn Observer>> {
+        self.inner.engine.observer()
     }
 
     /// Whether the compiled artifact came from the cache.
@@ -776,9 +774,9 @@ impl Policy {
     ) -> Result<T> {
         let started = std::time::Instant::now();
         let result = self.call(decision, inputs, f).and_then(check);
-        if let Some(m) = self.inner.engine.metrics() {
+        if let Some(o) = self.inner.engine.observer() {
             let category = result.as_ref().err().map(Error::category);
-            m.decided(decision, started.elapsed().as_secs_f64(), category);
+            o.decided(decision, started.elapsed().as_secs_f64(), category);
         }
         result
     }
