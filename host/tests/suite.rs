@@ -18,6 +18,7 @@ mod helm;
 mod hostile_api;
 mod image;
 mod kube_state_metrics;
+mod layers;
 mod leader;
 mod migration;
 mod oci;
