@@ -217,7 +217,7 @@ mod lenient {
             Some(Value::String(s)) => match s.parse::<k8s_openapi::jiff::Timestamp>() {
                 Ok(t) => Some(Time(t)),
                 Err(e) => {
-                    tracing::warn!(logger = "controller", value = %crate::text::clean(&s, 64), error = %e, "status.lastUpdate is not a time this operator can hold; ignored");
+                    tracing::warn!(value = %crate::text::clean(&s, 64), error = %e, "status.lastUpdate is not a time this operator can hold; ignored");
                     None
                 }
             },
@@ -244,7 +244,7 @@ mod lenient {
                 "Succeeded" => Some(MaintenancePhase::Succeeded),
                 "Failed" => Some(MaintenancePhase::Failed),
                 other => {
-                    tracing::warn!(logger = "controller", value = %crate::text::clean(other, 64), "status.phase is not one this operator knows; ignored");
+                    tracing::warn!(value = %crate::text::clean(other, 64), "status.phase is not one this operator knows; ignored");
                     None
                 }
             },

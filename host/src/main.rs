@@ -26,7 +26,7 @@ fn main() -> std::process::ExitCode {
         // The operator's last word is a line of its log, as the others
         // are (a log pipeline reads JSON); a command's is for a person.
         Err(e) if logged => {
-            tracing::error!(logger = "setup", error = %cmd::error_text(&e), "the operator stopped");
+            tracing::error!(error = %cmd::error_text(&e), "the operator stopped");
             std::process::ExitCode::FAILURE
         }
         Err(e) => {

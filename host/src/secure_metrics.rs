@@ -127,7 +127,7 @@ impl Reviewer {
         if self.allowed(spec).await? {
             Ok(())
         } else {
-            tracing::warn!(logger = "metrics", user = %user.username.unwrap_or_default(), "metrics request refused: the user may not get /metrics");
+            tracing::warn!(user = %user.username.unwrap_or_default(), "metrics request refused: the user may not get /metrics");
             Err(FORBIDDEN)
         }
     }
@@ -149,7 +149,7 @@ impl Reviewer {
             .create(&PostParams::default(), &review)
             .await
             .map_err(|e| {
-                tracing::warn!(logger = "metrics", error = %crate::text::api_error(&e), "TokenReview failed");
+                tracing::warn!(error = %crate::text::api_error(&e), "TokenReview failed");
                 UNAUTHORIZED
             })?;
         let status = reviewed.status.unwrap_or_default();
@@ -173,7 +173,7 @@ impl Reviewer {
             .create(&PostParams::default(), &access)
             .await
             .map_err(|e| {
-                tracing::warn!(logger = "metrics", error = %crate::text::api_error(&e), "SubjectAccessReview failed");
+                tracing::warn!(error = %crate::text::api_error(&e), "SubjectAccessReview failed");
                 FORBIDDEN
             })?;
         let allowed = decided.status.is_some_and(|s| s.allowed);

@@ -254,13 +254,18 @@ where
             Ok((stream, _)) => {
                 backoff = std::time::Duration::from_millis(10);
                 let work = conn(stream);
-                tokio::spawn(async move {
-                    work.await;
-                    drop(permit);
-                });
+                // In the server's span: its lines name the server.
+                use tracing::Instrument;
+                tokio::spawn(
+                    async move {
+                        work.await;
+                        drop(permit);
+                    }
+                    .instrument(tracing::Span::current()),
+                );
             }
             Err(e) => {
-                tracing::debug!(logger = "server", error = %e, wait = %crate::text::duration(backoff), "accept failed; backing off");
+                tracing::debug!(error = %e, wait = %crate::text::duration(backoff), "accept failed; backing off");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
             }
@@ -417,7 +422,7 @@ pub fn metrics(registry: prometheus::Registry, refresh: Arc<dyn Fn() + Send + Sy
                     .body(Full::new(Bytes::from(body)))
                     .expect("valid response"),
                 Err(e) => {
-                    tracing::error!(logger = "metrics", error = %e, "rendering the metrics");
+                    tracing::error!(error = %e, "rendering the metrics");
                     text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"))
                 }
             }

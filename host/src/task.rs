@@ -30,15 +30,19 @@ where
 pub struct Background(tokio::task::JoinSet<()>);
 
 impl Background {
-    /// Runs `future` as the process's `what` (in a span `server{what}`).
+    /// Runs `future` as the process's `what` (in a span `server{what}`,
+    /// whose lines go by the logger `what`).
     /// Must be called inside the runtime.
     pub fn spawn<F>(&mut self, what: &'static str, future: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
         use tracing::Instrument;
-        self.0
-            .spawn(future.instrument(tracing::error_span!("server", server = what)));
+        self.0.spawn(future.instrument(tracing::error_span!(
+            "server",
+            server = what,
+            logger = what
+        )));
     }
 }
 

@@ -1,8 +1,11 @@
 //! JSON logs through `tracing`, in the Go operator's zap shape:
 //! `{"level":"info","ts":"2024-01-15T10:00:00.123456789Z","logger":"controller","msg":"Begin a node maintenance","nodeName":"node02"}`.
 //!
-//! `logger` is the event's `logger` field when it has one, else its target;
-//! every other field follows under its own name, after the fields of the
+//! `logger` names the part of the operator a line comes from, as the Go
+//! operator's named zap loggers do: the event's own `logger` field when it
+//! has one, else the innermost span's (a server's: `webhook`, `metrics`),
+//! else its module's name in [`LOGGERS`] (`controller`, `drain`, `leader`,
+//! `policy`, `setup`...), else its target. Every other field follows under its own name, after the fields of the
 //! spans the event is in (a reconcile's `nodeMaintenance` and `nodeName`,
 //! as controller-runtime's `WithValues` logger carries them), the event's
 //! own winning where both name one. The encoder, the time
@@ -258,8 +261,42 @@ pub fn zap_time(ts: jiff::Timestamp) -> String {
     )
 }
 
+/// The logger a module's lines go by, by module path (the longest that
+/// the event's target is in wins): one table instead of a `logger` field on
+/// every line.
+pub const LOGGERS: &[(&str, &str)] = &[
+    ("nmo", "setup"),
+    ("nmo::cmd", "setup"),
+    ("nmo::controller", "controller"),
+    ("nmo::controller::drain", "drain"),
+    ("nmo::controller::leader", "leader"),
+    ("nmo::admission", "controller"),
+    ("nmo::crd", "controller"),
+    ("nmo::policy", "policy"),
+    ("nmo_policy_runtime", "policy"),
+    ("nmo::webhook", "webhook"),
+    ("nmo::secure_metrics", "metrics"),
+    ("nmo::server", "server"),
+    ("nmo::tls", "tls"),
+];
+
+/// The logger of an event of `target` that names none (see [`LOGGERS`]);
+/// a target outside them goes by itself.
+pub fn logger_of(target: &str) -> &str {
+    LOGGERS
+        .iter()
+        .filter(|(module, _)| {
+            target
+                .strip_prefix(module)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with("::"))
+        })
+        .max_by_key(|(module, _)| module.len())
+        .map_or(target, |(_, logger)| logger)
+}
+
 /// Formats one event as a zap-shaped line: `level`, `ts`, `logger`, `msg`
-/// first, in that order, then the other fields.
+/// first, in that order, then the other fields. `logger` is the fields'
+/// (the event's or a span's), else the target's ([`logger_of`]).
 pub fn zap_line(
     format: LogFormat,
     level: &tracing::Level,
@@ -272,7 +309,7 @@ pub fn zap_line(
         .unwrap_or(Value::String(String::new()));
     let logger = fields
         .remove("logger")
-        .unwrap_or_else(|| Value::String(target.to_owned()));
+        .unwrap_or_else(|| Value::String(logger_of(target).to_owned()));
     let ts = format.time.encode(jiff::Timestamp::now());
     let level = level.as_str().to_lowercase();
     match format.encoder {
@@ -462,15 +499,50 @@ mod tests {
         assert_eq!(line["logger"], "controller");
         assert_eq!(line["msg"], "Begin a node maintenance");
         assert!(line["ts"].as_str().unwrap().ends_with('Z'));
-        let no_logger: Value = serde_json::from_str(&zap_line(
-            LogFormat::default(),
-            &tracing::Level::ERROR,
-            "nmo::policy",
-            Map::new(),
-        ))
-        .unwrap();
-        assert_eq!(no_logger["logger"], "nmo::policy");
-        assert_eq!(no_logger["level"], "error");
+        let no_logger = |target: &str| -> Value {
+            serde_json::from_str(&zap_line(
+                LogFormat::default(),
+                &tracing::Level::ERROR,
+                target,
+                Map::new(),
+            ))
+            .unwrap()
+        };
+        assert_eq!(no_logger("nmo::policy::store")["logger"], "policy");
+        assert_eq!(
+            no_logger("nmo::controller::drain::surge")["logger"],
+            "drain"
+        );
+        assert_eq!(no_logger("nmo::controller::pass")["logger"], "controller");
+        assert_eq!(no_logger("nmo::controllers")["logger"], "setup");
+        assert_eq!(
+            no_logger("kube_runtime::watcher")["logger"],
+            "kube_runtime::watcher"
+        );
+        assert_eq!(no_logger("nmo::policy")["level"], "error");
+    }
+
+    /// A line that names no logger goes by its innermost span's, else by
+    /// its module's.
+    #[test]
+    fn a_line_without_a_logger_goes_by_its_span_or_its_module() {
+        let log = || {
+            tracing::info!(target: "nmo::admission::history", "by the module");
+            let server = tracing::error_span!("server", server = "webhook", logger = "webhook");
+            let _in = server.enter();
+            tracing::info!(target: "nmo::admission::history", "by the span");
+            tracing::info!(target: "nmo::admission::history", logger = "controller", "by the line");
+        };
+        let lines = lines_of(ZapLevel::Info, log);
+        let loggers: Vec<&str> = lines
+            .iter()
+            .map(|l| l["logger"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            loggers,
+            ["controller", "webhook", "controller"],
+            "{lines:?}"
+        );
     }
 
     #[test]

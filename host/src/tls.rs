@@ -88,11 +88,11 @@ impl ResolvesServerCert for ReloadingCert {
         if now != current.0 {
             match load_key(&self.dir) {
                 Ok(key) => {
-                    tracing::info!(logger = "tls", dir = %self.dir.display(), "serving certificate reloaded");
+                    tracing::info!(dir = %self.dir.display(), "serving certificate reloaded");
                     *current = (now, key);
                 }
                 Err(e) => {
-                    tracing::warn!(logger = "tls", dir = %self.dir.display(), error = %e, "keeping the previous certificate")
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "keeping the previous certificate")
                 }
             }
         }

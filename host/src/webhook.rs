@@ -265,7 +265,7 @@ impl Validator {
             // error and reports it on the maintenance; refusing here would
             // hide it behind a webhook message.
             Err(e) => {
-                tracing::warn!(logger = "webhook", error = %e, "the policy's admit failed; allowing the NodeMaintenance");
+                tracing::warn!(error = %e, "the policy's admit failed; allowing the NodeMaintenance");
                 Ok(None)
             }
         }

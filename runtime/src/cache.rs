@@ -97,7 +97,7 @@ impl PolicyCache {
         let want = std::fs::read_to_string(&checksum).ok()?;
         let bytes = std::fs::read(&artifact).ok()?;
         if hex_digest(&bytes) != want.trim() {
-            tracing::warn!(logger = "policy", artifact = %artifact.display(), "cached policy artifact is damaged; compiling again");
+            tracing::warn!(artifact = %artifact.display(), "cached policy artifact is damaged; compiling again");
             return None;
         }
         // SAFETY: the bytes are an artifact this program serialised, in a
@@ -109,7 +109,7 @@ impl PolicyCache {
         match unsafe { Component::deserialize(engine, &bytes) } {
             Ok(c) => Some(c),
             Err(e) => {
-                tracing::warn!(logger = "policy", artifact = %artifact.display(), error = %e, "cached policy artifact unusable; compiling again");
+                tracing::warn!(artifact = %artifact.display(), error = %e, "cached policy artifact unusable; compiling again");
                 None
             }
         }
@@ -134,7 +134,7 @@ impl PolicyCache {
             write_atomic(&checksum, hex_digest(&bytes).as_bytes())
         });
         if let Err(e) = result {
-            tracing::warn!(logger = "policy", policy = name, artifact = %path.display(), error = %e, "cannot cache the compiled policy");
+            tracing::warn!(policy = name, artifact = %path.display(), error = %e, "cannot cache the compiled policy");
         }
     }
 
@@ -161,7 +161,7 @@ impl PolicyCache {
             }
         }
         if removed > 0 {
-            tracing::info!(logger = "policy", dir = %self.dir.display(), removed, "pruned compiled policies no longer in use");
+            tracing::info!(dir = %self.dir.display(), removed, "pruned compiled policies no longer in use");
         }
         removed
     }

@@ -259,7 +259,7 @@ async fn served(api: &Api<DynamicObject>) -> bool {
         Ok(_) => true,
         Err(kube::Error::Api(e)) if e.code == 404 => false,
         Err(e) => {
-            tracing::debug!(logger = "controller", error = %e, "could not tell whether a tool's API is served");
+            tracing::debug!(error = %e, "could not tell whether a tool's API is served");
             false
         }
     }
@@ -278,7 +278,7 @@ pub async fn list(client: &Client) -> kube::Result<HashMap<String, Vec<String>>>
             // operator's RBAC, under nmo swapped into its Deployment): its
             // claims are not seen, and the log says so.
             Err(kube::Error::Api(e)) if e.code == 403 => {
-                tracing::warn!(logger = "webhook", error = %e.message, "the operator may not list another tool's claims; admission does not see them (deploy/rbac grants it)");
+                tracing::warn!(error = %e.message, "the operator may not list another tool's claims; admission does not see them (deploy/rbac grants it)");
             }
             Err(e) => return Err(e),
         }

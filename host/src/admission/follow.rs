@@ -33,7 +33,7 @@ pub(super) async fn follow(api: Api<DynamicObject>, what: &str, mut on: impl FnM
             Ok(watcher::Event::Apply(o)) => on(Change::Applied(o)),
             Ok(watcher::Event::Delete(o)) => on(Change::Deleted(o)),
             Err(e) => {
-                tracing::debug!(logger = "controller", watch = what, error = %e, "a watch failed; retrying");
+                tracing::debug!(watch = what, error = %e, "a watch failed; retrying");
             }
         }
     }

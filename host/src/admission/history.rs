@@ -95,7 +95,7 @@ impl EndedLog {
             match read(client, namespace).await {
                 Ok(entries) => *held = Some(entries),
                 Err(e) => {
-                    tracing::warn!(logger = "controller", error = %e, "could not read the maintenance history; admission sees none for now");
+                    tracing::warn!(error = %e, "could not read the maintenance history; admission sees none for now");
                     return Vec::new();
                 }
             }
@@ -120,7 +120,7 @@ impl EndedLog {
         }
         prune(&mut entries, now_ms());
         if let Err(e) = write(client, namespace, &entries).await {
-            tracing::warn!(logger = "controller", error = %e, "could not write the maintenance history");
+            tracing::warn!(error = %e, "could not write the maintenance history");
         }
         *held = Some(entries);
     }
@@ -154,7 +154,6 @@ pub async fn read_for_admission(client: &Client, namespace: &str) -> kube::Resul
     match read(client, namespace).await {
         Err(kube::Error::Api(e)) if e.code == 403 => {
             tracing::warn!(
-                logger = "webhook",
                 namespace,
                 error = %e.message,
                 "the operator may not read the maintenance history (ConfigMap {CONFIGMAP}); admission sees none: grant get on ConfigMaps in that namespace (deploy/rbac) for fleet rules that count past maintenances"
@@ -178,7 +177,7 @@ pub async fn read(client: &Client, namespace: &str) -> kube::Result<Vec<Ended>> 
         .map(String::as_str)
         .unwrap_or("[]");
     let mut entries: Vec<Ended> = serde_json::from_str(text).unwrap_or_else(|e| {
-        tracing::warn!(logger = "controller", error = %e, "the maintenance history does not read; starting it again");
+        tracing::warn!(error = %e, "the maintenance history does not read; starting it again");
         Vec::new()
     });
     // What is read is held to the bounds the operator writes with.
@@ -186,7 +185,6 @@ pub async fn read(client: &Client, namespace: &str) -> kube::Result<Vec<Ended>> 
     prune(&mut entries, now_ms());
     if entries.len() < found {
         tracing::warn!(
-            logger = "controller",
             found,
             kept = entries.len(),
             "the maintenance history held entries out of bounds (in the future, past the window or the limit); they are dropped"

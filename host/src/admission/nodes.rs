@@ -53,7 +53,7 @@ impl Nodes {
                     *self.map() = std::mem::take(&mut listing);
                     self.changed();
                     if !self.synced.swap(true, Ordering::Relaxed) {
-                        tracing::debug!(logger = "controller", "admission reads the nodes' watch");
+                        tracing::debug!("admission reads the nodes' watch");
                     }
                 }
                 Ok(watcher::Event::Apply(node)) => {
@@ -68,7 +68,7 @@ impl Nodes {
                 }
                 Err(e) => {
                     if self.synced.swap(false, Ordering::Relaxed) {
-                        tracing::warn!(logger = "controller", error = %e, "the node watch fails; admission lists the nodes until it works");
+                        tracing::warn!(error = %e, "the node watch fails; admission lists the nodes until it works");
                     }
                 }
             }

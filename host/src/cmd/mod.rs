@@ -274,13 +274,11 @@ impl Cli {
     pub fn log_accepted_flags(&self) {
         if self.enable_http2 {
             tracing::info!(
-                logger = "setup",
                 "--enable-http2: nmo serves HTTP/1.1 only (the webhook and metrics servers); the flag changes nothing"
             );
         }
         if let Some(level) = &self.zap_stacktrace_level {
             tracing::info!(
-                logger = "setup",
                 level = %level,
                 "--zap-stacktrace-level: nmo's log lines carry no stack traces; the flag changes nothing"
             );
@@ -582,7 +580,7 @@ fn policy_cache(dir: &std::path::Path) -> Option<nmo::policy::PolicyCache> {
     match nmo::policy::PolicyCache::open(dir) {
         Ok(cache) => Some(cache),
         Err(e) => {
-            tracing::error!(logger = "setup", error = %e, "not caching compiled policies");
+            tracing::error!(error = %e, "not caching compiled policies");
             None
         }
     }
@@ -623,7 +621,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
         let probes = nmo::server::probes(startup.checks());
         let _in = runtime.enter();
         background.spawn("probes", nmo::server::serve(listener, probes));
-        tracing::info!(logger = "setup", address = %addr, "serving probes");
+        tracing::info!(address = %addr, "serving probes");
     }
     let metrics = nmo::registry::OperatorMetrics::register()?;
     let policies = load_policies(cli, metrics.policy.clone())?;
@@ -669,7 +667,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             let elector =
                 nmo::controller::leader::Elector::new(client, &ns, identity, Default::default())
                     .with_metrics(ctx.metrics.clone());
-            tracing::info!(logger = "setup", namespace = %ns, "waiting for leadership");
+            tracing::info!(namespace = %ns, "waiting for leadership");
             // Leadership lost (an API outage past the renew deadline):
             // the controller stops acting and the replica stands again,
             // without exiting.
@@ -680,7 +678,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
                 )
                 .await?;
         } else {
-            tracing::info!(logger = "setup", "starting the NodeMaintenance controller");
+            tracing::info!("starting the NodeMaintenance controller");
             nmo::controller::run(ctx).await?;
         }
         anyhow::Ok(())
@@ -700,7 +698,6 @@ fn load_policies(
             let policy = engine.load_file(path)?.alone()?;
             selfcheck::run(&policy)?;
             tracing::info!(
-                logger = "setup",
                 policy = policy.name(),
                 digest = policy.digest(),
                 "policy loaded"
@@ -780,13 +777,13 @@ async fn start_servers(
                 )
                 .await;
                 if let Err(e) = served {
-                    tracing::error!(logger = "metrics", error = %e, "metrics server stopped");
+                    tracing::error!(error = %e, "metrics server stopped");
                 }
             });
-            tracing::info!(logger = "setup", address = %addr, "serving metrics over HTTPS to authorized clients");
+            tracing::info!(address = %addr, "serving metrics over HTTPS to authorized clients");
         } else {
             background.spawn("metrics", server::serve(listener, handler));
-            tracing::info!(logger = "setup", address = %addr, "serving metrics");
+            tracing::info!(address = %addr, "serving metrics");
         }
     }
     if let Some(addr) = server::parse_bind(&cli.webhook_bind_address)? {
@@ -803,7 +800,6 @@ async fn start_servers(
             // pod started (cert-manager): the kubelet fills the mounted
             // folder later, and the webhook starts then.
             tracing::warn!(
-                logger = "setup",
                 cert_dir = %cert_dir.display(),
                 "no webhook certificate yet: the validating webhook starts when it appears"
             );
@@ -814,7 +810,7 @@ async fn start_servers(
                 match bind_webhook(addr, cert_dir, validator).await {
                     Ok(serving) => serving.await,
                     Err(e) => {
-                        tracing::error!(logger = "webhook", error = %e, "the validating webhook could not start");
+                        tracing::error!(error = %e, "the validating webhook could not start");
                     }
                 }
             });
@@ -837,10 +833,10 @@ async fn bind_webhook(
     validator: nmo::webhook::Validator,
 ) -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(logger = "setup", address = %addr, cert_dir = %cert_dir.display(), "serving the validating webhook");
+    tracing::info!(address = %addr, cert_dir = %cert_dir.display(), "serving the validating webhook");
     Ok(async move {
         if let Err(e) = nmo::webhook::serve(listener, &cert_dir, validator).await {
-            tracing::error!(logger = "webhook", error = %e, "webhook server stopped");
+            tracing::error!(error = %e, "webhook server stopped");
         }
     })
 }

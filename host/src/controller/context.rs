@@ -347,7 +347,6 @@ impl Context {
                 .current()
                 .select_for(nm, node.map(|n| n.labels()))?;
             tracing::info!(
-                logger = "controller",
                 nodeMaintenance = %nm.name_any(),
                 policy = %selected.name,
                 digest = selected.policy.digest(),
@@ -363,7 +362,6 @@ impl Context {
     pub fn stop(&self) {
         if !self.health.stopping.swap(true, Ordering::Relaxed) {
             tracing::info!(
-                logger = "controller",
                 "stopping: drains in progress end here and are resumed by the next leader"
             );
         }

@@ -197,10 +197,10 @@ impl Elector {
         };
         match tokio::time::timeout(self.timings.renew_deadline, attempt).await {
             Ok(Some(_)) => {
-                tracing::info!(logger = "leader", identity = %self.identity, "released the leader lease")
+                tracing::info!(identity = %self.identity, "released the leader lease")
             }
             _ => {
-                tracing::warn!(logger = "leader", identity = %self.identity, "could not release the leader lease; a standby takes over when it expires")
+                tracing::warn!(identity = %self.identity, "could not release the leader lease; a standby takes over when it expires")
             }
         }
     }
@@ -235,13 +235,13 @@ impl Elector {
             tokio::select! {
                 () = self.acquire() => {}
                 () = &mut stop => {
-                    tracing::info!(logger = "leader", identity = %self.identity, "stopping while standing by");
+                    tracing::info!(identity = %self.identity, "stopping while standing by");
                     return Ok(());
                 }
             }
             match self.hold(work()).await {
                 Err(Error::LeadershipLost(_)) => {
-                    tracing::warn!(logger = "leader", identity = %self.identity, "stopped acting; standing for the lock again");
+                    tracing::warn!(identity = %self.identity, "stopped acting; standing for the lock again");
                 }
                 other => return other,
             }
@@ -257,11 +257,8 @@ impl Elector {
             match attempt.await {
                 Ok(Ok(true)) => return,
                 Ok(Ok(false)) => {}
-                Ok(Err(e)) => tracing::warn!(logger = "leader", error = %e, "leader election"),
-                Err(_) => tracing::warn!(
-                    logger = "leader",
-                    "leader election: the API server did not answer in time"
-                ),
+                Ok(Err(e)) => tracing::warn!(error = %e, "leader election"),
+                Err(_) => tracing::warn!("leader election: the API server did not answer in time"),
             }
             tokio::time::sleep(self.timings.retry_period).await;
         }
@@ -269,7 +266,7 @@ impl Elector {
 
     /// Runs `work` while the lock is renewed: see [`Self::run`].
     async fn hold<F: Future<Output = Result<()>>>(&self, work: F) -> Result<()> {
-        tracing::info!(logger = "leader", identity = %self.identity, "became leader");
+        tracing::info!(identity = %self.identity, "became leader");
         self.set_leading(true);
         let renew = async {
             let mut last_ok = Instant::now();
@@ -287,7 +284,7 @@ impl Elector {
                         );
                     }
                     Ok(Err(e)) => {
-                        tracing::warn!(logger = "leader", error = %e, "renewing leadership")
+                        tracing::warn!(error = %e, "renewing leadership")
                     }
                     Err(_) => {}
                 }
@@ -305,7 +302,7 @@ impl Elector {
         self.set_leading(false);
         match &result {
             Err(Error::LeadershipLost(why)) => {
-                tracing::error!(logger = "leader", identity = %self.identity, "leader election lost: {why}");
+                tracing::error!(identity = %self.identity, "leader election lost: {why}");
             }
             _ => self.release().await,
         }

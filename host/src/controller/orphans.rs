@@ -44,10 +44,10 @@ pub(super) async fn sweep(ctx: &Context, requeue: &Requeue) -> Result<Vec<String
         if !wanting(ctx, &node).await?.is_empty() || cache_wants(ctx, &node) {
             continue;
         }
-        tracing::warn!(logger = "controller", nodeName = %node, "the node is marked by this operator but no NodeMaintenance names it (its finalizer was removed by hand, or the CRD deleted); restoring it");
+        tracing::warn!(nodeName = %node, "the node is marked by this operator but no NodeMaintenance names it (its finalizer was removed by hand, or the CRD deleted); restoring it");
         finish::stop_maintenance(ctx, &node).await?;
         for nm in wanting(ctx, &node).await? {
-            tracing::warn!(logger = "controller", nodeName = %node, nodeMaintenance = %nm.name_any(), "a maintenance of the node appeared while it was restored; marking it again");
+            tracing::warn!(nodeName = %node, nodeMaintenance = %nm.name_any(), "a maintenance of the node appeared while it was restored; marking it again");
             ctx.memory.force(&nm.uid().unwrap_or_default());
             let _ = requeue.unbounded_send(kube::runtime::reflector::ObjectRef::from_obj(&nm));
         }
@@ -97,10 +97,7 @@ async fn wanting(ctx: &Context, node: &str) -> Result<Vec<NodeMaintenance>> {
     {
         Ok(list) => list.items,
         Err(kube::Error::Api(e)) if e.code == 404 => {
-            tracing::warn!(
-                logger = "controller",
-                "the NodeMaintenance CRD is not installed: no maintenance can exist"
-            );
+            tracing::warn!("the NodeMaintenance CRD is not installed: no maintenance can exist");
             Vec::new()
         }
         Err(e) => return Err(Error::kube("listing NodeMaintenances")(e)),
@@ -121,11 +118,11 @@ pub(super) async fn run(ctx: &Context, requeue: &Requeue) {
         ctx.forget_gone();
         match sweep(ctx, requeue).await {
             Ok(restored) if !restored.is_empty() => {
-                tracing::info!(logger = "controller", nodes = %restored.join(", "), "orphaned nodes restored");
+                tracing::info!(nodes = %restored.join(", "), "orphaned nodes restored");
             }
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(logger = "controller", error = %e, category = e.category(), "the orphan sweep failed; trying again later");
+                tracing::warn!(error = %e, category = e.category(), "the orphan sweep failed; trying again later");
             }
         }
         tokio::time::sleep(interval).await;

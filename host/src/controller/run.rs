@@ -18,7 +18,7 @@ use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
 
 fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Action {
-    tracing::error!(logger = "controller", error = %err, category = err.category(), "reconcile failed");
+    tracing::error!(error = %err, category = err.category(), "reconcile failed");
     Action::requeue(ctx.settings.error_retry)
 }
 
@@ -52,7 +52,7 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
                 .map(|s| (*s).to_owned())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".to_owned());
-            tracing::error!(parent: &span, logger = "controller", panic = %what, "reconcile panicked");
+            tracing::error!(parent: &span, panic = %what, "reconcile panicked");
             m.panicked();
             Err(Error::Panic(what))
         }
@@ -101,7 +101,6 @@ pub async fn run(ctx: Arc<Context>) -> Result<()> {
             Ended::Stopped => return Ok(()),
             Ended::Rewound { server, seen } => {
                 tracing::warn!(
-                    logger = "controller",
                     server_resource_version = server,
                     seen_resource_version = seen,
                     "the API server's resourceVersion went backwards (restored from an older state?); listing everything again"
@@ -241,7 +240,6 @@ async fn watch_for_rewind(
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 if !ctx.health.crd_missing.swap(true, Ordering::Relaxed) {
                     tracing::error!(
-                        logger = "controller",
                         "the API server serves no NodeMaintenances: the CRD is missing (`nmo crd | kubectl apply -f -`)"
                     );
                 }
@@ -250,7 +248,7 @@ async fn watch_for_rewind(
             Err(_) => continue,
         };
         if ctx.health.crd_missing.swap(false, Ordering::Relaxed) {
-            tracing::info!(logger = "controller", "the NodeMaintenance CRD is back");
+            tracing::info!("the NodeMaintenance CRD is back");
         }
         let server: u64 = list
             .metadata
@@ -285,7 +283,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         .inspect(move |event| match event {
             Ok(e) => {
                 if !ctx.health.watch_ok.swap(true, Ordering::Relaxed) {
-                    tracing::info!(logger = "controller", "the NodeMaintenance watch works again");
+                    tracing::info!("the NodeMaintenance watch works again");
                 }
                 if frees_a_place(e) {
                     recheck_waiting(&ctx, &reader, &recheck_tx);
@@ -303,7 +301,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                         // applied it before this): synced, whatever was
                         // deleted meanwhile.
                         if !ctx.health.synced.swap(true, Ordering::Relaxed) {
-                            tracing::info!(logger = "controller", "cache synced");
+                            tracing::info!("cache synced");
                         }
                         0
                     }
@@ -315,7 +313,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                 *ctx.health.watch_failed_at.lock().unwrap_or_else(|p| p.into_inner()) =
                     Some(std::time::Instant::now());
                 if ctx.health.watch_ok.swap(false, Ordering::Relaxed) {
-                    tracing::warn!(logger = "controller", error = %watch_error(e), "the NodeMaintenance watch failed; retrying");
+                    tracing::warn!(error = %watch_error(e), "the NodeMaintenance watch failed; retrying");
                 }
             }
         })
@@ -345,7 +343,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         .run(instrumented, error_policy, ctx.clone())
         .for_each(|res| async move {
             if let Err(e) = res {
-                tracing::debug!(logger = "controller", error = %e, "reconcile result");
+                tracing::debug!(error = %e, "reconcile result");
             }
         });
     let rewound = watch_for_rewind(ctx, api, &seen);

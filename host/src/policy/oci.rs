@@ -194,7 +194,7 @@ impl Registry {
         {
             Ok(()) => self.disk = Some(dir.to_owned()),
             Err(e) => {
-                tracing::warn!(logger = "policy", dir = %dir.display(), error = %e, "not keeping pulled policies on disk");
+                tracing::warn!(dir = %dir.display(), error = %e, "not keeping pulled policies on disk");
             }
         }
         self
@@ -217,7 +217,7 @@ impl Registry {
             None => {
                 let started = std::time::Instant::now();
                 let (manifest, bytes) = self.block_on(&pinned.whole(), self.pull(pinned))??;
-                tracing::info!(logger = "policy", reference = %pinned.whole(), bytes = bytes.len(), seconds = started.elapsed().as_secs_f64(), "policy pulled and verified");
+                tracing::info!(reference = %pinned.whole(), bytes = bytes.len(), seconds = started.elapsed().as_secs_f64(), "policy pulled and verified");
                 self.keep(pinned, &manifest, &bytes);
                 bytes
             }
@@ -354,7 +354,7 @@ impl Registry {
         match checked {
             Ok(()) => Some(wasm),
             Err(e) => {
-                tracing::warn!(logger = "policy", reference = %pinned.whole(), error = %e, "a cached pull failed its check; pulling again");
+                tracing::warn!(reference = %pinned.whole(), error = %e, "a cached pull failed its check; pulling again");
                 let _ = std::fs::remove_file(&manifest_path);
                 let _ = std::fs::remove_file(&wasm_path);
                 None
@@ -375,7 +375,7 @@ impl Registry {
             std::fs::rename(&tmp, path)
         };
         if let Err(e) = write(&wasm_path, wasm).and_then(|()| write(&manifest_path, manifest)) {
-            tracing::warn!(logger = "policy", reference = %pinned.whole(), error = %e, "could not keep the pulled policy on disk");
+            tracing::warn!(reference = %pinned.whole(), error = %e, "could not keep the pulled policy on disk");
         }
     }
 

@@ -513,12 +513,12 @@ impl PolicySet {
                 Ok(mut s) => {
                     s.why = format!("recorded in status ({r})");
                     if !s.policy.digest().starts_with(digest) {
-                        tracing::warn!(logger = "policy", nodeMaintenance = %nm.name_any(), policy = %name, "the policy changed since the maintenance began; its current version decides");
+                        tracing::warn!(nodeMaintenance = %nm.name_any(), policy = %name, "the policy changed since the maintenance began; its current version decides");
                     }
                     return Ok(s);
                 }
                 Err(_) => {
-                    tracing::warn!(logger = "policy", nodeMaintenance = %nm.name_any(), policy = %name, "the policy the maintenance began with is no longer loaded; choosing again");
+                    tracing::warn!(nodeMaintenance = %nm.name_any(), policy = %name, "the policy the maintenance began with is no longer loaded; choosing again");
                 }
             }
         }

@@ -113,13 +113,13 @@ impl PolicyStore {
             let set = PolicySet::load(&engine, &snap, cache.as_ref())?;
             (set, fingerprint)
         } else {
-            tracing::info!(logger = "policy", dir = %dir.display(), "no policy directory; using the embedded default policy");
+            tracing::info!(dir = %dir.display(), "no policy directory; using the embedded default policy");
             (
                 PolicySet::builtin(&engine, cache.as_ref())?,
                 ABSENT.to_owned(),
             )
         };
-        tracing::info!(logger = "policy", dir = %dir.display(), set = %set.summary(), "policies loaded");
+        tracing::info!(dir = %dir.display(), set = %set.summary(), "policies loaded");
         Ok(Arc::new(PolicyStore {
             metrics: PolicyMetrics::of(engine.observer()),
             current: RwLock::new(Arc::new(set)),
@@ -230,7 +230,7 @@ impl PolicyStore {
         };
         match result {
             Ok(set) => {
-                tracing::info!(logger = "policy", dir = %src.dir.display(), set = %set.summary(), "policies reloaded");
+                tracing::info!(dir = %src.dir.display(), set = %set.summary(), "policies reloaded");
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
                 status.rejected = None;
                 self.count_reload(ReloadResult::Success);
@@ -238,7 +238,7 @@ impl PolicyStore {
             }
             Err(e) => {
                 let why = e.to_string();
-                tracing::error!(logger = "policy", dir = %src.dir.display(), error = %why, category = e.category(), "policy reload rejected; the last good set stays in use");
+                tracing::error!(dir = %src.dir.display(), error = %why, category = e.category(), "policy reload rejected; the last good set stays in use");
                 status.rejected = Some(why.clone());
                 self.count_reload(ReloadResult::Failure);
                 Reload::Rejected(why)
@@ -265,7 +265,7 @@ impl PolicyStore {
             match watcher {
                 Ok(w) => Some(w),
                 Err(e) => {
-                    tracing::info!(logger = "policy", dir = %src.dir.display(), error = %e, poll = %crate::text::duration(poll), "not watching the policy directory for events; polling it");
+                    tracing::info!(dir = %src.dir.display(), error = %e, poll = %crate::text::duration(poll), "not watching the policy directory for events; polling it");
                     None
                 }
             }
@@ -280,7 +280,7 @@ impl PolicyStore {
             }
             let store = self.clone();
             if let Err(e) = tokio::task::spawn_blocking(move || store.reload()).await {
-                tracing::error!(logger = "policy", error = %e, "policy reload task failed");
+                tracing::error!(error = %e, "policy reload task failed");
             }
         }
     }

@@ -251,10 +251,7 @@ impl Budgets {
                 Ok(watcher::Event::InitDone) => {
                     self.relisted(std::mem::take(&mut listing));
                     if !self.synced.swap(true, Ordering::Relaxed) {
-                        tracing::debug!(
-                            logger = "drain",
-                            "pacing evictions by the PodDisruptionBudgets' watch"
-                        );
+                        tracing::debug!("pacing evictions by the PodDisruptionBudgets' watch");
                     }
                 }
                 Ok(watcher::Event::Apply(pdb)) => self.applied(pdb),
@@ -263,7 +260,7 @@ impl Budgets {
                 }
                 Err(e) => {
                     if self.synced.swap(false, Ordering::Relaxed) {
-                        tracing::warn!(logger = "drain", error = %e, "the PodDisruptionBudget watch fails; refused evictions are retried every 5 s until it works");
+                        tracing::warn!(error = %e, "the PodDisruptionBudget watch fails; refused evictions are retried every 5 s until it works");
                     }
                 }
             }

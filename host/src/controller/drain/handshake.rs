@@ -111,7 +111,7 @@ pub(in crate::controller) async fn ask(
             }
         }
         written_deadline = Some(deadline_ms);
-        tracing::info!(logger = "drain", pod = %t.key(), deadline = %rfc3339(deadline_ms), "asked the application to leave");
+        tracing::info!(pod = %t.key(), deadline = %rfc3339(deadline_ms), "asked the application to leave");
         let _ = how.notes.send(Note::Notified {
             pod: t.reference(),
             deadline: rfc3339(deadline_ms),
@@ -127,7 +127,7 @@ pub(in crate::controller) async fn ask(
         }
         let seen = annotations(state, &t.uid);
         if seen.get(READY).is_some_and(|v| v == "true") {
-            tracing::info!(logger = "drain", pod = %t.key(), "the application is ready to go");
+            tracing::info!(pod = %t.key(), "the application is ready to go");
             return true;
         }
         if let (Some(extension), Some(beat_ms)) =
@@ -151,7 +151,7 @@ pub(in crate::controller) async fn ask(
         }
         let now = now_ms();
         if now >= deadline_ms {
-            tracing::info!(logger = "drain", pod = %t.key(), "the application's deadline ran out");
+            tracing::info!(pod = %t.key(), "the application's deadline ran out");
             return true;
         }
         if Instant::now() >= how.deadline {

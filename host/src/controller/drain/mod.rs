@@ -620,7 +620,7 @@ async fn remove(how: Removal<'_>, desks: &surge::Desks, t: &Target, state: &Atte
         Action::Surge(r) => match self::surge::replace(how, desks, t, state).await {
             self::surge::Surged::Done => return,
             self::surge::Surged::Evict(why) => {
-                tracing::warn!(logger = "drain", pod = %t.key(), reason = %why, "surge not possible; evicting");
+                tracing::warn!(pod = %t.key(), reason = %why, "surge not possible; evicting");
                 let _ = how.notes.send(Note::SurgeFellBack {
                     pod: t.reference(),
                     why,
@@ -888,7 +888,7 @@ pub(super) async fn removed(
     state.accepted.lock().await.insert(t.uid.clone());
     // What the drain waited for on this pod is over.
     state.waiting_over(t).await;
-    tracing::info!(logger = "drain", pod = %format!("{}/{}", t.namespace, t.name), "pod removed from node");
+    tracing::info!(pod = %format!("{}/{}", t.namespace, t.name), "pod removed from node");
 }
 
 /// Follows the node's pods and removes from `present` every uid that goes:

@@ -772,7 +772,7 @@ async fn start(
 /// adds.
 async fn raise(t: &Target, owner: &mut Owner, record: &Record) -> kube::Result<Step> {
     owner.write(record.expected(), Some(record)).await?;
-    tracing::info!(logger = "drain", pod = %t.key(), owner = %owner.shown(), replicas = record.expected(), "surge: one more replica");
+    tracing::info!(pod = %t.key(), owner = %owner.shown(), replicas = record.expected(), "surge: one more replica");
     Ok(Step::Waiting(format!(
         "surging pod {}: {} raised to {} replicas",
         t.key(),
@@ -865,7 +865,7 @@ async fn finish(
     record.leaving.retain(|e| e.uid != t.uid);
     let replicas = record.expected();
     owner.write(replicas, record.kept()).await?;
-    tracing::info!(logger = "drain", pod = %t.key(), owner = %owner.shown(), replicas, "surge: replacement Ready; the owner removes the pod");
+    tracing::info!(pod = %t.key(), owner = %owner.shown(), replicas, "surge: replacement Ready; the owner removes the pod");
     let _ = how.notes.send(Note::Surged {
         pod: t.reference(),
         owner: owner.shown(),

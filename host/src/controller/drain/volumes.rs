@@ -91,7 +91,7 @@ pub async fn wait_detached(
                     nodes.remove(&va.name_any());
                 }
                 Some(Err(e)) => {
-                    tracing::debug!(logger = "drain", error = %e, "watching VolumeAttachments; retrying");
+                    tracing::debug!(error = %e, "watching VolumeAttachments; retrying");
                 }
                 None => return Detach::Left(last.unwrap_or_default()),
             },

@@ -78,7 +78,7 @@ impl Prior {
         match serde_json::from_str(raw) {
             Ok(p) => Some(p),
             Err(e) => {
-                tracing::warn!(logger = "controller", node = %node.name_any(), error = %e, "the node's record of its state before the maintenance is unreadable; restoring all of it");
+                tracing::warn!(node = %node.name_any(), error = %e, "the node's record of its state before the maintenance is unreadable; restoring all of it");
                 None
             }
         }

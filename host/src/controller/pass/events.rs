@@ -94,7 +94,6 @@ impl Recorder {
                         .await
                     {
                         Ok(_) => tracing::info!(
-                            logger = "controller",
                             object = %object,
                             reason = event.reason.as_deref().unwrap_or_default(),
                             "{}",
@@ -102,7 +101,7 @@ impl Recorder {
                         ),
                         Err(e) => {
                             let e = Error::kube("recording an event")(e);
-                            tracing::warn!(logger = "controller", error = %e, "could not record an event");
+                            tracing::warn!(error = %e, "could not record an event");
                         }
                     }
                 }

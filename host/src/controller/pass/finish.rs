@@ -52,10 +52,7 @@ pub(in crate::controller) async fn succeeded(pass: &Pass) -> Result<Next> {
         pass.event(EventType::Normal, reason, message).await;
     }
     pass.ctx.memory.succeeded(&pass.uid);
-    tracing::info!(
-        logger = "controller",
-        "Maintenance was completed - all pods were evicted"
-    );
+    tracing::info!("Maintenance was completed - all pods were evicted");
     Ok(Next::Done(pass.ctx.settings.renew_interval))
 }
 
@@ -117,12 +114,12 @@ pub(in crate::controller) async fn failed(
     };
     if let Failure::DrainIncomplete(report) = &failure {
         // The Go operator's lines, which its e2e suite looks for.
-        tracing::warn!(logger = "controller", error = %report.message, "Not all pods evicted");
+        tracing::warn!(error = %report.message, "Not all pods evicted");
     }
-    tracing::warn!(logger = "controller", error = %last_error, verdict = %verdict, "maintenance step failed");
+    tracing::warn!(error = %last_error, verdict = %verdict, "maintenance step failed");
     let delay = match verdict {
         Verdict::RetryAfter(d) => {
-            tracing::info!(logger = "controller", requeueAfter = %crate::text::duration(d), "Reconciling with fixed duration");
+            tracing::info!(requeueAfter = %crate::text::duration(d), "Reconciling with fixed duration");
             d
         }
         Verdict::RetryWithBackoff => backoff(attempt),
@@ -195,7 +192,7 @@ async fn park(
         pass.event(EventType::Warning, reasons::PARKED, &reason)
             .await;
     }
-    tracing::warn!(logger = "controller", reason = %reason, recheck = %recheck_after.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "the policy parked the maintenance; the node stays cordoned");
+    tracing::warn!(reason = %reason, recheck = %recheck_after.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "the policy parked the maintenance; the node stays cordoned");
     Ok(match recheck_after {
         Some(d) => Next::After(d),
         None => Next::Change,
@@ -261,7 +258,7 @@ async fn on_failure(pass: &Pass, failure: Failure, attempt: u32) -> Result<Verdi
 /// A policy could not decide: record it and wait; never act.
 pub(in crate::controller) async fn policy_failed(pass: &Pass, e: Error) -> Result<Next> {
     let message = e.to_string();
-    tracing::error!(logger = "controller", category = e.category(), "{message}");
+    tracing::error!(category = e.category(), "{message}");
     // Before the policy admitted the maintenance nothing has started: the
     // phase stays unset.
     let record = |s: &mut crate::crd::NodeMaintenanceStatus| s.last_error = Some(message.clone());
@@ -334,7 +331,7 @@ pub(in crate::controller) async fn release_surges(
         // A cluster without the apps API (or no right to it) holds no
         // surges of ours.
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
-            tracing::debug!(logger = "controller", error = %e.message, "no surges to release");
+            tracing::debug!(error = %e.message, "no surges to release");
             Ok(())
         }
         Err(e) => Err(Error::kube("undoing the maintenance's surges")(e)),
@@ -369,7 +366,7 @@ pub(in crate::controller) async fn restore_unless_wanted(
             && o.metadata.deletion_timestamp.is_none()
             && phase(o) != Some(MaintenancePhase::Failed)
     }) {
-        tracing::info!(logger = "controller", nodeMaintenance = %nm.name_any(), nodeName = %node, other = %other.name_any(), "the node stays in maintenance for another NodeMaintenance");
+        tracing::info!(nodeMaintenance = %nm.name_any(), nodeName = %node, other = %other.name_any(), "the node stays in maintenance for another NodeMaintenance");
         return Ok(());
     }
     stop_maintenance(ctx, node).await
@@ -396,6 +393,6 @@ pub(in crate::controller) async fn stop_maintenance(ctx: &Context, node_name: &s
 
 pub(in crate::controller) fn log_err(r: Result<()>) {
     if let Err(e) = r {
-        tracing::warn!(logger = "controller", error = %e, "could not record an event");
+        tracing::warn!(error = %e, "could not record an event");
     }
 }

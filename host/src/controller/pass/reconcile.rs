@@ -49,7 +49,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
         return Ok(Next::After(Duration::from_secs(1)));
     }
     let uid = nm.uid().unwrap_or_default();
-    tracing::debug!(logger = "controller", "reconciling");
+    tracing::debug!("reconciling");
     if nm.metadata.deletion_timestamp.is_some() {
         return finish::deleted(&ctx, &nm).await;
     }
@@ -65,12 +65,12 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
             .memory
             .after_own_write(&uid, nm.resource_version().as_deref())
     {
-        tracing::debug!(logger = "controller", "our own write; nothing to do");
+        tracing::debug!("our own write; nothing to do");
         return Ok(next);
     }
     ctx.memory.forget_next(&uid);
     // The Go operator's line for every reconcile that does something.
-    tracing::info!(logger = "controller", "Reconciling NodeMaintenance");
+    tracing::info!("Reconciling NodeMaintenance");
     let pass = Pass {
         writer: Writer::new(ctx.clone(), (*nm).clone()),
         name: nm.name_any(),
@@ -98,12 +98,12 @@ impl Pass {
         // A failed attempt waits as its verdict said, whatever woke us: no
         // request, no policy call until then.
         if let Some(left) = self.ctx.memory.held(&self.uid) {
-            tracing::debug!(logger = "controller", wait = %crate::text::duration(left), "waiting before the next attempt");
+            tracing::debug!(wait = %crate::text::duration(left), "waiting before the next attempt");
             return Ok(Next::After(left));
         }
         // Parked by its policy: nothing until it changes or its recheck.
         if let Some(left) = self.ctx.memory.still_parked(&self.writer.current().await) {
-            tracing::debug!(logger = "controller", recheck = %left.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "parked");
+            tracing::debug!(recheck = %left.map_or_else(|| "when it changes".to_owned(), crate::text::duration), "parked");
             return Ok(left.map_or(Next::Change, Next::After));
         }
         let admitted = self.ctx.memory.admitted(&self.writer.current().await);
@@ -139,7 +139,7 @@ impl Pass {
             return Ok(Next::After(Duration::from_secs(1)));
         }
         let reason = self.writer.current().await.spec.reason.unwrap_or_default();
-        tracing::info!(logger = "controller", reason = %reason, "Applying maintenance mode");
+        tracing::info!(reason = %reason, "Applying maintenance mode");
         if let Err(e) = self.take_lease(&node).await {
             self.count_before_drain(&selected, &node).await?;
             return self.lease_failed(e).await;
@@ -150,7 +150,7 @@ impl Pass {
         else {
             return self.node_not_found().await;
         };
-        tracing::info!(logger = "controller", "Evict all Pods from Node");
+        tracing::info!("Evict all Pods from Node");
         let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
         let plan = match self.plan(&selected, &node, pods.shared()).await {
             Ok(plan) => plan,
@@ -166,10 +166,7 @@ impl Pass {
         let outcome = outcome?;
         if outcome.cancelled {
             // Deleted or moved meanwhile: the change is queued and handled next.
-            tracing::info!(
-                logger = "controller",
-                "drain stopped: the NodeMaintenance was deleted or moved"
-            );
+            tracing::info!("drain stopped: the NodeMaintenance was deleted or moved");
             return Ok(Next::After(Duration::from_millis(100)));
         }
         // A surge the attempt left behind (its pod went another way: the
@@ -218,7 +215,7 @@ impl Pass {
         // On its new node the maintenance is admitted again, its policy
         // chosen again, its failures forgotten.
         self.ctx.memory.start_over(&self.uid);
-        tracing::warn!(logger = "controller", from = %moved_from.join(", "), to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
+        tracing::warn!(from = %moved_from.join(", "), to = %self.node_name, "spec.nodeName changed: the old node is restored, the maintenance starts over on the new one");
         let message = format!(
             "spec.nodeName changed from {} to {}: node {} restored, the maintenance starts over on {}",
             moved_from.join(", "),
@@ -276,10 +273,7 @@ impl Pass {
                 // The node exists (this pass found it), but the fleet, from
                 // the node watch, does not show it yet: ask again when it
                 // does. A node that went meanwhile fails the next pass.
-                tracing::debug!(
-                    logger = "controller",
-                    "the node watch does not show the node yet"
-                );
+                tracing::debug!("the node watch does not show the node yet");
                 return Ok(Some(Next::After(Duration::from_secs(1))));
             }
             Ok(Some(answer)) => Ok(answer),
@@ -318,7 +312,7 @@ impl Pass {
                 if let Some(w) = was_waiting {
                     let (reason, message) = reasons::ADMITTED;
                     self.event(EventType::Normal, reason, message).await;
-                    tracing::info!(logger = "controller", waited_for = %w.reason, "the policy admitted the maintenance");
+                    tracing::info!(waited_for = %w.reason, "the policy admitted the maintenance");
                 }
                 self.begin().await;
                 Ok(None)
@@ -335,7 +329,7 @@ impl Pass {
                 )))
             }
             Ok(Admission::Deny(message)) => {
-                tracing::error!(logger = "controller", error = %message, "the policy denied the maintenance");
+                tracing::error!(error = %message, "the policy denied the maintenance");
                 // Nothing was touched: nothing to restore.
                 finish::mark_failed(self, message).await.map(Some)
             }
@@ -351,7 +345,7 @@ impl Pass {
             return Ok(());
         }
         if !self.ctx.memory.may_write_reason(&self.uid) {
-            tracing::debug!(logger = "controller", reason = %reason, "the waiting reason changed again; written later");
+            tracing::debug!(reason = %reason, "the waiting reason changed again; written later");
             return Ok(());
         }
         let since = was.and_then(|w| w.since).unwrap_or_else(now);
@@ -365,7 +359,7 @@ impl Pass {
             .await?;
         self.event(EventType::Normal, reasons::WAITING, &reason)
             .await;
-        tracing::info!(logger = "controller", reason = %reason, "the policy holds the maintenance back");
+        tracing::info!(reason = %reason, "the policy holds the maintenance back");
         Ok(())
     }
 
@@ -459,7 +453,7 @@ impl Pass {
     async fn begin(&self) {
         let (reason, message) = reasons::BEGIN;
         self.event(EventType::Normal, reason, message).await;
-        tracing::info!(logger = "controller", "{message}");
+        tracing::info!("{message}");
     }
 
     /// The policy that decides for this maintenance (chosen once, then
@@ -497,7 +491,6 @@ impl Pass {
         });
         if !current {
             tracing::info!(
-                logger = "controller",
                 "the NodeMaintenance changed or went since the cache saw it; not acting on the node"
             );
         }
@@ -611,7 +604,6 @@ impl Pass {
             let status = self.writer.current().await.status.unwrap_or_default();
             if status::overstates(&status, &removals) {
                 tracing::warn!(
-                    logger = "controller",
                     phase = status
                         .phase
                         .map_or("", crate::crd::MaintenancePhase::as_str),
@@ -657,7 +649,7 @@ impl Pass {
                         })
                         .await;
                     if let Err(e) = written {
-                        tracing::debug!(logger = "controller", error = %e, "could not write the drain's progress");
+                        tracing::debug!(error = %e, "could not write the drain's progress");
                     }
                     tokio::select! {
                         () = tokio::time::sleep(PROGRESS_INTERVAL) => {}
@@ -680,7 +672,7 @@ impl Pass {
                     // every attempt) says so once an interval.
                     let subject = note.subject();
                     if !ctx.memory.may_say(&uid, reason, &subject) {
-                        tracing::debug!(logger = "controller", reason, subject = %subject, "said within the interval already; not said again");
+                        tracing::debug!(reason, subject = %subject, "said within the interval already; not said again");
                         continue;
                     }
                     finish::log_err(ctx.writers.recorder.record(&nm, type_, reason, &message));
@@ -738,7 +730,7 @@ impl Pass {
             while rx.changed().await.is_ok() {
                 let shown = rx.borrow_and_update().clone();
                 if let Err(e) = writer.update(|s| s.last_error = shown.clone()).await {
-                    tracing::debug!(logger = "controller", error = %e, "could not write what the drain waits for");
+                    tracing::debug!(error = %e, "could not write what the drain waits for");
                 }
             }
         });
@@ -760,10 +752,7 @@ impl Pass {
         let left = match waited {
             crate::controller::drain::volumes::Detach::Detached => return Ok(None),
             crate::controller::drain::volumes::Detach::Cancelled => {
-                tracing::info!(
-                    logger = "controller",
-                    "volume wait stopped: the NodeMaintenance was deleted or moved"
-                );
+                tracing::info!("volume wait stopped: the NodeMaintenance was deleted or moved");
                 return Ok(Some(Next::After(Duration::from_millis(100))));
             }
             crate::controller::drain::volumes::Detach::Left(left) => left,
