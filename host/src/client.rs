@@ -12,12 +12,12 @@ use crate::error::{Error, Result};
 /// How long a watch lasts before the server ends it (and it is renewed):
 /// below [`READ_TIMEOUT`], so an idle watch is never taken for a stalled
 /// connection.
-pub const WATCH_TIMEOUT_SECS: u32 = 45;
+pub(crate) const WATCH_TIMEOUT_SECS: u32 = 45;
 
 /// The longest any answer from the API server may take (between bytes of
 /// an answer, counted from when the request was sent): no request hangs on
 /// a stalled connection.
-pub const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+pub(crate) const READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The operator's User-Agent.
 pub const USER_AGENT: &str = concat!("nmo/", env!("CARGO_PKG_VERSION"));

@@ -9,7 +9,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The finalizer the operator puts on every NodeMaintenance.
-pub const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
+pub(crate) const FINALIZER: &str = "foregroundDeleteNodeMaintenance";
 
 /// `spec` of a NodeMaintenance.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

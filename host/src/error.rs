@@ -107,7 +107,7 @@ impl Error {
 
 /// A client error in words: the API server's message and reason for an
 /// error it sent, the client's own text otherwise.
-pub fn describe_kube(e: &kube::Error) -> String {
+pub(crate) fn describe_kube(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) if s.reason.is_empty() => format!("{} ({})", s.message, s.code),
         kube::Error::Api(s) => format!("{} ({})", s.message, s.reason),

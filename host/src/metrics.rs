@@ -58,7 +58,7 @@ fn register<C: Collector + Clone + 'static>(
 }
 
 /// An `IntCounterVec` registered on `registry`.
-pub fn counter_vec(
+pub(crate) fn counter_vec(
     registry: &Registry,
     name: &'static str,
     help: &str,
@@ -69,7 +69,7 @@ pub fn counter_vec(
 }
 
 /// An `IntGaugeVec` registered on `registry`.
-pub fn gauge_vec(
+pub(crate) fn gauge_vec(
     registry: &Registry,
     name: &'static str,
     help: &str,
@@ -80,13 +80,13 @@ pub fn gauge_vec(
 }
 
 /// An `IntGauge` registered on `registry`.
-pub fn gauge(registry: &Registry, name: &'static str, help: &str) -> Result<IntGauge> {
+pub(crate) fn gauge(registry: &Registry, name: &'static str, help: &str) -> Result<IntGauge> {
     let g = IntGauge::new(name, help).map_err(family(name))?;
     register(registry, name, g)
 }
 
 /// A `HistogramVec` with `buckets`, registered on `registry`.
-pub fn histogram_vec(
+pub(crate) fn histogram_vec(
     registry: &Registry,
     name: &'static str,
     help: &str,
@@ -111,7 +111,7 @@ pub fn histogram(
 }
 
 /// `n` bucket bounds from `start`, each `factor` times the one before.
-pub fn exponential(start: f64, factor: f64, n: usize) -> Vec<f64> {
+pub(crate) fn exponential(start: f64, factor: f64, n: usize) -> Vec<f64> {
     std::iter::successors(Some(start), |b| Some(b * factor))
         .take(n)
         .collect()
@@ -120,7 +120,7 @@ pub fn exponential(start: f64, factor: f64, n: usize) -> Vec<f64> {
 /// The process's own families: `nmo_build_info`, and on Linux
 /// `process_cpu_seconds_total`, `process_resident_memory_bytes`,
 /// `process_open_fds`, `process_start_time_seconds`…, as client_golang's.
-pub fn register_process(registry: &Registry) -> Result<()> {
+pub(crate) fn register_process(registry: &Registry) -> Result<()> {
     let build_info = gauge_vec(
         registry,
         "nmo_build_info",

@@ -11,9 +11,9 @@ use serde_json::Value;
 /// Default namespace of node leases (env `LEASE_NAMESPACE` overrides).
 pub const DEFAULT_NAMESPACE: &str = "medik8s-leases";
 /// Our holder identity.
-pub const HOLDER: &str = "node-maintenance";
+pub(crate) const HOLDER: &str = "node-maintenance";
 /// How long a lease lasts, in seconds.
-pub const DURATION_SECONDS: i32 = 3600;
+pub(crate) const DURATION_SECONDS: i32 = 3600;
 
 /// The longest object name (a DNS subdomain).
 pub(crate) const MAX_NAME: usize = 253;
@@ -110,7 +110,7 @@ impl LeaseRecord {
 
     /// Whether the holder's lease still runs at `now`, by the holder's own
     /// times. Saturating: no value can overflow the comparison.
-    pub fn valid_at(&self, now: Timestamp) -> bool {
+    pub(crate) fn valid_at(&self, now: Timestamp) -> bool {
         match self.renewed {
             Renewed::Never => false,
             Renewed::FarFuture => true,

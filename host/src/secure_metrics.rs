@@ -35,12 +35,12 @@ const FORBIDDEN: Refusal = (StatusCode::FORBIDDEN, "Forbidden\n");
 
 /// How long a token's review is trusted, either way (controller-runtime's
 /// delegating authenticator: one minute).
-pub const TOKEN_TTL: Duration = Duration::from_secs(60);
+pub(crate) const TOKEN_TTL: Duration = Duration::from_secs(60);
 /// How long an access the cluster allowed is trusted (controller-runtime's
 /// delegating authorizer: five minutes).
-pub const ALLOW_TTL: Duration = Duration::from_secs(5 * 60);
+pub(crate) const ALLOW_TTL: Duration = Duration::from_secs(5 * 60);
 /// How long an access the cluster refused is trusted (thirty seconds).
-pub const DENY_TTL: Duration = Duration::from_secs(30);
+pub(crate) const DENY_TTL: Duration = Duration::from_secs(30);
 /// Answers kept at most, per kind: past it (a flood of made-up tokens),
 /// new answers are not kept, and the ones kept stay.
 const KEPT: usize = 4096;

@@ -79,7 +79,7 @@ pub fn parse_bind(s: &str) -> Result<Option<SocketAddr>> {
 }
 
 /// A request handler.
-pub type Handler = Arc<
+pub(crate) type Handler = Arc<
     dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<Full<Bytes>>> + Send>>
         + Send
         + Sync,
@@ -138,7 +138,7 @@ const UNCOUNTED: usize = 64 << 10;
 /// The request bodies a server holds, against [`ConnLimits`]: shared by
 /// every connection of one server.
 #[derive(Clone)]
-pub struct BodyBudget {
+pub(crate) struct BodyBudget {
     bytes: Arc<tokio::sync::Semaphore>,
     per_body: usize,
     timeout: std::time::Duration,
@@ -146,7 +146,7 @@ pub struct BodyBudget {
 
 /// Why a body was not read.
 #[derive(Debug, thiserror::Error)]
-pub enum BodyError {
+pub(crate) enum BodyError {
     #[error("the body is over {0} bytes")]
     TooLarge(usize),
     #[error("too many request bodies in flight; try again")]
@@ -170,7 +170,7 @@ impl BodyError {
 }
 
 /// A body read within the budget; its share is given back when dropped.
-pub struct HeldBody {
+pub(crate) struct HeldBody {
     pub bytes: Bytes,
     _held: Option<tokio::sync::OwnedSemaphorePermit>,
 }
@@ -239,7 +239,7 @@ impl BodyBudget {
 /// Accepts connections on `listener` while fewer than the cap are open,
 /// handing each to `conn`. An accept error (out of file descriptors, say)
 /// backs off, doubling from 10 ms to 1 s, instead of spinning.
-pub async fn accept_loop<F, Fut>(listener: TcpListener, limits: &ConnLimits, conn: F)
+pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, limits: &ConnLimits, conn: F)
 where
     F: Fn(tokio::net::TcpStream) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -321,7 +321,7 @@ pub async fn serve_with(listener: TcpListener, handler: Handler, limits: ConnLim
 
 /// Serves `handler` over TLS (`acceptor`) on `listener` until dropped,
 /// under `limits` (handshake and header timeouts, a connection cap).
-pub async fn serve_tls(
+pub(crate) async fn serve_tls(
     listener: TcpListener,
     acceptor: tokio_rustls::TlsAcceptor,
     handler: Handler,

@@ -68,7 +68,7 @@ impl ZapLevel {
     /// as [`filter`](Self::filter), but the client library's own lines
     /// only at `debug`. The command says what failed, once, as kubectl
     /// does; the client's log line of the same failure would come first.
-    pub fn command_filter(self) -> EnvFilter {
+    pub(crate) fn command_filter(self) -> EnvFilter {
         match self {
             ZapLevel::Debug => self.filter(),
             _ => self.directives("off"),
@@ -211,7 +211,7 @@ struct Recorded(Map<String, Value>);
 
 /// Keeps each span's fields as JSON values, for [`ZapJson`] to copy into
 /// the lines of the events inside it.
-pub struct SpanFields;
+pub(crate) struct SpanFields;
 
 impl<S> Layer<S> for SpanFields
 where
@@ -247,12 +247,12 @@ where
 }
 
 /// The zap-shaped line, in the chosen [`LogFormat`].
-pub struct ZapJson(pub LogFormat);
+pub(crate) struct ZapJson(pub LogFormat);
 
 /// A time as zap's ISO 8601 encoder writes it: UTC, always three digits of
 /// milliseconds (`2024-01-15T10:00:00.080Z`, never `…00.08Z`), so the
 /// lines line up and sort as text.
-pub fn zap_time(ts: jiff::Timestamp) -> String {
+pub(crate) fn zap_time(ts: jiff::Timestamp) -> String {
     let ts = ts.round(jiff::Unit::Millisecond).unwrap_or(ts);
     format!(
         "{}.{:03}Z",
@@ -264,7 +264,7 @@ pub fn zap_time(ts: jiff::Timestamp) -> String {
 /// The logger a module's lines go by, by module path (the longest that
 /// the event's target is in wins): one table instead of a `logger` field on
 /// every line.
-pub const LOGGERS: &[(&str, &str)] = &[
+pub(crate) const LOGGERS: &[(&str, &str)] = &[
     ("nmo", "setup"),
     ("nmo::cmd", "setup"),
     ("nmo::controller", "controller"),
@@ -282,7 +282,7 @@ pub const LOGGERS: &[(&str, &str)] = &[
 
 /// The logger of an event of `target` that names none (see [`LOGGERS`]);
 /// a target outside them goes by itself.
-pub fn logger_of(target: &str) -> &str {
+pub(crate) fn logger_of(target: &str) -> &str {
     LOGGERS
         .iter()
         .filter(|(module, _)| {
@@ -297,7 +297,7 @@ pub fn logger_of(target: &str) -> &str {
 /// Formats one event as a zap-shaped line: `level`, `ts`, `logger`, `msg`
 /// first, in that order, then the other fields. `logger` is the fields'
 /// (the event's or a span's), else the target's ([`logger_of`]).
-pub fn zap_line(
+pub(crate) fn zap_line(
     format: LogFormat,
     level: &tracing::Level,
     target: &str,

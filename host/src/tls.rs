@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 /// A certificate resolver that reads `tls.crt`/`tls.key` again whenever
 /// they change on disk (a rotated cert-manager secret).
 #[derive(Debug)]
-pub struct ReloadingCert {
+pub(crate) struct ReloadingCert {
     dir: PathBuf,
     current: Mutex<(SystemTime, Arc<CertifiedKey>)>,
 }

@@ -41,7 +41,7 @@ pub mod messages {
         format!("invalid nodeName, a NodeMaintenance for node {node} already exists")
     }
     pub const NODE_NAME_IMMUTABLE: &str = "updating spec.NodeName isn't allowed";
-    pub fn etcd_quorum(node: &str) -> String {
+    pub(crate) fn etcd_quorum(node: &str) -> String {
         format!(
             "can not put master/control-plane node into maintenance at this moment, disrupting node {node} will violate etcd quorum"
         )
@@ -158,7 +158,7 @@ impl Validator {
     }
 
     /// Validates a create by `who`; `Err(message)` refuses.
-    pub async fn validate_create_by(
+    pub(crate) async fn validate_create_by(
         &self,
         nm: &NodeMaintenance,
         who: &crate::policy::access::Requester,
@@ -273,7 +273,7 @@ impl Validator {
 
     /// Validates an update by `who`: the Go operator's rule, and a policy
     /// annotation added or changed needs the same grant as at creation.
-    pub fn validate_update_by(
+    pub(crate) fn validate_update_by(
         &self,
         old: &NodeMaintenance,
         new: &NodeMaintenance,
@@ -292,7 +292,7 @@ impl Validator {
     }
 
     /// Validates an update; `Err(message)` refuses.
-    pub fn validate_update(
+    pub(crate) fn validate_update(
         old: &NodeMaintenance,
         new: &NodeMaintenance,
     ) -> std::result::Result<(), String> {

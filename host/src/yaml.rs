@@ -16,9 +16,9 @@ use serde::de::DeserializeOwned;
 
 /// Nesting depth of any document (the policy set's and a scenario's are a
 /// handful deep; a Pod list saved from kubectl, about 15).
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 /// Nodes (maps, lists and scalars) of one input.
-pub const MAX_NODES: usize = 2_000_000;
+pub(crate) const MAX_NODES: usize = 2_000_000;
 
 /// Why YAML could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -107,7 +107,7 @@ pub fn documents<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, YamlError> {
 }
 
 /// [`documents`] of a data file: an error never quotes its content.
-pub fn documents_redacted<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, YamlError> {
+pub(crate) fn documents_redacted<T: DeserializeOwned>(text: &str) -> Result<Vec<T>, YamlError> {
     serde_saphyr::from_multiple_with_options(text, options()).map_err(|e| redacted_error(&e))
 }
 

@@ -176,12 +176,12 @@ pub(crate) fn in_worker(
 }
 
 /// Worker exit code: the input is not a policy that compiles.
-pub const EXIT_INVALID: i32 = 3;
+pub(crate) const EXIT_INVALID: i32 = 3;
 /// Worker exit code: bad arguments, or no way to write the answer.
-pub const EXIT_USAGE: i32 = 4;
+pub(crate) const EXIT_USAGE: i32 = 4;
 /// Worker exit code: memory ran out (an allocation that could fail did;
 /// one that cannot fail aborts the worker, which reads the same).
-pub const EXIT_OUT_OF_MEMORY: i32 = 5;
+pub(crate) const EXIT_OUT_OF_MEMORY: i32 = 5;
 
 /// The worker's side: limits its own address space, reads a policy from
 /// stdin, compiles it with an engine configured as the parent's and writes

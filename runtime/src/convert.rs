@@ -23,7 +23,7 @@ pub fn key_values(map: Option<&BTreeMap<String, String>>) -> Vec<KeyValue> {
 }
 
 /// A pod's `status.phase`.
-pub fn pod_phase(pod: &core::Pod) -> PodPhase {
+pub(crate) fn pod_phase(pod: &core::Pod) -> PodPhase {
     match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
         Some("Pending") => PodPhase::Pending,
         Some("Running") => PodPhase::Running,
@@ -42,7 +42,7 @@ pub fn pod_ready(pod: &core::Pod) -> bool {
 }
 
 /// Whether the pod is a static pod's mirror.
-pub fn is_mirror(pod: &core::Pod) -> bool {
+pub(crate) fn is_mirror(pod: &core::Pod) -> bool {
     pod.metadata
         .annotations
         .as_ref()
@@ -50,7 +50,7 @@ pub fn is_mirror(pod: &core::Pod) -> bool {
 }
 
 /// Whether the pod mounts an emptyDir volume.
-pub fn has_local_storage(pod: &core::Pod) -> bool {
+pub(crate) fn has_local_storage(pod: &core::Pod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.volumes.as_ref())
@@ -58,7 +58,7 @@ pub fn has_local_storage(pod: &core::Pod) -> bool {
 }
 
 /// Whether the pod's controlling owner is a DaemonSet.
-pub fn is_daemonset_managed(pod: &core::Pod) -> bool {
+pub(crate) fn is_daemonset_managed(pod: &core::Pod) -> bool {
     pod.metadata.owner_references.as_ref().is_some_and(|os| {
         os.iter()
             .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
@@ -75,7 +75,7 @@ pub fn controller_kind(pod: &core::Pod) -> Option<&str> {
 }
 
 /// A taint effect; `None` for an effect this version does not know.
-pub fn taint_effect(effect: &str) -> Option<TaintEffect> {
+pub(crate) fn taint_effect(effect: &str) -> Option<TaintEffect> {
     match effect {
         "NoSchedule" => Some(TaintEffect::NoSchedule),
         "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),

@@ -78,7 +78,7 @@ impl Settings {
     }
 
     /// Settings from the contract's list.
-    pub fn from_pairs(pairs: &[KeyValue]) -> Self {
+    pub(crate) fn from_pairs(pairs: &[KeyValue]) -> Self {
         Settings(pairs.iter().cloned().collect())
     }
 
@@ -201,7 +201,7 @@ fn lookup(map: Option<&BTreeMap<String, String>>, key: &str) -> Option<String> {
 }
 
 /// The Ready condition of a node is True.
-pub fn node_ready(node: &k8s::Node) -> bool {
+pub(crate) fn node_ready(node: &k8s::Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

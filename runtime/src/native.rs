@@ -13,7 +13,7 @@ use super::convert::{is_daemonset_managed, is_mirror};
 use super::validate::{Action, Plan, Step};
 
 /// kubectl drain's attempt timeout as the Go operator sets it.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// kubectl drain's filters (`--ignore-daemonsets --delete-emptydir-data
 /// --force`, grace period -1) on one pod.

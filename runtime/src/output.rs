@@ -11,7 +11,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
 
 /// Bytes kept of one `log` line (or one line of output).
-pub const MAX_LOG_LINE_BYTES: usize = 1024;
+pub(crate) const MAX_LOG_LINE_BYTES: usize = 1024;
 
 /// Bytes kept of one stream in one call.
 pub(crate) const OUTPUT_CAP: usize = 16 * 1024;
@@ -105,11 +105,11 @@ impl tokio::io::AsyncWrite for CappedOutput {
 
 /// Records of a policy's output (its `log` import, stdout and stderr lines
 /// together) written to the host's log in one decision.
-pub const RECORDS_PER_DECISION: u32 = 64;
+pub(crate) const RECORDS_PER_DECISION: u32 = 64;
 /// Records of one policy's output written per minute, all its decisions
 /// together: a policy called every second cannot rotate the operator's own
 /// lines out of its log.
-pub const RECORDS_PER_MINUTE: u32 = 600;
+pub(crate) const RECORDS_PER_MINUTE: u32 = 600;
 
 /// One policy's per-minute allowance of log records.
 #[derive(Debug)]

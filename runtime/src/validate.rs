@@ -16,11 +16,11 @@ use super::types::{self, DrainPlan, PodAction};
 use k8s_openapi::api::core::v1 as k8s;
 
 /// Longest attempt timeout or retry delay a policy may ask for.
-pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
+pub(crate) const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
 /// Longest grace period a policy may give a pod (one day, in seconds).
-pub const MAX_GRACE_PERIOD_SECONDS: i64 = 24 * 60 * 60;
+pub(crate) const MAX_GRACE_PERIOD_SECONDS: i64 = 24 * 60 * 60;
 /// Longest skip / block reason or failure message, in bytes.
-pub const MAX_MESSAGE_BYTES: usize = 1024;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 1024;
 /// Shortest delay before a retry, whatever the policy asks: a policy that
 /// answers `retry-after-ms: 0` (or a backoff's first few milliseconds)
 /// cannot drive the operator to hammer the API server. Shorter delays are

@@ -245,7 +245,7 @@ pub fn deployment_max_surge(d: &Value, replicas: i64) -> i64 {
 /// A Deployment's `maxUnavailable` resolved against `replicas`: a
 /// percentage rounded down, 25 % when unset; 0 for Recreate (which takes
 /// every pod down at once: no rolling bound to give).
-pub fn deployment_max_unavailable(d: &Value, replicas: i64) -> i64 {
+pub(crate) fn deployment_max_unavailable(d: &Value, replicas: i64) -> i64 {
     if recreate(d) {
         return 0;
     }
@@ -256,7 +256,7 @@ pub fn deployment_max_unavailable(d: &Value, replicas: i64) -> i64 {
 /// A StatefulSet's `updateStrategy.rollingUpdate.maxUnavailable` resolved
 /// against `replicas` (rounded down, at least 1 as the controller uses
 /// it); 1 when unset.
-pub fn stateful_max_unavailable(s: &Value, replicas: i64) -> i64 {
+pub(crate) fn stateful_max_unavailable(s: &Value, replicas: i64) -> i64 {
     let v = &s["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"];
     int_or_percent(v, replicas, false, "1").max(1)
 }

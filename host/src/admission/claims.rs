@@ -31,11 +31,11 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 /// How often an API that is not served is looked for again.
-pub const LOOK_AGAIN: Duration = Duration::from_secs(300);
+pub(crate) const LOOK_AGAIN: Duration = Duration::from_secs(300);
 
 /// A tool whose objects claim nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Tool {
+pub(crate) enum Tool {
     ClusterApi,
     Nvidia,
     Kured,
@@ -43,7 +43,7 @@ pub enum Tool {
 
 /// kured's lock: the annotation on its DaemonSet (its default
 /// `--lock-annotation`).
-pub const KURED_LOCK: &str = "weave.works/kured-node-lock";
+pub(crate) const KURED_LOCK: &str = "weave.works/kured-node-lock";
 
 /// Nodes read from one kured lock at most (its `--concurrency`).
 const KURED_LOCKS_READ: usize = 256;
@@ -145,7 +145,7 @@ impl Tool {
 
 /// The claims, by tool and object.
 #[derive(Debug, Default)]
-pub struct ToolClaims {
+pub(crate) struct ToolClaims {
     by_object: Mutex<BTreeMap<(Tool, String), Vec<Held>>>,
 }
 

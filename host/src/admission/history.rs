@@ -16,11 +16,11 @@ use crate::policy::MAX_HISTORY_WINDOW;
 use crate::policy::types::{EndedMaintenance, Outcome};
 
 /// The ConfigMap, in the lease namespace.
-pub const CONFIGMAP: &str = "nmo-maintenance-history";
+pub(crate) const CONFIGMAP: &str = "nmo-maintenance-history";
 /// Its key.
 const KEY: &str = "history.json";
 /// At most this many entries are kept.
-pub const MAX_ENTRIES: usize = 2_000;
+pub(crate) const MAX_ENTRIES: usize = 2_000;
 
 /// One maintenance that ended.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -75,13 +75,13 @@ pub fn entry(nm: &crate::crd::NodeMaintenance, outcome: &str) -> Option<Ended> {
 
 /// Every entry, as the contract has them (the policy's window is applied
 /// where it is asked: `fleet::Around::ask`).
-pub fn wit(history: &[Ended]) -> Vec<EndedMaintenance> {
+pub(crate) fn wit(history: &[Ended]) -> Vec<EndedMaintenance> {
     history.iter().map(Ended::wit).collect()
 }
 
 /// The log, in memory once read.
 #[derive(Debug, Default)]
-pub struct EndedLog {
+pub(crate) struct EndedLog {
     /// `None` until read from the ConfigMap.
     entries: tokio::sync::Mutex<Option<Vec<Ended>>>,
 }
@@ -150,7 +150,10 @@ fn prune(entries: &mut Vec<Ended>, now_ms: u64) {
 /// under nmo swapped into its Deployment) reads as none, and the log
 /// says why. Admission goes on without it (a fleet rule that counts past
 /// maintenances sees none), rather than refusing every maintenance.
-pub async fn read_for_admission(client: &Client, namespace: &str) -> kube::Result<Vec<Ended>> {
+pub(crate) async fn read_for_admission(
+    client: &Client,
+    namespace: &str,
+) -> kube::Result<Vec<Ended>> {
     match read(client, namespace).await {
         Err(kube::Error::Api(e)) if e.code == 403 => {
             tracing::warn!(

@@ -51,7 +51,7 @@ impl Leases {
     }
 
     /// Who else holds the lease of each of `nodes`, now.
-    pub fn holders(&self, nodes: &[std::sync::Arc<Node>]) -> HashMap<String, String> {
+    pub(crate) fn holders(&self, nodes: &[std::sync::Arc<Node>]) -> HashMap<String, String> {
         let map = self.map();
         holders_of(nodes, |name| map.get(name).cloned())
     }

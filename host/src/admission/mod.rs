@@ -29,7 +29,7 @@ use crate::policy::Fleet;
 use crate::policy::types::{EtcdGuard, FleetMaintenance};
 
 /// The namespace of OpenShift's etcd guard.
-pub const ETCD_NAMESPACE: &str = "openshift-etcd";
+pub(crate) const ETCD_NAMESPACE: &str = "openshift-etcd";
 
 /// Whether the cluster is OpenShift (it serves `config.openshift.io`).
 pub async fn is_openshift(client: &Client) -> bool {
@@ -167,7 +167,7 @@ pub async fn etcd(
 }
 
 /// The fleet around `nm`, from the nodes and NodeMaintenances read.
-pub fn assemble<'a>(
+pub(crate) fn assemble<'a>(
     nodes: crate::policy::FleetNodes,
     all: impl IntoIterator<Item = &'a NodeMaintenance>,
     nm: &NodeMaintenance,
@@ -209,7 +209,7 @@ pub fn assemble<'a>(
 }
 
 /// Another maintenance as `admit` sees it.
-pub fn fleet_maintenance(o: &NodeMaintenance, admitted: bool) -> FleetMaintenance {
+pub(crate) fn fleet_maintenance(o: &NodeMaintenance, admitted: bool) -> FleetMaintenance {
     let status = o.status.as_ref();
     let created = millis(o.metadata.creation_timestamp.as_ref());
     let since = if admitted {
@@ -237,7 +237,7 @@ pub fn fleet_maintenance(o: &NodeMaintenance, admitted: bool) -> FleetMaintenanc
 /// The etcd guard as medik8s common reads it: the budgets in
 /// `openshift-etcd`, the one budget's allowed disruptions, and whether
 /// `node` runs a Ready guard pod.
-pub async fn etcd_guard(client: &Client, node: &str) -> Result<EtcdGuard> {
+pub(crate) async fn etcd_guard(client: &Client, node: &str) -> Result<EtcdGuard> {
     let pdbs: Api<PodDisruptionBudget> = Api::namespaced(client.clone(), ETCD_NAMESPACE);
     let list = pdbs
         .list(&ListParams::default())
@@ -287,7 +287,7 @@ pub async fn etcd_guard(client: &Client, node: &str) -> Result<EtcdGuard> {
 /// medik8s common's etcd check, as the default policy applies it: exactly
 /// one guard budget, and it allows a disruption or the node runs no Ready
 /// guard pod (a guard that is already down costs no quorum).
-pub fn etcd_can_lose_one(g: &EtcdGuard) -> bool {
+pub(crate) fn etcd_can_lose_one(g: &EtcdGuard) -> bool {
     g.budgets == 1 && (g.disruptions_allowed > 0 || !g.guard_ready_on_node)
 }
 

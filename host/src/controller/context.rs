@@ -20,9 +20,9 @@ use crate::policy::{PolicyStore, Selected};
 
 /// How often a finished maintenance is looked at again (renewing the node
 /// lease well within its 3600 s).
-pub const RENEW_INTERVAL: Duration = Duration::from_secs(30 * 60);
+pub(crate) const RENEW_INTERVAL: Duration = Duration::from_secs(30 * 60);
 /// How long to wait after a policy error before asking again.
-pub const POLICY_ERROR_RETRY: Duration = Duration::from_secs(30);
+pub(crate) const POLICY_ERROR_RETRY: Duration = Duration::from_secs(30);
 /// What the controller needs to know.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -166,7 +166,7 @@ impl Health {
 
     /// A new run of the controller with `store` as its cache (`None`: no
     /// run, a standby's): nothing synced yet, the watch not failing.
-    pub fn start_over(&self, store: Option<Store<NodeMaintenance>>) {
+    pub(crate) fn start_over(&self, store: Option<Store<NodeMaintenance>>) {
         *self.store.lock().unwrap_or_else(|p| p.into_inner()) = store;
         self.synced.store(false, Ordering::Relaxed);
         self.watch_ok.store(true, Ordering::Relaxed);
@@ -244,7 +244,7 @@ impl Context {
     /// is in flight wait for the next one, and those waiting share it, so
     /// 50 maintenances created at once cost a few lists, not 50, and none
     /// reads nodes older than its own question.
-    pub async fn fresh_nodes(&self) -> Result<crate::policy::FleetNodes> {
+    pub(crate) async fn fresh_nodes(&self) -> Result<crate::policy::FleetNodes> {
         if let Some(nodes) = self.watched.nodes.snapshot() {
             return Ok(nodes);
         }
@@ -297,7 +297,7 @@ impl Context {
     /// Whether the maintenance `name` (uid `uid`, on `node`) is, as the
     /// controller's cache sees it now, gone, being deleted, or moved to
     /// another node: a drain in progress for it should stop.
-    pub fn no_longer_wants(&self, name: &str, uid: &str, node: &str) -> bool {
+    pub(crate) fn no_longer_wants(&self, name: &str, uid: &str, node: &str) -> bool {
         if self.health.stopping.load(Ordering::Relaxed) {
             return true;
         }
@@ -336,7 +336,7 @@ impl Context {
     /// its first decision, the one the current set selects (its annotation,
     /// a rule matching the node's labels, or the default), which is then
     /// kept until the maintenance is deleted.
-    pub fn policy_for(
+    pub(crate) fn policy_for(
         &self,
         nm: &NodeMaintenance,
         node: Option<&k8s_openapi::api::core::v1::Node>,
@@ -393,7 +393,7 @@ impl Context {
 
     /// Whether the NodeMaintenance CRD was missing at the last look (every
     /// [`Settings::rewind_check`]).
-    pub fn crd_missing(&self) -> bool {
+    pub(crate) fn crd_missing(&self) -> bool {
         self.health.crd_missing.load(Ordering::Relaxed)
     }
 

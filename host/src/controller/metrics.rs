@@ -6,7 +6,7 @@ use prometheus::{Histogram, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, 
 use crate::metrics::{self, Label, counter_vec, exponential, gauge, gauge_vec, histogram_vec};
 
 /// The controller name in controller-runtime's labels.
-pub const CONTROLLER: &str = "nodemaintenance";
+pub(crate) const CONTROLLER: &str = "nodemaintenance";
 
 /// The `result` label of `controller_runtime_reconcile_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl Label for PodOutcome {
 
 /// The `kind` label of `nmo_lease_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseFailure {
+pub(crate) enum LeaseFailure {
     /// Another holder has the node's lease.
     Held,
     /// The API server failed the lease's request.
@@ -300,14 +300,14 @@ impl ControllerMetrics {
     }
 
     /// A reconcile began; the guard counts it as active until dropped.
-    pub fn reconcile_started(&self) -> ActiveWorker {
+    pub(crate) fn reconcile_started(&self) -> ActiveWorker {
         let gauge = self.active_workers.with_label_values(&[CONTROLLER]);
         gauge.inc();
         ActiveWorker(gauge)
     }
 
     /// A reconcile ended after `seconds` with `result`.
-    pub fn reconciled(&self, seconds: f64, result: ReconcileResult) {
+    pub(crate) fn reconciled(&self, seconds: f64, result: ReconcileResult) {
         self.reconcile_duration
             .with_label_values(&[CONTROLLER])
             .observe(seconds);
@@ -335,21 +335,21 @@ impl ControllerMetrics {
     }
 
     /// How many maintenances may be reconciled at once.
-    pub fn set_max_concurrent(&self, n: u16) {
+    pub(crate) fn set_max_concurrent(&self, n: u16) {
         self.max_concurrent_reconciles
             .with_label_values(&[CONTROLLER])
             .set(i64::from(n));
     }
 
     /// Whether this process leads (holds the operator's `lock`).
-    pub fn set_leader(&self, lock: &str, leading: bool) {
+    pub(crate) fn set_leader(&self, lock: &str, leading: bool) {
         self.leader
             .with_label_values(&[lock])
             .set(i64::from(leading));
     }
 
     /// A pod decision carried out with `outcome`.
-    pub fn pod_removal(&self, outcome: PodOutcome) {
+    pub(crate) fn pod_removal(&self, outcome: PodOutcome) {
         self.pod_removals
             .with_label_values(&[outcome.as_str()])
             .inc();
@@ -363,7 +363,7 @@ impl ControllerMetrics {
     }
 
     /// A node lease failure of `kind`.
-    pub fn lease_error(&self, kind: LeaseFailure) {
+    pub(crate) fn lease_error(&self, kind: LeaseFailure) {
         self.lease_errors.with_label_values(&[kind.as_str()]).inc();
     }
 
@@ -396,7 +396,7 @@ impl ControllerMetrics {
 
 /// A reconcile counted in `controller_runtime_active_workers` while it
 /// lives.
-pub struct ActiveWorker(IntGauge);
+pub(crate) struct ActiveWorker(IntGauge);
 
 impl Drop for ActiveWorker {
     fn drop(&mut self) {

@@ -28,11 +28,11 @@ use super::selector;
 
 /// The group every default grant names: cluster administrators by
 /// certificate.
-pub const ADMIN_GROUP: &str = "system:masters";
+pub(crate) const ADMIN_GROUP: &str = "system:masters";
 
 /// Who asks (the AdmissionReview's `userInfo`).
 #[derive(Debug, Clone, Default)]
-pub struct Requester {
+pub(crate) struct Requester {
     pub username: String,
     pub groups: Vec<String>,
 }
@@ -167,7 +167,7 @@ impl Access {
 
     /// Why `who` may not put the node (with `labels`) into maintenance, if
     /// not: every rule the node matches must allow them.
-    pub fn node_refused(
+    pub(crate) fn node_refused(
         &self,
         who: &Requester,
         node: &str,
@@ -188,7 +188,7 @@ impl Access {
     }
 
     /// Why `who` may not choose `policy` with the annotation, if not.
-    pub fn annotation_refused(&self, who: &Requester, policy: &str) -> Option<String> {
+    pub(crate) fn annotation_refused(&self, who: &Requester, policy: &str) -> Option<String> {
         if !self.annotation.allows(who) {
             return Some(format!(
                 "{} may not choose a policy with the {} annotation: it needs {} \
@@ -202,7 +202,7 @@ impl Access {
     }
 
     /// Why the annotation may not name `policy`, if not (whoever set it).
-    pub fn annotation_not_allowed(&self, policy: &str) -> Option<String> {
+    pub(crate) fn annotation_not_allowed(&self, policy: &str) -> Option<String> {
         (!self.annotation_policies.is_empty()
             && !self.annotation_policies.iter().any(|p| p == policy))
         .then(|| {

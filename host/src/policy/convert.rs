@@ -41,7 +41,7 @@ pub fn maintenance(
 }
 
 /// A NodeMaintenance phase as the contract names it.
-pub fn maintenance_phase(p: crate::crd::MaintenancePhase) -> types::MaintenancePhase {
+pub(crate) fn maintenance_phase(p: crate::crd::MaintenancePhase) -> types::MaintenancePhase {
     use crate::crd::MaintenancePhase as Phase;
     match p {
         Phase::Running => types::MaintenancePhase::Running,

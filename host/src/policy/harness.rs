@@ -281,9 +281,9 @@ fn pods_file(folder: &Path, from: &Path) -> std::result::Result<Value, String> {
 
 /// The largest file a scenario's `podsFrom` may name (`kubectl get pods
 /// -o yaml` of a few thousand pods).
-pub const MAX_PODS_FILE: u64 = 16 << 20;
+pub(crate) const MAX_PODS_FILE: u64 = 16 << 20;
 /// The largest scenario file.
-pub const MAX_SCENARIO_FILE: u64 = 4 << 20;
+pub(crate) const MAX_SCENARIO_FILE: u64 = 4 << 20;
 
 /// A pod's `drain-history` in a scenario.
 #[derive(Debug, Default, Deserialize)]

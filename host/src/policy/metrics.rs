@@ -9,7 +9,7 @@ use super::{Decision, Observer};
 use crate::metrics::{self, Label, counter_vec, exponential, gauge, histogram_vec};
 
 /// The categories of `nmo_policy_errors_total` (see `Error::category`).
-pub const ERROR_CATEGORIES: [&str; 11] = [
+pub(crate) const ERROR_CATEGORIES: [&str; 11] = [
     "load",
     "wrong_world",
     "compile_limit",

@@ -43,18 +43,18 @@ use super::error::{Error, Result};
 use nmo_policy_runtime::digest::hex_digest;
 
 /// The layer media type of the CNCF Wasm OCI artifact (the one pushed).
-pub const WASM_LAYER: &str = "application/wasm";
+pub(crate) const WASM_LAYER: &str = "application/wasm";
 /// The config media type of the CNCF Wasm OCI artifact.
-pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
+pub(crate) const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
 /// The older wasm-to-oci layer media type (kwctl's), accepted when pulled.
-pub const WASM_TO_OCI_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
+pub(crate) const WASM_TO_OCI_LAYER: &str = "application/vnd.wasm.content.layer.v1+wasm";
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
 /// Largest manifest accepted.
 const MAX_MANIFEST_BYTES: usize = 64 << 10;
 /// Largest policy accepted from a registry (the engine's own size limit on
 /// a policy is lower; this keeps a hostile registry from filling memory).
-pub const MAX_POLICY_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_POLICY_BYTES: u64 = 16 << 20;
 /// How long one pull or push may take in all.
 const DEADLINE: Duration = Duration::from_secs(60);
 

@@ -17,14 +17,14 @@ const WIT: &str = include_str!("../../../wit/node-maintenance.wit");
 const REPO_WIT_PATH: &str = "path: \"../../wit\"";
 const CRATE_WIT_PATH: &str = "path: \"wit\"";
 /// The bindings generator the SDK is built with (the workspace's version).
-pub const WIT_BINDGEN: &str = r#"wit-bindgen = { version = "0.61", default-features = false, features = ["macros", "realloc"] }"#;
+pub(crate) const WIT_BINDGEN: &str = r#"wit-bindgen = { version = "0.61", default-features = false, features = ["macros", "realloc"] }"#;
 /// The Rust version the SDK needs (the workspace's `rust-version`).
-pub const RUST_VERSION: &str = "1.95";
+pub(crate) const RUST_VERSION: &str = "1.95";
 
 /// Whether `name` can name a policy: it becomes the crate's name, the
 /// `.wasm` file's stem and the policy's name in the cluster (a ConfigMap
 /// key, the `nodemaintenance.medik8s.io/policy` annotation's value).
-pub fn check_name(name: &str) -> Result<()> {
+pub(crate) fn check_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 63
         && name

@@ -50,9 +50,9 @@ use super::selector;
 /// The annotation with which a NodeMaintenance picks its policy.
 pub const POLICY_ANNOTATION: &str = "nodemaintenance.medik8s.io/policy";
 /// The policy directory's configuration file.
-pub const CONFIG_FILE: &str = "policies.yaml";
+pub(crate) const CONFIG_FILE: &str = "policies.yaml";
 /// The name of the embedded default policy in a policy set.
-pub const BUILTIN: &str = "builtin";
+pub(crate) const BUILTIN: &str = "builtin";
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -500,7 +500,7 @@ impl PolicySet {
     /// decision: the one recorded in its status (it began under an earlier
     /// process: a restart, a new leader), by name, if the set still has
     /// it; else by [`PolicySet::select`].
-    pub fn select_for(
+    pub(crate) fn select_for(
         &self,
         nm: &crate::crd::NodeMaintenance,
         node_labels: Option<&BTreeMap<String, String>>,

@@ -19,7 +19,7 @@ use crate::policy::Action;
 
 /// Something the drain did that the maintenance's events tell.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Note {
+pub(crate) enum Note {
     /// A pod removed by force (deleted, or with grace period 0), by the
     /// policy's rule.
     Forced {
@@ -53,15 +53,15 @@ impl Note {
 }
 
 /// Where the drain's notes go.
-pub type Notes = tokio::sync::mpsc::UnboundedSender<Note>;
+pub(crate) type Notes = tokio::sync::mpsc::UnboundedSender<Note>;
 
 /// The longest wait after a PodDisruptionBudget refusal before evicting
 /// again (kubectl drain's fixed wait; here the fallback when the budget's
 /// watch shows no change).
-pub const PDB_RETRY: Duration = Duration::from_secs(5);
+pub(crate) const PDB_RETRY: Duration = Duration::from_secs(5);
 /// The shortest wait after a refusal before evicting again, however soon
 /// the budget changes.
-pub const PDB_MIN_RETRY: Duration = Duration::from_millis(250);
+pub(crate) const PDB_MIN_RETRY: Duration = Duration::from_millis(250);
 
 /// How long the drain waits before trying a pod again.
 #[derive(Debug, Clone)]
@@ -85,7 +85,7 @@ impl Default for Retries {
     }
 }
 /// Wait after any other failed eviction.
-pub const ERROR_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const ERROR_RETRY: Duration = Duration::from_secs(1);
 impl Retries {
     pub(in crate::controller) fn budget_timings(&self) -> Timings {
         Timings {
@@ -200,7 +200,7 @@ impl Attempt {
     }
 
     /// Pod `t` waits for nothing more (it was removed).
-    pub async fn waiting_over(&self, t: &Target) {
+    pub(crate) async fn waiting_over(&self, t: &Target) {
         self.said.lock().await.remove(&t.key());
     }
 

@@ -206,7 +206,7 @@ pub struct Timings {
 /// Every PodDisruptionBudget, watched; shared by every drain of the
 /// process.
 #[derive(Default)]
-pub struct Budgets {
+pub(crate) struct Budgets {
     entries: Mutex<HashMap<(String, String), Entry>>,
     /// The watch has listed every budget and is not failing.
     synced: AtomicBool,
@@ -298,7 +298,7 @@ impl Budgets {
     /// Waits until an eviction of the pod `name` in `namespace` with
     /// `labels` may go out, or `deadline`. The permit counts the eviction
     /// against its budgets until it is told the answer.
-    pub async fn permit(
+    pub(crate) async fn permit(
         &self,
         namespace: &str,
         name: &str,
@@ -420,7 +420,7 @@ enum Answer {
 
 /// An eviction allowed out, counted against the budgets that cover its
 /// pod until its answer is told (or it is dropped unanswered).
-pub struct Permit<'a> {
+pub(crate) struct Permit<'a> {
     budgets: &'a Budgets,
     pod: String,
     /// The budgets that cover the pod, and the version of each the

@@ -30,15 +30,15 @@ use super::ledger::now_ms;
 use crate::policy::Notice;
 
 /// When the host asked (RFC 3339).
-pub const REQUESTED: &str = "nmo.medik8s.io/eviction-requested";
+pub(crate) const REQUESTED: &str = "nmo.medik8s.io/eviction-requested";
 /// Until when it waits (RFC 3339).
 pub const DEADLINE: &str = "nmo.medik8s.io/eviction-deadline";
 /// Who asked: `nmo/<maintenance>`.
-pub const REQUESTER: &str = "nmo.medik8s.io/eviction-requester";
+pub(crate) const REQUESTER: &str = "nmo.medik8s.io/eviction-requester";
 /// Written by the application: `"true"` when it may be removed now.
 pub const READY: &str = "nmo.medik8s.io/eviction-ready";
 /// Written by the application: it is still handing over (RFC 3339).
-pub const HEARTBEAT: &str = "nmo.medik8s.io/eviction-heartbeat";
+pub(crate) const HEARTBEAT: &str = "nmo.medik8s.io/eviction-heartbeat";
 /// How much further than its first timeout heartbeats may push a
 /// deadline.
 const MAX_EXTENSION: u32 = 10;

@@ -23,7 +23,7 @@ struct Entry {
 
 /// The ledger of one maintenance, by pod uid.
 #[derive(Debug, Default)]
-pub struct Ledger(Mutex<HashMap<String, Entry>>, std::sync::atomic::AtomicBool);
+pub(crate) struct Ledger(Mutex<HashMap<String, Entry>>, std::sync::atomic::AtomicBool);
 
 impl Ledger {
     /// Whether a plan of this maintenance (in this process) surged a pod.
@@ -95,7 +95,7 @@ impl Ledger {
     }
 
     /// An attempt ended with these pods still there.
-    pub fn attempt_ended<'a>(&self, left: impl Iterator<Item = &'a str>) {
+    pub(crate) fn attempt_ended<'a>(&self, left: impl Iterator<Item = &'a str>) {
         self.with(|all| {
             for uid in left {
                 if let Some(e) = all.get_mut(uid) {

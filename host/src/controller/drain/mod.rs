@@ -33,8 +33,9 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+pub use self::attempt::Retries;
 use self::attempt::{Attempt, Removal, Target, is_finished};
-pub use self::attempt::{ERROR_RETRY, Note, Notes, PDB_MIN_RETRY, PDB_RETRY, Retries};
+pub(crate) use self::attempt::{Note, Notes};
 use self::budgets::{Budgets, Permit};
 use self::ledger::Ledger;
 use super::metrics::{ControllerMetrics, PodOutcome};
@@ -48,7 +49,7 @@ const REPORT_EVERY: Duration = Duration::from_millis(100);
 /// Removals in flight at once when the policy sets no limit (and the most
 /// a policy may ask for): each one in flight holds a connection to the API
 /// server, and more than this only makes the server's queue longer.
-pub const HOST_MAX_CONCURRENT: usize = 64;
+pub(crate) const HOST_MAX_CONCURRENT: usize = 64;
 
 /// How a drain attempt ended.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -96,7 +97,7 @@ type PodEvents = BoxStream<'static, watcher::Result<watcher::Event<Pod>>>;
 /// A node's pods: listed (a quorum read, as `kubectl drain` lists), with
 /// the watch that follows that list ready to go on. The plan is made from
 /// the list; the drain then follows the watch.
-pub struct NodePods {
+pub(crate) struct NodePods {
     node: String,
     /// Shared with the policy's decision (handed over, not copied).
     pods: Arc<[Pod]>,

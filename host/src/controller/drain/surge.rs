@@ -37,12 +37,12 @@ use super::attempt::{Attempt, Note, Removal, Target};
 use crate::policy::workloads::{deployment_max_surge, replicas_of};
 
 /// On an owner while one of its pods is surged: what to undo.
-pub const SURGE_ANNOTATION: &str = "nmo.medik8s.io/surge";
+pub(crate) const SURGE_ANNOTATION: &str = "nmo.medik8s.io/surge";
 /// On an owner while a maintenance surges one of its pods: the
 /// maintenance's name (so its deletion finds them).
-pub const SURGE_LABEL: &str = "nmo.medik8s.io/surging";
+pub(crate) const SURGE_LABEL: &str = "nmo.medik8s.io/surging";
 /// The ReplicaSet controller removes the pods with the lowest cost first.
-pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+pub(crate) const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// How often a surge looks at the replacement.
 const POLL: Duration = Duration::from_millis(500);
 
@@ -437,7 +437,7 @@ pub(in crate::controller) async fn replace(
 /// owner, whatever its maintenance, shares one watch of it and one read
 /// per change of it.
 #[derive(Default)]
-pub struct Desks(std::sync::Mutex<HashMap<(String, String), Weak<Desk>>>);
+pub(crate) struct Desks(std::sync::Mutex<HashMap<(String, String), Weak<Desk>>>);
 
 impl std::fmt::Debug for Desks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

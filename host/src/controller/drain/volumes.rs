@@ -20,7 +20,7 @@ const CANCEL_CHECK: Duration = Duration::from_millis(250);
 
 /// How a wait for the node's volumes ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Detach {
+pub(crate) enum Detach {
     /// No VolumeAttachment of the node is left.
     Detached,
     /// The time ran out with these still attached.
@@ -34,7 +34,7 @@ pub enum Detach {
 /// still attached whenever that changes; `cancelled` is asked at least
 /// every [`CANCEL_CHECK`]. A watch that fails is retried with
 /// kube-runtime's back-off; the wait's deadline bounds it.
-pub async fn wait_detached(
+pub(crate) async fn wait_detached(
     client: &Client,
     node: &str,
     timeout: Duration,
@@ -102,7 +102,7 @@ pub async fn wait_detached(
 }
 
 /// What the status says while the drain waits for `names`.
-pub fn waiting_message(node: &str, names: &[String]) -> String {
+pub(crate) fn waiting_message(node: &str, names: &[String]) -> String {
     let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
     format!(
         "waiting for {} VolumeAttachment(s) of node {node} to detach: {}{}",

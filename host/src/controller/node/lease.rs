@@ -12,11 +12,12 @@ use kube::{Client, ResourceExt};
 use crate::error::{Error, Result};
 
 pub(crate) use crate::node_lease::LeaseRecord;
-pub use crate::node_lease::{DEFAULT_NAMESPACE, DURATION_SECONDS, HOLDER, lease_name};
+pub use crate::node_lease::{DEFAULT_NAMESPACE, lease_name};
+pub(crate) use crate::node_lease::{DURATION_SECONDS, HOLDER};
 
 /// Manages node leases in one namespace.
 #[derive(Clone)]
-pub struct LeaseManager {
+pub(crate) struct LeaseManager {
     client: Client,
     namespace: String,
 }
@@ -201,7 +202,7 @@ impl LeaseManager {
     }
 
     /// Gives the lease up if it is ours; another holder's is left alone.
-    pub async fn invalidate(&self, node_name: &str) -> Result<()> {
+    pub(crate) async fn invalidate(&self, node_name: &str) -> Result<()> {
         let name = lease_name(node_name);
         let api = self.api();
         // Only a lease that is not there is given up; any other error

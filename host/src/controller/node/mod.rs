@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 /// The label that keeps remediators (Node Health Check) away.
 pub const EXCLUDE_LABEL: &str = "remediation.medik8s.io/exclude-from-remediation";
 /// The taints a node in maintenance carries.
-pub const TAINT_KEYS: [&str; 2] = ["node.kubernetes.io/unschedulable", "medik8s.io/drain"];
+pub(crate) const TAINT_KEYS: [&str; 2] = ["node.kubernetes.io/unschedulable", "medik8s.io/drain"];
 
 const ATTEMPTS: usize = 8;
 
@@ -257,7 +257,7 @@ fn patch_for(node: &Node, want: Want) -> Option<Value> {
 /// Puts the node into maintenance (`true`: label, taints, cordon) or
 /// restores it (`false`), keeping everything else on it. Returns the node
 /// as it ends up (`None` when it does not exist) and whether it changed.
-pub async fn set_maintenance(
+pub(crate) async fn set_maintenance(
     client: &Client,
     name: &str,
     maintenance: bool,
@@ -277,13 +277,13 @@ fn want(maintenance: bool) -> Want {
 /// the node is restored (it no longer carries the drain taint): the last
 /// step of a restore, after the lease is given up. Until then every retry
 /// of the restore restores to the record, never to "nothing".
-pub async fn forget_record(client: &Client, name: &str) -> Result<()> {
+pub(crate) async fn forget_record(client: &Client, name: &str) -> Result<()> {
     mark(client, name, None, Want::Forget).await.map(|_| ())
 }
 
 /// [`set_maintenance`] starting from `node` as just read (no second read
 /// unless a concurrent change refuses the patch).
-pub async fn set_maintenance_from(
+pub(crate) async fn set_maintenance_from(
     client: &Client,
     node: Node,
     maintenance: bool,

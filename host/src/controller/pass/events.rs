@@ -14,59 +14,60 @@ use tokio::sync::mpsc;
 use crate::error::{Error, Result};
 
 /// The component every event is recorded with.
-pub const COMPONENT: &str = "NodeMaintenance";
+pub(crate) const COMPONENT: &str = "NodeMaintenance";
 
 /// The event reasons and messages of the Go operator.
 pub mod reasons {
-    pub const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
-    pub const SUCCEEDED: (&str, &str) = ("SucceedMaintenance", "Node maintenance was succeeded");
-    pub const UNCORDON: (&str, &str) = ("UncordonNode", "Uncordon a node");
-    pub const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
+    pub(crate) const BEGIN: (&str, &str) = ("BeginMaintenance", "Begin a node maintenance");
+    pub(crate) const SUCCEEDED: (&str, &str) =
+        ("SucceedMaintenance", "Node maintenance was succeeded");
+    pub(crate) const UNCORDON: (&str, &str) = ("UncordonNode", "Uncordon a node");
+    pub(crate) const REMOVED: (&str, &str) = ("RemovedMaintenance", "Removed a node maintenance");
     pub const FAILED: (&str, &str) = ("FailedMaintenance", "Failed a node maintenance");
     /// Ours: a policy could not decide (the message says why).
-    pub const POLICY_ERROR: &str = "PolicyError";
+    pub(crate) const POLICY_ERROR: &str = "PolicyError";
     /// Ours: the policy holds the maintenance back (the message is its
     /// reason).
     pub const WAITING: &str = "WaitingMaintenance";
     /// Ours: `spec.nodeName` changed (no webhook refused it): the old node
     /// was restored and the maintenance starts over on the new one.
-    pub const MOVED: &str = "MovedMaintenance";
+    pub(crate) const MOVED: &str = "MovedMaintenance";
     /// Ours: the policy admitted a maintenance that was waiting.
-    pub const ADMITTED: (&str, &str) = (
+    pub(crate) const ADMITTED: (&str, &str) = (
         "AdmittedMaintenance",
         "The policy admitted the node maintenance",
     );
     /// Ours: a pod was removed by force (deleted, or with grace period
     /// 0); the message names the pod and the policy's rule.
-    pub const FORCED: &str = "ForcedPodRemoval";
+    pub(crate) const FORCED: &str = "ForcedPodRemoval";
     /// Ours: a surge's replacement is Ready and the owner removes the pod.
-    pub const SURGED: &str = "PodSurged";
+    pub(crate) const SURGED: &str = "PodSurged";
     /// Ours: a surge was not possible; the pod is evicted instead.
-    pub const SURGE_FELL_BACK: &str = "SurgeNotPossible";
+    pub(crate) const SURGE_FELL_BACK: &str = "SurgeNotPossible";
     /// Ours: an application was asked to leave (the handshake).
-    pub const NOTIFIED: &str = "EvictionRequested";
+    pub(crate) const NOTIFIED: &str = "EvictionRequested";
     /// Ours: the policy parked the maintenance.
-    pub const PARKED: &str = "ParkedMaintenance";
+    pub(crate) const PARKED: &str = "ParkedMaintenance";
 }
 
 /// Normal or Warning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventType {
+pub(crate) enum EventType {
     Normal,
     Warning,
 }
 
 /// Longest event message, as the events API bounds `note`.
-pub const EVENT_MESSAGE_MAX_BYTES: usize = 1024;
+pub(crate) const EVENT_MESSAGE_MAX_BYTES: usize = 1024;
 
 /// Events waiting to be written at most; beyond, new ones are dropped
 /// with a warning (client-go's recorder drops too when its queue is full).
-pub const QUEUE: usize = 1000;
+pub(crate) const QUEUE: usize = 1000;
 
 /// Writes events, in the order recorded, from a task of its own (as
 /// client-go's recorder does): a reconcile never waits for an event.
 #[derive(Clone)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     client: Client,
     instance: String,
     queue: Arc<OnceLock<mpsc::Sender<(Event, String)>>>,

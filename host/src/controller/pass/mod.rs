@@ -31,7 +31,7 @@ pub enum Next {
 impl Next {
     /// The `result` label of `controller_runtime_reconcile_total`, as
     /// controller-runtime counts the reconcile the Go operator would make.
-    pub fn result_label(self) -> super::metrics::ReconcileResult {
+    pub(crate) fn result_label(self) -> super::metrics::ReconcileResult {
         use super::metrics::ReconcileResult;
         match self {
             Next::After(_) => ReconcileResult::RequeueAfter,

@@ -50,7 +50,7 @@ pub fn after(after: std::time::Duration) -> Time {
 }
 
 /// `pendingPods` and `pendingPodsRefs` from a list of pods.
-pub fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodReference>>) {
+pub(crate) fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodReference>>) {
     if list.is_empty() {
         return (None, None);
     }
@@ -67,7 +67,7 @@ pub fn pod_refs(list: &[PodReference]) -> (Option<Vec<String>>, Option<Vec<PodRe
 /// the status (which anyone with access to it may have written): progress
 /// is the share of `evictionPods` gone, and a maintenance with pods still
 /// to go is `Running`, whatever the status said before.
-pub fn set_pending(s: &mut NodeMaintenanceStatus, pending: &[PodReference]) {
+pub(crate) fn set_pending(s: &mut NodeMaintenanceStatus, pending: &[PodReference]) {
     let (names, refs) = pod_refs(pending);
     s.pending_pods = names;
     s.pending_pods_refs = refs;
@@ -79,7 +79,7 @@ pub fn set_pending(s: &mut NodeMaintenanceStatus, pending: &[PodReference]) {
 
 /// Whether the status claims more than the drain has done: Succeeded, or
 /// all pods gone, while `pending` are still to go.
-pub fn overstates(s: &NodeMaintenanceStatus, pending: &[PodReference]) -> bool {
+pub(crate) fn overstates(s: &NodeMaintenanceStatus, pending: &[PodReference]) -> bool {
     !pending.is_empty()
         && (s.phase == Some(MaintenancePhase::Succeeded)
             || s.drain_progress >= 100
@@ -99,7 +99,7 @@ fn progress(eviction_pods: i32, pending: usize) -> i32 {
 }
 
 /// The writer (shared with the drain's progress task).
-pub struct Writer {
+pub(crate) struct Writer {
     api: Api<NodeMaintenance>,
     ctx: Arc<Context>,
     state: tokio::sync::Mutex<State>,
@@ -138,13 +138,13 @@ impl Writer {
     }
 
     /// Whether the status still has to be initialised (the first pass).
-    pub async fn initialising(&self) -> bool {
+    pub(crate) async fn initialising(&self) -> bool {
         self.state.lock().await.init.is_some()
     }
 
     /// Clears the status: the maintenance starts over (its node changed),
     /// and its next write initialises it again.
-    pub async fn start_over(&self) -> Result<()> {
+    pub(crate) async fn start_over(&self) -> Result<()> {
         self.update(|s| *s = NodeMaintenanceStatus::default())
             .await?;
         self.state.lock().await.init = Some(Init::default());
@@ -153,7 +153,7 @@ impl Writer {
 
     /// Changes what the initialisation will write.
     /// Returns whether an initialisation was still due (and so took `f`).
-    pub async fn plan_init(&self, f: impl FnOnce(&mut Init)) -> bool {
+    pub(crate) async fn plan_init(&self, f: impl FnOnce(&mut Init)) -> bool {
         match self.state.lock().await.init.as_mut() {
             Some(init) => {
                 f(init);
@@ -175,7 +175,7 @@ impl Writer {
 
     /// [`Writer::update`] for a maintenance that is not admitted yet: the
     /// initialisation (which sets the phase) is left for later.
-    pub async fn update_before_admission(
+    pub(crate) async fn update_before_admission(
         &self,
         f: impl Fn(&mut NodeMaintenanceStatus),
     ) -> Result<NodeMaintenanceStatus> {
@@ -225,7 +225,7 @@ impl Writer {
 
     /// A merge patch of metadata, guarded by the resourceVersion last
     /// seen: a concurrent change fails it (the next pass sees the change).
-    pub async fn patch_metadata(
+    pub(crate) async fn patch_metadata(
         &self,
         metadata: serde_json::Value,
         op: &'static str,
@@ -248,7 +248,7 @@ impl Writer {
 
     /// Reads the object from the server (not the cache) unless a write of
     /// this pass already proved it current. `None` when it is gone.
-    pub async fn confirm(&self) -> Result<Option<NodeMaintenance>> {
+    pub(crate) async fn confirm(&self) -> Result<Option<NodeMaintenance>> {
         let mut state = self.state.lock().await;
         if state.fresh {
             return Ok(Some(state.nm.clone()));
