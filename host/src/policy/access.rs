@@ -26,6 +26,10 @@ use serde::Deserialize;
 
 use super::selector;
 
+/// The annotation with which a NodeMaintenance picks its policy (who may
+/// set it is this file's concern).
+pub const POLICY_ANNOTATION: &str = "nodemaintenance.medik8s.io/policy";
+
 /// The group every default grant names: cluster administrators by
 /// certificate.
 pub(crate) const ADMIN_GROUP: &str = "system:masters";
@@ -194,7 +198,7 @@ impl Access {
                 "{} may not choose a policy with the {} annotation: it needs {} \
                  (policies.yaml access.policyAnnotation)",
                 shown_user(who),
-                super::POLICY_ANNOTATION,
+                POLICY_ANNOTATION,
                 self.annotation.shown()
             ));
         }
@@ -208,7 +212,7 @@ impl Access {
         .then(|| {
             format!(
                 "the {} annotation may name only {} (policies.yaml access.policyAnnotation.policies), not {policy:?}",
-                super::POLICY_ANNOTATION,
+                POLICY_ANNOTATION,
                 self.annotation_policies.join(", ")
             )
         })

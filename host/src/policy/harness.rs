@@ -75,13 +75,13 @@ use k8s_openapi::api::core::v1 as core;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::Policy;
 use super::error::ToolError as Error;
+use nmo_policy_runtime::Policy;
 type Result<T, E = Error> = std::result::Result<T, E>;
-use super::types::{DrainReport, EtcdGuard, Failure, FleetMaintenance, PodRef};
-use super::validate::{Action, Admission, Plan, Verdict};
-use super::{Fleet, Settings};
 use crate::crd::NodeMaintenance;
+use nmo_policy_runtime::types::{DrainReport, EtcdGuard, Failure, FleetMaintenance, PodRef};
+use nmo_policy_runtime::validate::{Action, Admission, Plan, Verdict};
+use nmo_policy_runtime::{Fleet, Settings};
 
 /// One scenario, as read from a file.
 #[derive(Debug, Clone)]
@@ -96,8 +96,8 @@ pub struct Scenario {
     now: Option<std::time::SystemTime>,
     node: core::Node,
     pods: Vec<core::Pod>,
-    history: super::History,
-    workloads: super::Workloads,
+    history: nmo_policy_runtime::History,
+    workloads: nmo_policy_runtime::Workloads,
     failure: Option<Failure>,
     fleet: Option<ScenarioFleet>,
     settings: Settings,
@@ -544,7 +544,7 @@ fn scenario_settings(
 fn scenario_workloads(
     raw: Vec<Value>,
     pods: &[core::Pod],
-) -> std::result::Result<super::Workloads, String> {
+) -> std::result::Result<nmo_policy_runtime::Workloads, String> {
     let mut objects = Vec::new();
     for (i, mut v) in raw.into_iter().enumerate() {
         if v["kind"].as_str() == Some("List") {
@@ -555,7 +555,7 @@ fn scenario_workloads(
         }
         let kind = v["kind"].as_str().unwrap_or_default();
         match kind {
-            _ if super::workloads::READ_KINDS.contains(&kind)
+            _ if nmo_policy_runtime::workloads::READ_KINDS.contains(&kind)
                 && v["metadata"]["name"].is_string() =>
             {
                 objects.push(v)
@@ -568,7 +568,7 @@ fn scenario_workloads(
             }
         }
     }
-    Ok(super::Owners::from_objects(objects).resolve(pods))
+    Ok(nmo_policy_runtime::Owners::from_objects(objects).resolve(pods))
 }
 
 /// The scenario's `history`, keyed by the pods' uids (a pod without one
@@ -577,7 +577,7 @@ fn scenario_history(
     mut pods: Vec<core::Pod>,
     raw: BTreeMap<String, RawHistory>,
     now: Option<std::time::SystemTime>,
-) -> std::result::Result<(Vec<core::Pod>, super::History), String> {
+) -> std::result::Result<(Vec<core::Pod>, nmo_policy_runtime::History), String> {
     let key = |p: &core::Pod| {
         format!(
             "{}/{}",
@@ -616,7 +616,7 @@ fn scenario_history(
         let notified_ms = ms(&h.notified, "notified")?.map(|ago| now_ms.saturating_sub(ago));
         by_uid.insert(
             pod.metadata.uid.clone().unwrap_or_default(),
-            super::types::PodHistory {
+            nmo_policy_runtime::types::PodHistory {
                 pending_ms,
                 refused_evictions: h.refused_evictions,
                 attempts: h.attempts,
@@ -624,7 +624,7 @@ fn scenario_history(
             },
         );
     }
-    Ok((pods, super::History::new(by_uid)))
+    Ok((pods, nmo_policy_runtime::History::new(by_uid)))
 }
 
 /// The fleet of a scenario: its nodes (Ready unless their status says
@@ -722,26 +722,26 @@ impl ScenarioFleet {
             .iter()
             .position(|n| n.metadata.name.as_deref() == Some(node_name))
             .unwrap_or(0);
-        let history: Vec<super::types::EndedMaintenance> = self
+        let history: Vec<nmo_policy_runtime::types::EndedMaintenance> = self
             .history
             .iter()
-            .map(|e| super::types::EndedMaintenance {
+            .map(|e| nmo_policy_runtime::types::EndedMaintenance {
                 name: e.name.clone().unwrap_or_else(|| format!("nm-{}", e.node)),
                 node_name: e.node.clone(),
                 started_ms: ago(&Some(e.started.clone())),
                 ended_ms: ago(&Some(e.ended.clone())),
                 outcome: match e.outcome.as_str() {
-                    "Succeeded" => super::types::Outcome::Succeeded,
-                    "Failed" => super::types::Outcome::Failed,
-                    _ => super::types::Outcome::Cancelled,
+                    "Succeeded" => nmo_policy_runtime::types::Outcome::Succeeded,
+                    "Failed" => nmo_policy_runtime::types::Outcome::Failed,
+                    _ => nmo_policy_runtime::types::Outcome::Cancelled,
                 },
             })
             .collect();
         let fleet = Fleet {
-            nodes: super::fleet_nodes(self.nodes.iter().cloned()),
+            nodes: nmo_policy_runtime::fleet_nodes(self.nodes.iter().cloned()),
             maintenances,
             etcd: self.etcd,
-            history: super::recent(history, window, now_ms),
+            history: nmo_policy_runtime::recent(history, window, now_ms),
             lease_holders: std::sync::Arc::new(self.leases.clone().into_iter().collect()),
             tool_claims: std::sync::Arc::new(self.claims.clone().into_iter().collect()),
         };
@@ -1197,8 +1197,8 @@ pub fn run_paths(policy: &Policy, paths: &[PathBuf]) -> Result<Report> {
 /// }
 /// ```
 pub fn assert_scenarios(policy_wasm: impl AsRef<Path>, scenarios: impl AsRef<Path>) -> Report {
-    let engine =
-        super::PolicyEngine::new(super::EngineConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+    let engine = nmo_policy_runtime::PolicyEngine::new(nmo_policy_runtime::EngineConfig::default())
+        .unwrap_or_else(|e| panic!("{e}"));
     let policy = engine
         .load_file(policy_wasm.as_ref())
         .unwrap_or_else(|e| panic!("{e}"));

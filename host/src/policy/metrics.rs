@@ -5,8 +5,8 @@ use prometheus::{HistogramVec, IntCounterVec, IntGauge, Registry};
 
 use std::sync::Arc;
 
-use super::{Decision, Observer};
 use crate::metrics::{self, Label, counter_vec, exponential, gauge, histogram_vec};
+use nmo_policy_runtime::{Decision, Observer};
 
 /// The categories of `nmo_policy_errors_total` (see `Error::category`).
 pub(crate) const ERROR_CATEGORIES: [&str; 11] = [

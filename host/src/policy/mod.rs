@@ -29,9 +29,10 @@ mod selector;
 pub mod set;
 pub mod store;
 
+pub use access::POLICY_ANNOTATION;
 pub use error::{Error, Result, ToolError};
 pub use metrics::PolicyMetrics;
-pub use set::{POLICY_ANNOTATION, PolicySet, Selected};
+pub use set::{PolicySet, Selected};
 pub use store::{PolicyStore, Reload};
 
 #[cfg(feature = "test-support")]

@@ -209,7 +209,7 @@ can describe a fleet (`fleet:`) to test `admit`.
 crate (contract {contract}); a newer `nmo policy new` writes the matching
 ones.
 "#,
-        contract = super::CONTRACT_VERSION,
+        contract = nmo_policy_runtime::CONTRACT_VERSION,
     )
 }
 

@@ -34,21 +34,20 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::PolicyCache;
+use nmo_policy_runtime::PolicyCache;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::Settings;
 use super::error::{Error, Result};
-use super::selfcheck;
-use super::{Policy, PolicyEngine};
 use kube::core::{Selector, SelectorExt};
+use nmo_policy_runtime::Settings;
+use nmo_policy_runtime::selfcheck;
+use nmo_policy_runtime::{Policy, PolicyEngine};
 
 use super::selector;
 
-/// The annotation with which a NodeMaintenance picks its policy.
-pub const POLICY_ANNOTATION: &str = "nodemaintenance.medik8s.io/policy";
+use super::access::POLICY_ANNOTATION;
 /// The policy directory's configuration file.
 pub(crate) const CONFIG_FILE: &str = "policies.yaml";
 /// The name of the embedded default policy in a policy set.
@@ -366,7 +365,8 @@ impl PolicySet {
             }
         }
         let mut policies = BTreeMap::new();
-        let builtin = engine.load_cached(BUILTIN, super::DEFAULT_POLICY_WASM, cache)?;
+        let builtin =
+            engine.load_cached(BUILTIN, nmo_policy_runtime::DEFAULT_POLICY_WASM, cache)?;
         if let Some(cache) = cache {
             builtin.cache_in(cache);
         }

@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use super::PolicyCache;
 use super::error::Result;
 use super::metrics::{PolicyMetrics, ReloadResult};
 use super::oci::Registry;
 use super::set::{PolicySet, Snapshot};
-use super::{Policy, PolicyEngine};
+use nmo_policy_runtime::PolicyCache;
+use nmo_policy_runtime::{Policy, PolicyEngine};
 
 /// The fingerprint of a policy directory that does not exist.
 const ABSENT: &str = "absent";
