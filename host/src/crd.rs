@@ -261,3 +261,11 @@ pub fn crd_yaml() -> String {
     out.push_str(&crate::yaml::to_string(&crd).expect("a CRD serializes"));
     out
 }
+
+/// Whether a maintenance was admitted: its phase is set (it started, or
+/// finished), or the policy admitted it (`status.admittedAt`).
+pub fn is_admitted(nm: &NodeMaintenance) -> bool {
+    nm.status
+        .as_ref()
+        .is_some_and(|s| s.phase.is_some() || s.admitted_at.is_some())
+}

@@ -25,3 +25,9 @@ pub(crate) mod v0_3 {
         },
     });
 }
+
+/// The records a policy receives and answers with, as generated from the WIT
+/// package.
+pub mod types {
+    pub use super::medik8s::node_maintenance::types::*;
+}

@@ -118,7 +118,7 @@ impl PolicyCache {
     /// Writes the artifact of the policy `name` (`artifact`: its
     /// serialised compiled form) under its compatibility hash and digest.
     /// Call it only for a policy that passed its self-check (see
-    /// [`Policy::cache_in`](super::Policy::cache_in)). Best effort: a cache
+    /// [`Policy::cache_in`](crate::engine::Policy::cache_in)). Best effort: a cache
     /// that cannot be written costs a compile at the next start, nothing
     /// else.
     pub(crate) fn store(
@@ -126,7 +126,7 @@ impl PolicyCache {
         name: &str,
         compat: &str,
         digest: &str,
-        artifact: super::Result<Vec<u8>>,
+        artifact: crate::error::Result<Vec<u8>>,
     ) {
         let (path, checksum) = self.paths(compat, digest);
         let result = artifact.map_err(std::io::Error::other).and_then(|bytes| {

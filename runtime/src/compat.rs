@@ -7,7 +7,7 @@
 use wasmtime::component::{HasSelf, Linker, Resource};
 
 use super::inputs::HostState;
-use super::types::{self as v4, HostNode, HostPod};
+use crate::bindings::types::{self as v4, HostNode, HostPod};
 use crate::bindings::v0_3::medik8s::node_maintenance::types as v3;
 
 /// Links the 0.3 `types` interface (`medik8s:node-maintenance/types@0.3.0`).

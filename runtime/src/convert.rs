@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
 
-use super::types::{KeyValue, PodPhase, Taint, TaintEffect};
+use crate::bindings::types::{KeyValue, PodPhase, Taint, TaintEffect};
 
 /// The annotation the kubelet puts on mirror (static) pods.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";

@@ -42,16 +42,16 @@ impl std::fmt::Display for Decision {
     }
 }
 
-/// Runs `call` (one decision of a [`Policy`](super::Policy)) on the
+/// Runs `call` (one decision of a [`Policy`](crate::engine::Policy)) on the
 /// blocking pool and waits for it: a decision is CPU work of up to the
 /// policy's deadline, and WASI's synchronous streams must not run on an
 /// async worker. The controller, the webhook and `nmo plan` all ask
 /// through here.
 pub async fn decide<T: Send + 'static>(
     decision: Decision,
-    call: impl FnOnce() -> super::Result<T> + Send + 'static,
-) -> super::Result<T> {
+    call: impl FnOnce() -> crate::error::Result<T> + Send + 'static,
+) -> crate::error::Result<T> {
     tokio::task::spawn_blocking(call).await.map_err(|e| {
-        super::Error::Engine(format!("the policy's {decision} call did not finish: {e}"))
+        crate::error::Error::Engine(format!("the policy's {decision} call did not finish: {e}"))
     })?
 }

@@ -18,11 +18,14 @@ use super::digest::hex_digest;
 use super::error::{Error, Result};
 use super::inputs::{Fleet, History, HostState, Inputs, Settings};
 use super::output::{CappedOutput, MAX_LOG_LINE_BYTES, RateWindow, Records};
-use super::types::{self, Failure, KeyValue, Maintenance};
 use super::validate::{self, Admission, Plan, Verdict};
 use super::workloads::Workloads;
-use super::{CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, SERVED_CONTRACTS, WORLD};
-use super::{Decision, Observer};
+use crate::bindings::types::{self, Failure, KeyValue, Maintenance};
+use crate::contract::{
+    CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, SERVED_CONTRACTS, WORLD,
+};
+use crate::decision::Decision;
+use crate::observe::Observer;
 
 /// Sandbox limits, the same for every policy of an engine.
 #[derive(Debug, Clone)]
@@ -474,7 +477,7 @@ fn same_minor(a: &str, b: &str) -> bool {
 /// (each call gets its own store).
 ///
 /// A decision blocks its thread for up to the deadline: from async code,
-/// call it through [`decide`](super::decide), never directly on an
+/// call it through [`decide`](crate::decision::decide), never directly on an
 /// async worker thread.
 #[derive(Clone)]
 pub struct Policy {

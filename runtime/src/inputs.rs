@@ -20,7 +20,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::bindings::DrainPolicyImports;
 use super::convert;
 use super::output::{MAX_LOG_LINE_BYTES, Records};
-use super::types::{self, EtcdGuard, FleetMaintenance, KeyValue, Level, Owner, PodPhase, Taint};
+use crate::bindings::types::{
+    self, EtcdGuard, FleetMaintenance, KeyValue, Level, Owner, PodPhase, Taint,
+};
 
 /// Every node of a decision: shared, each node too, so a snapshot of the
 /// fleet costs a pointer per node, not a copy of each.
@@ -39,7 +41,7 @@ pub(crate) struct Inputs {
     pub settings: Settings,
     pub history: History,
     /// Each pod's workload, by pod uid (read only for a policy that asks).
-    pub workloads: super::Workloads,
+    pub workloads: crate::workloads::Workloads,
     /// Who else holds each node's medik8s lease, by node name.
     pub lease_holders: Arc<std::collections::HashMap<String, String>>,
     /// Other tools' claims of each node, by node name.

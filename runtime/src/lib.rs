@@ -32,6 +32,7 @@ mod bindings;
 mod cache;
 mod compat;
 mod compile;
+mod contract;
 pub mod convert;
 mod decision;
 pub mod digest;
@@ -47,14 +48,12 @@ pub mod text;
 pub mod validate;
 pub mod workloads;
 
-/// The records a policy receives and answers with, as generated from the WIT
-/// package.
-pub mod types {
-    pub use crate::bindings::medik8s::node_maintenance::types::*;
-}
-
+pub use bindings::types;
 pub use cache::PolicyCache;
 pub use compile::{CompileLimits, worker_main as compile_worker_main};
+pub use contract::{
+    CONTRACT_VERSION, DEFAULT_POLICY_NAME, DEFAULT_POLICY_WASM, SERVED_CONTRACTS, WORLD,
+};
 pub use decision::{Decision, decide};
 pub use engine::{EngineConfig, Interface, Policy, PolicyEngine};
 pub use error::{Error, Result};
@@ -65,25 +64,3 @@ pub use inputs::{
 pub use observe::Observer;
 pub use validate::{Action, Admission, Notice, Plan, Removal, Step, Verdict};
 pub use workloads::{Owners, Workloads};
-
-/// The default policy, built from `policies/default` by this crate's build
-/// script and embedded so a caller works with no policy of its own.
-pub const DEFAULT_POLICY_WASM: &[u8] = include_bytes!(concat!(
-    env!("NMO_POLICY_WASM_DIR"),
-    "/nmo_policy_default.wasm"
-));
-
-/// The name the embedded default policy goes by in logs, metrics and status.
-pub const DEFAULT_POLICY_NAME: &str = "default";
-
-/// The WIT world a policy must implement, for messages.
-pub const WORLD: &str = "medik8s:node-maintenance/drain-policy@0.4.0";
-
-/// The contract version this runtime implements; policies built against
-/// another minor version, but for those of [`SERVED_CONTRACTS`], are
-/// refused.
-pub const CONTRACT_VERSION: &str = "0.4.0";
-
-/// The earlier contract versions this runtime still loads policies of: each
-/// is a subset of [`CONTRACT_VERSION`] (0.4 added a pod's `workload`).
-pub const SERVED_CONTRACTS: &[&str] = &["0.3.0"];

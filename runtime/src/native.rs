@@ -27,7 +27,7 @@ pub fn action(pod: &core::Pod) -> Action {
             reason: "mirror (static) pod, owned by the kubelet".into(),
         }
     } else {
-        Action::Evict(crate::Removal::default())
+        Action::Evict(crate::validate::Removal::default())
     }
 }
 

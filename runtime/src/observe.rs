@@ -5,7 +5,7 @@
 
 use std::any::Any;
 
-use crate::Decision;
+use crate::decision::Decision;
 
 /// Told of every decision a policy of the engine made.
 ///

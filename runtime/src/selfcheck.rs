@@ -8,7 +8,7 @@ use serde_json::json;
 use super::engine::Policy;
 use super::error::Result;
 use super::inputs::Fleet;
-use super::types::{DrainReport, Failure, Maintenance, MaintenancePhase, PodRef};
+use crate::bindings::types::{DrainReport, Failure, Maintenance, MaintenancePhase, PodRef};
 
 fn sample_pod(name: &str, owner: Option<&str>, mirror: bool, local_storage: bool) -> k8s::Pod {
     let owners: Vec<_> = owner
@@ -83,7 +83,7 @@ pub fn run(policy: &Policy) -> Result<()> {
         sample_pod("scratch", None, false, true),
     ];
     let fleet = Fleet {
-        nodes: super::fleet_nodes([node.clone(), sample_node("self-check-peer", true)]),
+        nodes: crate::inputs::fleet_nodes([node.clone(), sample_node("self-check-peer", true)]),
         ..Fleet::default()
     };
     policy.admit(&m, 0, &fleet)?;

@@ -9,10 +9,10 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use super::Decision;
 use super::convert;
 use super::error::{Error, Result};
-use super::types::{self, DrainPlan, PodAction};
+use crate::bindings::types::{self, DrainPlan, PodAction};
+use crate::decision::Decision;
 use k8s_openapi::api::core::v1 as k8s;
 
 /// Longest attempt timeout or retry delay a policy may ask for.

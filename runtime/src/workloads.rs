@@ -13,7 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use super::types::Workload;
+use crate::bindings::types::Workload;
 
 /// The kinds whose objects are read: a pod's controller of these kinds
 /// has replicas, and a ReplicaSet may have a Deployment above it.

@@ -53,7 +53,7 @@ impl Ended {
 /// The entry for `nm` ending now with `outcome`; `None` for a maintenance
 /// never admitted (it held no node).
 pub fn entry(nm: &crate::crd::NodeMaintenance, outcome: &str) -> Option<Ended> {
-    if !super::is_admitted(nm) {
+    if !crate::crd::is_admitted(nm) {
         return None;
     }
     let ms = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {

@@ -23,6 +23,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
+pub use crate::crd::is_admitted;
 use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
 use crate::policy::Fleet;
@@ -289,14 +290,6 @@ pub(crate) async fn etcd_guard(client: &Client, node: &str) -> Result<EtcdGuard>
 /// guard pod (a guard that is already down costs no quorum).
 pub(crate) fn etcd_can_lose_one(g: &EtcdGuard) -> bool {
     g.budgets == 1 && (g.disruptions_allowed > 0 || !g.guard_ready_on_node)
-}
-
-/// Whether a maintenance was admitted: its phase is set (it started, or
-/// finished), or the policy admitted it (`status.admittedAt`).
-pub fn is_admitted(nm: &NodeMaintenance) -> bool {
-    nm.status
-        .as_ref()
-        .is_some_and(|s| s.phase.is_some() || s.admitted_at.is_some())
 }
 
 /// The watched source: what the controller follows for admission.

@@ -128,19 +128,6 @@ pub struct AddArgs {
     pub configmap: PoliciesConfigMap,
 }
 
-/// A policy's name is lowercase letters, digits and '-' (it is a
-/// ConfigMap key, `NAME.wasm`, and an artifact's title).
-pub fn check_policy_name(name: &str) -> anyhow::Result<()> {
-    if name.is_empty()
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-    {
-        anyhow::bail!("{name:?} is no policy name: lowercase letters, digits and '-' (--name)");
-    }
-    Ok(())
-}
-
 /// What one ConfigMap may hold, as the API server counts it.
 const CONFIGMAP_LIMIT: usize = 1024 * 1024;
 
@@ -159,11 +146,11 @@ async fn policy_add(args: &AddArgs) -> anyhow::Result<ExitCode> {
             .map(|s| s.to_string_lossy().replace('_', "-"))
             .unwrap_or_default(),
     };
-    check_policy_name(&name)?;
+    super::policy::check_policy_name(&name)?;
     let wasm =
         std::fs::read(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
     // Checked as the operator will check it, before the cluster is touched.
-    let engine = super::engine()?;
+    let engine = super::policy::engine()?;
     let policy = engine.load(&name, &wasm)?;
     nmo::policy::selfcheck::run(&policy)?;
     let FetchedConfigMap {
@@ -233,7 +220,7 @@ pub fn run_policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
 /// or when maintenances that have not finished use it, unless `--force`.
 async fn policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
     use kube::api::{Patch, PatchParams};
-    check_policy_name(&args.name)?;
+    super::policy::check_policy_name(&args.name)?;
     let FetchedConfigMap {
         client,
         api,
@@ -270,7 +257,7 @@ async fn policy_rm(args: &RmArgs) -> anyhow::Result<ExitCode> {
             }
         );
     }
-    let engine = super::engine()?;
+    let engine = super::policy::engine()?;
     let left = nmo::plan::load_files(&engine, files).map_err(|e| {
         anyhow::anyhow!(
             "without {}, the operator would refuse the set: {e}; nothing changed (change policies.yaml first)",
@@ -360,7 +347,7 @@ pub fn run_policy_inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
 /// exports, and whether it passes the operator's self-check. Exit code 1
 /// when the self-check fails.
 async fn policy_inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
-    let engine = super::engine()?;
+    let engine = super::policy::engine()?;
     let given = &args.policy;
     let (policy, source, size) = if given.as_os_str() == "default" {
         let p = engine.default_policy()?;
@@ -388,7 +375,7 @@ async fn policy_inspect(args: &InspectArgs) -> anyhow::Result<ExitCode> {
         (p, given.display().to_string(), bytes.len())
     } else {
         let name = given.to_string_lossy().into_owned();
-        check_policy_name(&name).map_err(|_| {
+        super::policy::check_policy_name(&name).map_err(|_| {
             anyhow::anyhow!("{name}: no such file, and no policy name (lowercase letters, digits and '-') to look for in the ConfigMap")
         })?;
         let FetchedConfigMap {
@@ -694,7 +681,7 @@ async fn policy_list(args: &ListArgs) -> anyhow::Result<ExitCode> {
         nmo::plan::Source::ConfigMap { .. } => Some(client(&args.cluster).await?),
         _ => None,
     };
-    let engine = super::engine()?;
+    let engine = super::policy::engine()?;
     let listed = nmo::plan::list(client.as_ref(), &engine, &source).await?;
     match args.output {
         Output::Json => outln!("{}", serde_json::to_string_pretty(&listed)?),
@@ -717,7 +704,7 @@ async fn policy_list(args: &ListArgs) -> anyhow::Result<ExitCode> {
 
 async fn plan(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let client = client(&args.cluster).await?;
-    let engine = super::engine()?;
+    let engine = super::policy::engine()?;
     // A policy file stands alone; a name is looked up in the set.
     let file = args
         .policy
@@ -838,7 +825,10 @@ async fn start_many(cluster: &ClusterArgs, many: Many) -> anyhow::Result<ExitCod
             Ok(_) => outln!("nodemaintenance.nodemaintenance.medik8s.io/{name} created"),
             Err(e) => {
                 failed += 1;
-                eprintln!("{name}: {}", super::error_text(&anyhow::Error::new(e)));
+                eprintln!(
+                    "{name}: {}",
+                    super::output::error_text(&anyhow::Error::new(e))
+                );
             }
         }
     }

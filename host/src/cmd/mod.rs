@@ -1,30 +1,34 @@
 //! The command line.
 
-/// `println!` for a command's output, through [`write_out`]: a reader that
+/// `println!` for a command's output, through [`output::write_out`]: a reader that
 /// goes ends the command quietly.
 macro_rules! outln {
     () => {
-        $crate::cmd::write_out(format_args!("\n"))
+        $crate::cmd::output::write_out(format_args!("\n"))
     };
     ($($arg:tt)*) => {
-        $crate::cmd::write_out(format_args!("{}\n", format_args!($($arg)*)))
+        $crate::cmd::output::write_out(format_args!("{}\n", format_args!($($arg)*)))
     };
 }
 
-/// `print!` for a command's output, through [`write_out`].
+/// `print!` for a command's output, through [`output::write_out`].
 macro_rules! out {
     ($($arg:tt)*) => {
-        $crate::cmd::write_out(format_args!($($arg)*))
+        $crate::cmd::output::write_out(format_args!($($arg)*))
     };
 }
 
 #[cfg(feature = "demo")]
 mod demo;
 mod kubectl;
+mod output;
+mod policy;
 #[cfg(feature = "demo")]
 mod workload;
 
 pub use kubectl::{Plugin, invoked_as_plugin, run_plugin};
+pub use output::error_text;
+use policy::{load_policies, policy_check, policy_push, policy_test};
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,7 +36,6 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use std::time::Duration;
 
-use nmo::policy::{EngineConfig, PolicyEngine, PolicyStore, selfcheck};
 use nmo::telemetry::{Encoder, LogFormat, TimeEncoding, ZapLevel};
 
 /// controller-runtime's webhook certificate folder.
@@ -139,11 +142,8 @@ pub struct Cli {
     #[arg(long, default_value = DEFAULT_WEBHOOK_CERT_DIR)]
     pub webhook_cert_dir: PathBuf,
 
-    /// The policy directory: .wasm files and policies.yaml, usually a
-    /// mounted ConfigMap; reloaded when it changes. Without it, the
-    /// embedded default policy.
-    #[arg(long, default_value = "/etc/nmo/policies")]
-    pub policy_dir: PathBuf,
+    #[command(flatten)]
+    pub policies: policy::PolicyFlags,
 
     /// Namespace of the node leases, as the Go operator's LEASE_NAMESPACE.
     #[arg(
@@ -163,29 +163,6 @@ pub struct Cli {
     /// namespace), from the downward API.
     #[arg(long, env = "POD_NAMESPACE", hide = true)]
     pub pod_namespace: Option<String>,
-
-    /// Where compiled policies are kept between starts (keyed by engine and
-    /// module digest); empty to compile at every start. Created mode 700; a
-    /// directory that another user owns or can write is not used.
-    #[arg(long, default_value = "/tmp/nmo-policy-cache")]
-    pub policy_cache_dir: String,
-
-    /// A registry (HOST or HOST:PORT) that policies.yaml's `pull:`
-    /// references reach over plain HTTP; loopback registries always are.
-    /// Repeatable.
-    #[arg(long = "insecure-registry", value_name = "HOST")]
-    pub insecure_registries: Vec<String>,
-
-    /// Credentials for the registries policies are pulled from: a Docker
-    /// config file (a mounted `kubernetes.io/dockerconfigjson` Secret's
-    /// `.dockerconfigjson`). Read at each pull; absent: anonymous.
-    #[arg(long, value_name = "FILE")]
-    pub registry_config: Option<PathBuf>,
-
-    /// One policy file (.wasm) for every maintenance, instead of the policy
-    /// directory.
-    #[arg(long, conflicts_with = "policy_dir")]
-    pub policy: Option<PathBuf>,
 
     /// With no subcommand, nmo runs the operator against the current
     /// kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster).
@@ -422,72 +399,6 @@ pub enum PolicyCommand {
     },
 }
 
-/// How a command's error reads, once: an error the API server sent as
-/// kubectl prints it (`Error from server (NotFound): nodes "worker-9" not
-/// found`), anything else as `error: ` and its chain of causes, each once.
-pub fn error_text(e: &anyhow::Error) -> String {
-    let status = e.chain().find_map(|cause| {
-        cause
-            .downcast_ref::<nmo::Error>()
-            .and_then(nmo::Error::api_status)
-            .or(match cause.downcast_ref::<kube::Error>() {
-                Some(kube::Error::Api(s)) => Some(s),
-                _ => None,
-            })
-    });
-    match status {
-        Some(s) if !s.reason.is_empty() => {
-            format!("Error from server ({}): {}", s.reason, s.message)
-        }
-        Some(s) => format!("Error from server: {}", s.message),
-        None => {
-            // Each cause once: some libraries' messages already hold their
-            // sources' text.
-            let mut text = String::new();
-            for cause in e.chain().map(ToString::to_string) {
-                if !text.contains(&cause) {
-                    if !text.is_empty() {
-                        text.push_str(": ");
-                    }
-                    text.push_str(&cause);
-                }
-            }
-            format!("error: {text}")
-        }
-    }
-}
-
-/// Writes a command's output (what [`outln!`] and [`out!`] print). When
-/// the reader has gone (`nmo demo | head -3`), the command ends at once,
-/// as Unix tools do: by SIGPIPE, never with a panic on the broken pipe.
-///
-/// The process itself keeps ignoring SIGPIPE (Rust's default): a socket
-/// written with `writev` (hyper's vectored writes, which carry no
-/// `MSG_NOSIGNAL`) whose peer went would otherwise kill it, and the demo
-/// serves an API server whose clients come and go (a `kubectl get -w`
-/// ended with Ctrl-C, the operator's own watches when it stops).
-pub fn write_out(args: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    if let Err(e) = std::io::stdout().lock().write_fmt(args) {
-        output_failed(&e);
-    }
-}
-
-/// Ends the process after a failed write of its output: by SIGPIPE when
-/// the reader went, with exit code 74 (EX_IOERR) for any other failure.
-fn output_failed(e: &std::io::Error) -> ! {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        // SAFETY: restoring SIGPIPE's default disposition and raising it
-        // have no preconditions; the process ends there.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            libc::raise(libc::SIGPIPE);
-        }
-    }
-    eprintln!("nmo: writing the output: {e}");
-    std::process::exit(74)
-}
-
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => operator(&cli).map(|()| ExitCode::SUCCESS),
@@ -554,38 +465,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The sandbox as the binary runs it: the defaults, with policies compiled
-/// in a child process of this binary (under a time and memory limit).
-fn engine() -> nmo::policy::Result<PolicyEngine> {
-    Ok(PolicyEngine::new(engine_config())?)
-}
-
-/// The engine's settings: policies compiled in a worker process of this
-/// binary.
-fn engine_config() -> EngineConfig {
-    let mut config = EngineConfig::default();
-    if let Ok(exe) = std::env::current_exe() {
-        config.compile = config.compile.with_worker_exe(exe);
-    }
-    config
-}
-
-/// The compiled-policy cache, if its directory is usable (private to this
-/// user); otherwise policies are compiled at every start, and the log says
-/// why.
-fn policy_cache(dir: &std::path::Path) -> Option<nmo::policy::PolicyCache> {
-    if dir.as_os_str().is_empty() {
-        return None;
-    }
-    match nmo::policy::PolicyCache::open(dir) {
-        Ok(cache) => Some(cache),
-        Err(e) => {
-            tracing::error!(error = %e, "not caching compiled policies");
-            None
-        }
-    }
-}
-
 /// The namespace this pod runs in, when it runs in a cluster: POD_NAMESPACE,
 /// else the service account's.
 fn own_namespace(cli: &Cli) -> Option<String> {
@@ -624,7 +503,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
         tracing::info!(address = %addr, "serving probes");
     }
     let metrics = nmo::registry::OperatorMetrics::register()?;
-    let policies = load_policies(cli, metrics.policy.clone())?;
+    let policies = load_policies(&cli.policies, metrics.policy.clone())?;
     runtime.block_on(async {
         let client = nmo::client::operator_client_counted(
             kubectl::kube_config(cli.kubeconfig.as_deref(), None).await?,
@@ -683,68 +562,6 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
         }
         anyhow::Ok(())
     })
-}
-
-/// The policies the operator decides with: one file (`--policy`) or the
-/// policy directory (compiled in parallel, from the cache when present).
-fn load_policies(
-    cli: &Cli,
-    metrics: nmo::policy::PolicyMetrics,
-) -> anyhow::Result<std::sync::Arc<PolicyStore>> {
-    let engine = PolicyEngine::observed(engine_config(), metrics.observer())?;
-    let cache = policy_cache(std::path::Path::new(&cli.policy_cache_dir));
-    Ok(match &cli.policy {
-        Some(path) => {
-            let policy = engine.load_file(path)?.alone()?;
-            selfcheck::run(&policy)?;
-            tracing::info!(
-                policy = policy.name(),
-                digest = policy.digest(),
-                "policy loaded"
-            );
-            PolicyStore::single(policy)
-        }
-        None => {
-            let mut registry = nmo::policy::oci::Registry::new(nmo::policy::oci::RegistryConfig {
-                insecure: cli.insecure_registries.clone(),
-                auth_file: cli.registry_config.clone(),
-            });
-            if !cli.policy_cache_dir.is_empty() {
-                registry = registry
-                    .with_disk_cache(&std::path::Path::new(&cli.policy_cache_dir).join("oci"));
-            }
-            PolicyStore::from_dir_pulling(engine, &cli.policy_dir, cache, registry)?
-        }
-    })
-}
-
-/// `nmo policy push`: checked, pushed, and the pinned reference printed.
-fn policy_push(
-    file: &std::path::Path,
-    reference: &str,
-    name: Option<String>,
-    insecure: Vec<String>,
-) -> anyhow::Result<ExitCode> {
-    use anyhow::Context as _;
-    let wasm = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let name = name.unwrap_or_else(|| {
-        file.file_stem()
-            .map(|s| s.to_string_lossy().replace('_', "-"))
-            .unwrap_or_default()
-    });
-    kubectl::check_policy_name(&name)?;
-    let policy = engine()?.load(&name, &wasm)?;
-    selfcheck::run(&policy)?;
-    let registry =
-        nmo::policy::oci::Registry::new(nmo::policy::oci::RegistryConfig::for_user(insecure));
-    let contract = policy.interface().contract().map_or_else(
-        || nmo::policy::WORLD.to_owned(),
-        |v| format!("medik8s:node-maintenance/drain-policy@{v}"),
-    );
-    let pinned = registry.push(&wasm, &name, &contract, reference)?;
-    outln!("{pinned}");
-    eprintln!("\nin policies.yaml:\n  pull:\n    {name}: {pinned}");
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Starts the metrics and webhook servers (the probes run from the start)
@@ -854,76 +671,4 @@ fn webhook_cert_dir(cli: &Cli) -> PathBuf {
     } else {
         given.clone()
     }
-}
-
-/// Loads a policy file, or the embedded default for `default`.
-fn load_policy(
-    engine: &PolicyEngine,
-    file: &std::path::Path,
-) -> nmo::policy::Result<nmo::policy::Policy> {
-    let policy = if file.as_os_str() == "default" {
-        engine.default_policy()
-    } else {
-        engine.load_file(file)
-    };
-    Ok(policy?)
-}
-
-fn policy_test(policy: &std::path::Path, scenarios: &[PathBuf]) -> ExitCode {
-    let report = engine()
-        .and_then(|engine| load_policy(&engine, policy))
-        .map_err(nmo::policy::ToolError::from)
-        .and_then(|p| nmo::policy::harness::run_paths(&p, scenarios));
-    match report {
-        Ok(report) => {
-            out!("{}", report.render());
-            if report.failed() == 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-fn policy_check(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
-    let engine = engine()?;
-    let mut failed = 0;
-    for file in files {
-        if file.is_dir() {
-            // A policy directory (or a ConfigMap's content): as the
-            // operator would load it.
-            let registry = nmo::policy::oci::Registry::new(
-                nmo::policy::oci::RegistryConfig::for_user(Vec::new()),
-            );
-            let set = nmo::policy::set::Snapshot::read(file)
-                .and_then(|snap| snap.with_pulled(&registry))
-                .and_then(|snap| nmo::policy::PolicySet::load(&engine, &snap, None));
-            match set {
-                Ok(set) => outln!("ok    {}: {}", file.display(), set.summary()),
-                Err(e) => {
-                    failed += 1;
-                    outln!("FAIL  {}: {e}", file.display());
-                }
-            }
-            continue;
-        }
-        let loaded = load_policy(&engine, file);
-        match loaded.and_then(|p| Ok(selfcheck::run(&p).map(|()| p)?)) {
-            Ok(p) => outln!("ok    {} (sha256 {})", file.display(), &p.digest()[..12]),
-            Err(e) => {
-                failed += 1;
-                outln!("FAIL  {}: {e}", file.display());
-            }
-        }
-    }
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }

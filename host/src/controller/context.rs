@@ -10,10 +10,10 @@ use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 
 use super::drain;
+use super::events;
 use super::memory::Memories;
 use super::metrics::{ControllerMetrics, State};
 use super::node::lease;
-use super::pass::events;
 use crate::crd::NodeMaintenance;
 use crate::error::Result;
 use crate::policy::{PolicyStore, Selected};

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
-use super::{Next, is_admitted};
+use super::next::Next;
+use crate::admission::is_admitted;
 use crate::crd::NodeMaintenance;
 use crate::error::Result;
 use crate::policy::Selected;

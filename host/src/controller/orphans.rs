@@ -18,8 +18,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
-use super::pass::finish;
-use super::{Context, node};
+use super::context::Context;
+use super::node;
+use super::pass::restore;
 use crate::crd::NodeMaintenance;
 use crate::error::{Error, Result};
 
@@ -45,7 +46,7 @@ pub(super) async fn sweep(ctx: &Context, requeue: &Requeue) -> Result<Vec<String
             continue;
         }
         tracing::warn!(nodeName = %node, "the node is marked by this operator but no NodeMaintenance names it (its finalizer was removed by hand, or the CRD deleted); restoring it");
-        finish::stop_maintenance(ctx, &node).await?;
+        restore::stop_maintenance(ctx, &node).await?;
         for nm in wanting(ctx, &node).await? {
             tracing::warn!(nodeName = %node, nodeMaintenance = %nm.name_any(), "a maintenance of the node appeared while it was restored; marking it again");
             ctx.memory.force(&nm.uid().unwrap_or_default());
@@ -67,7 +68,7 @@ fn cache_wants(ctx: &Context, node: &str) -> bool {
     store.is_some_and(|s| {
         s.state()
             .iter()
-            .any(|nm| nm.spec.node_name == node || finish::node_owners(nm).any(|n| n == node))
+            .any(|nm| nm.spec.node_name == node || restore::node_owners(nm).any(|n| n == node))
     })
 }
 
@@ -104,7 +105,7 @@ async fn wanting(ctx: &Context, node: &str) -> Result<Vec<NodeMaintenance>> {
     };
     Ok(all
         .into_iter()
-        .filter(|nm| nm.spec.node_name == node || finish::node_owners(nm).any(|n| n == node))
+        .filter(|nm| nm.spec.node_name == node || restore::node_owners(nm).any(|n| n == node))
         .collect())
 }
 

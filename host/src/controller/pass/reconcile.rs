@@ -20,12 +20,14 @@ use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::json;
 
-use super::events::{EventType, reasons};
-use super::finish;
+use super::restore;
 use super::status::{self, Writer, now, set_pending};
+use crate::controller::context::Context;
 use crate::controller::drain::{self, Drainer, NodePods};
-use crate::controller::pass::{Next, has_finalizer, phase};
-use crate::controller::{Context, node};
+use crate::controller::events::{EventType, reasons};
+use crate::controller::next::Next;
+use crate::controller::node;
+use crate::controller::pass::{has_finalizer, phase};
 use crate::crd::{FINALIZER, MaintenancePhase, NodeMaintenance, Waiting};
 use crate::error::{Error, Result};
 use crate::policy::types::{self, Failure};
@@ -51,7 +53,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
     let uid = nm.uid().unwrap_or_default();
     tracing::debug!("reconciling");
     if nm.metadata.deletion_timestamp.is_some() {
-        return finish::deleted(&ctx, &nm).await;
+        return restore::deleted(&ctx, &nm).await;
     }
     // A failed maintenance stays failed until it is deleted.
     if phase(&nm) == Some(MaintenancePhase::Failed) {
@@ -120,7 +122,7 @@ impl Pass {
         };
         let selected = match self.select_policy(&node).await {
             Ok(s) => s,
-            Err(e) => return finish::policy_failed(self, e).await,
+            Err(e) => return self.policy_failed(e).await,
         };
         let node = if admitted {
             node
@@ -154,7 +156,7 @@ impl Pass {
         let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
         let plan = match self.plan(&selected, &node, pods.shared()).await {
             Ok(plan) => plan,
-            Err(e) => return finish::policy_failed(self, e).await,
+            Err(e) => return self.policy_failed(e).await,
         };
         // The first evictions go out while the status initialisation is
         // written: the drain does not wait for a write about it.
@@ -173,16 +175,16 @@ impl Pass {
         // owner's controller removed it after someone set the replicas
         // back, or the attempt ended first) is undone now, not when the
         // maintenance is deleted: no record stays on the owner.
-        finish::release_surges(&self.ctx, &self.writer.current().await).await?;
+        restore::release_surges(&self.ctx, &self.writer.current().await).await?;
         if !outcome.complete() {
-            return finish::drain_incomplete(self, outcome).await;
+            return self.drain_incomplete(outcome).await;
         }
         if let Some(timeout) = plan.volume_detach_timeout
             && let Some(next) = self.volumes_detached(timeout).await?
         {
             return Ok(next);
         }
-        finish::succeeded(self).await
+        self.succeeded().await
     }
 
     /// spec.nodeName changed (the webhook refuses that; without it, this):
@@ -190,14 +192,14 @@ impl Pass {
     /// one.
     async fn follow_node_move(&self) -> Result<()> {
         let nm = self.writer.current().await;
-        let moved_from: Vec<String> = finish::node_owners(&nm)
+        let moved_from: Vec<String> = restore::node_owners(&nm)
             .filter(|n| *n != self.node_name)
             .collect();
         if moved_from.is_empty() {
             return Ok(());
         }
         for old in &moved_from {
-            finish::restore_unless_wanted(&self.ctx, &nm, old).await?;
+            restore::restore_unless_wanted(&self.ctx, &nm, old).await?;
         }
         let refs: Vec<_> = nm
             .owner_references()
@@ -301,7 +303,7 @@ impl Pass {
         drop(one_at_a_time);
         let was_waiting = nm.status.as_ref().and_then(|s| s.waiting.clone());
         match answer {
-            Err(e) => finish::policy_failed(self, e.into()).await.map(Some),
+            Err(e) => self.policy_failed(e.into()).await.map(Some),
             Ok(Admission::Admit) => {
                 self.writer
                     .update_before_admission(|s| {
@@ -331,7 +333,7 @@ impl Pass {
             Ok(Admission::Deny(message)) => {
                 tracing::error!(error = %message, "the policy denied the maintenance");
                 // Nothing was touched: nothing to restore.
-                finish::mark_failed(self, message).await.map(Some)
+                self.mark_failed(message).await.map(Some)
             }
         }
     }
@@ -382,7 +384,7 @@ impl Pass {
 
     async fn node_not_found(&self) -> Result<Next> {
         let message = format!("nodes \"{}\" not found", self.node_name);
-        finish::failed(self, Failure::NodeNotFound, message).await
+        self.failed(Failure::NodeNotFound, message).await
     }
 
     /// The node, if it exists. A name no node can have is a node that does
@@ -531,7 +533,8 @@ impl Pass {
             .await
             .status
             .map_or(0, |s| s.error_on_lease_count);
-        finish::failed(self, failure, lease_failure_text(&e, draining, count)).await
+        self.failed(failure, lease_failure_text(&e, draining, count))
+            .await
     }
 
     /// On the first pass, when the drain cannot start (the lease is held),
@@ -675,7 +678,7 @@ impl Pass {
                         tracing::debug!(reason, subject = %subject, "said within the interval already; not said again");
                         continue;
                     }
-                    finish::log_err(ctx.writers.recorder.record(&nm, type_, reason, &message));
+                    restore::log_err(ctx.writers.recorder.record(&nm, type_, reason, &message));
                 }
             })
         };
@@ -764,7 +767,7 @@ impl Pass {
             crate::text::duration(timeout),
             left.join(", ")
         );
-        finish::failed(self, Failure::VolumesAttached(left), message)
+        self.failed(Failure::VolumesAttached(left), message)
             .await
             .map(Some)
     }
@@ -772,7 +775,7 @@ impl Pass {
     /// Records an event about the maintenance; a failure is only logged.
     pub async fn event(&self, type_: EventType, reason: &str, message: &str) {
         let nm = self.writer.current().await;
-        finish::log_err(
+        restore::log_err(
             self.ctx
                 .writers
                 .recorder

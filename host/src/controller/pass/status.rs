@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::controller::Context;
+use crate::controller::context::Context;
 use crate::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceStatus, PodReference};
 use crate::error::{Error, Result};
 
