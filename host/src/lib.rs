@@ -22,6 +22,7 @@
 
 pub mod admission;
 pub mod client;
+pub mod cluster;
 pub mod controller;
 pub mod crd;
 pub mod error;

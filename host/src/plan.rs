@@ -17,7 +17,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 
-use crate::controller::drain::HOST_MAX_CONCURRENT;
+use crate::cluster::HOST_MAX_CONCURRENT;
 use crate::crd::{NodeMaintenance, NodeMaintenanceSpec};
 use crate::error::{Error, Result};
 use crate::policy::set::Snapshot;
@@ -411,7 +411,7 @@ async fn decide(
     pods: &[Pod],
 ) -> Result<policy::Plan> {
     let workloads = if selected.policy.reads_workloads() {
-        crate::controller::drain::workloads::read(client, pods)
+        crate::cluster::workloads::read(client, pods)
             .await
             .map_err(Error::kube("reading the pods' workloads"))?
     } else {
@@ -451,7 +451,7 @@ async fn budgets(
 fn covering(pod: &Pod, budgets: &[PodDisruptionBudget]) -> Vec<PdbInfo> {
     budgets
         .iter()
-        .filter(|b| crate::controller::drain::budgets::covers(b, pod.labels()))
+        .filter(|b| crate::cluster::covers(b, pod.labels()))
         .map(|b| PdbInfo {
             name: b.name_any(),
             disruptions_allowed: b.status.as_ref().map_or(0, |s| s.disruptions_allowed),

@@ -81,7 +81,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             max_concurrent: 10,
-            removals_in_flight: drain::HOST_MAX_CONCURRENT as u16,
+            removals_in_flight: crate::cluster::HOST_MAX_CONCURRENT as u16,
             lease_namespace: lease::DEFAULT_NAMESPACE.to_owned(),
             instance: "nmo".to_owned(),
             rewind_check: Duration::from_secs(10),

@@ -41,21 +41,12 @@ use kube::{Api, Client, ResourceExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::cluster::covers;
+
 /// How long an accepted eviction counts against its budget while the
 /// watch has not shown it (the API server writes the budget in the same
 /// request; a watch that lags longer than this is not waited for).
 const UNSEEN_LIMIT: Duration = Duration::from_secs(5);
-
-/// Whether `pdb` covers a pod with `labels`: a budget without a selector
-/// picks none; an empty one picks every pod of its namespace (policy/v1).
-pub fn covers(pdb: &PodDisruptionBudget, labels: &BTreeMap<String, String>) -> bool {
-    use kube::core::SelectorExt;
-    pdb.spec
-        .as_ref()
-        .and_then(|s| s.selector.clone())
-        .and_then(|sel| kube::core::Selector::try_from(sel).ok())
-        .is_some_and(|sel| sel.matches(labels))
-}
 
 /// One budget as the drains see it.
 struct Entry {

@@ -18,7 +18,6 @@ pub(super) mod handshake;
 pub mod ledger;
 pub(super) mod surge;
 pub(super) mod volumes;
-pub mod workloads;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -39,6 +38,7 @@ pub(crate) use self::attempt::{Note, Notes};
 use self::budgets::{Budgets, Permit};
 use self::ledger::Ledger;
 use super::metrics::{ControllerMetrics, PodOutcome};
+use crate::cluster::HOST_MAX_CONCURRENT;
 use crate::crd::PodReference;
 use crate::error::{Error, Result};
 use crate::policy::{Action, Plan, Removal as HowRemoved};
@@ -46,10 +46,6 @@ use crate::policy::{Action, Plan, Removal as HowRemoved};
 /// How often at most the drain reports that fewer pods are left (the
 /// status is written at most every 250 ms anyway).
 const REPORT_EVERY: Duration = Duration::from_millis(100);
-/// Removals in flight at once when the policy sets no limit (and the most
-/// a policy may ask for): each one in flight holds a connection to the API
-/// server, and more than this only makes the server's queue longer.
-pub(crate) const HOST_MAX_CONCURRENT: usize = 64;
 
 /// How a drain attempt ended.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -1,5 +1,5 @@
 //! Reads the workloads behind a node's pods for a policy that asks for
-//! them (the contract's `workload`): each pod's ReplicaSet or
+//! them (for the drain and `nmo plan` alike) (the contract's `workload`): each pod's ReplicaSet or
 //! StatefulSet, and the Deployment above a ReplicaSet, one GET per object,
 //! a few at once.
 
@@ -10,6 +10,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
+use super::surge_record::replicas_as_set;
 use crate::policy::workloads::{ObjectKey, Owners, Workloads};
 
 /// Objects read at once.
@@ -36,7 +37,7 @@ async fn fetch(client: &Client, keys: Vec<ObjectKey>, owners: &mut Owners) -> ku
         .try_collect()
         .await?;
     for mut object in objects.into_iter().flatten() {
-        let replicas = super::surge::replicas_as_set(&object);
+        let replicas = replicas_as_set(&object);
         object["spec"]["replicas"] = replicas.into();
         owners.insert(object);
     }

@@ -1,0 +1,165 @@
+//! The record a surge keeps on the owner it raises (`SURGE_ANNOTATION`):
+//! which pods it surges for which maintenance, and the replicas the owner
+//! had before. The drain's surges write and read it; whoever reads an
+//! owner's replicas (a policy's workloads, for the drain and `nmo plan`
+//! alike) reads through it the replicas as the owner set them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::policy::workloads::replicas_of;
+
+/// On an owner while one of its pods is surged: what to undo.
+pub(crate) const SURGE_ANNOTATION: &str = "nmo.medik8s.io/surge";
+/// One surged pod in the owner's [`Record`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Entry {
+    /// The surged pod's namespace/name and uid.
+    pub(crate) pod: String,
+    pub(crate) uid: String,
+    pub(crate) maintenance: String,
+}
+
+/// The record in [`SURGE_ANNOTATION`]: the surges an owner runs at once,
+/// at most its `maxSurge`. Its `spec.replicas` is [`Record::expected`]
+/// for as long as the record is there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Record {
+    /// The owner's replicas before its surges.
+    pub(crate) replicas: i64,
+    /// Ready pods of the owner outside these surges when they began
+    /// (a pod that joins takes itself out; each surge that ends brings its
+    /// replacement in): a pod leaves once one more than this serves
+    /// without it, its replacement.
+    pub(crate) serving: usize,
+    /// Pods waiting for their replacement (one extra replica each).
+    #[serde(default)]
+    pub(crate) surging: Vec<Entry>,
+    /// Pods whose replacement is Ready and that the owner is about to
+    /// remove (their deletion cost being set; one extra replica each
+    /// until then).
+    #[serde(default)]
+    pub(crate) leaving: Vec<Entry>,
+}
+
+/// The record a surge of an earlier version wrote (one pod per owner),
+/// read so a surge running across an upgrade is resumed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SingleRecord {
+    pod: String,
+    uid: String,
+    replicas: i64,
+    /// Ready pods of the owner on other nodes before the surge.
+    ready_elsewhere: usize,
+    maintenance: String,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Stored {
+    Group(Record),
+    Single(SingleRecord),
+}
+
+/// More entries than any `maxSurge` a record can come from: a record
+/// with more was not written by a surge.
+pub(crate) const MOST_ENTRIES: usize = 100_000;
+
+impl Record {
+    /// Reads the annotation's text; `None` for anything a surge could not
+    /// have written (the record is on an object others may write).
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        let record = match serde_json::from_str(text).ok()? {
+            Stored::Group(r) => r,
+            Stored::Single(old) => Record {
+                replicas: old.replicas,
+                serving: old.ready_elsewhere,
+                surging: vec![Entry {
+                    pod: old.pod,
+                    uid: old.uid,
+                    maintenance: old.maintenance,
+                }],
+                leaving: Vec::new(),
+            },
+        };
+        let entries = record.surging.len() + record.leaving.len();
+        let fits = (0..i64::from(i32::MAX)).contains(&record.replicas)
+            && entries <= MOST_ENTRIES
+            && record.replicas + entries as i64 <= i64::from(i32::MAX);
+        fits.then_some(record)
+    }
+
+    /// The replicas the owner has while these surges run.
+    pub(crate) fn expected(&self) -> i64 {
+        self.replicas + (self.surging.len() + self.leaving.len()) as i64
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.surging.len() + self.leaving.len()
+    }
+
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.surging.iter().chain(&self.leaving)
+    }
+
+    /// Removes every entry `gone` says is over; how many went.
+    pub(crate) fn prune(&mut self, gone: impl Fn(&Entry) -> bool) -> usize {
+        let before = self.len();
+        self.surging.retain(|e| !gone(e));
+        self.leaving.retain(|e| !gone(e));
+        before - self.len()
+    }
+
+    /// The record as written back: none once no surge is left.
+    pub(crate) fn kept(&self) -> Option<&Self> {
+        (self.len() > 0).then_some(self)
+    }
+}
+
+/// The replicas an owner (its object, as JSON) has as its own owner set
+/// them: while surges run on it, the count before them.
+pub(crate) fn replicas_as_set(object: &Value) -> i64 {
+    object["metadata"]["annotations"][SURGE_ANNOTATION]
+        .as_str()
+        .and_then(Record::parse)
+        .map_or_else(|| replicas_of(object), |r| r.replicas)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Record;
+
+    /// A surge running when the operator was upgraded (the one-pod record
+    /// of earlier versions) is resumed: the pod is surging, and its
+    /// replacement is counted above the Ready pods it found elsewhere.
+    #[test]
+    fn a_record_of_an_earlier_version_is_resumed() {
+        let old =
+            r#"{"pod":"shop/web-1","uid":"u1","replicas":3,"readyElsewhere":2,"maintenance":"nm"}"#;
+        let r = Record::parse(old).expect("read");
+        assert_eq!((r.replicas, r.serving, r.expected()), (3, 2, 4));
+        assert_eq!(r.surging[0].uid, "u1");
+        assert!(r.leaving.is_empty());
+    }
+
+    /// A record on an object others may write is trusted only as far as a
+    /// surge could have written it.
+    #[test]
+    fn a_record_no_surge_could_have_written_is_not_read() {
+        let entry = r#"{"pod":"a/b","uid":"u","maintenance":"nm"}"#;
+        let record = |replicas: i64, n: usize| {
+            format!(
+                r#"{{"replicas":{replicas},"serving":1,"surging":[{}]}}"#,
+                vec![entry; n].join(",")
+            )
+        };
+        assert!(Record::parse(&record(3, 2)).is_some());
+        assert!(Record::parse(&record(-1, 1)).is_none());
+        assert!(Record::parse(&record(2147483647, 1)).is_none());
+        assert!(Record::parse(&record(2147483646, 2)).is_none());
+        assert!(Record::parse("not json").is_none());
+    }
+}
