@@ -1,20 +1,28 @@
 //! nmo: the Node Maintenance Operator, with WebAssembly drain policies.
 //!
 //! This crate is the operator's library; the `nmo` binary is a thin shell
-//! around it. Modules by concern:
+//! around it. The policy runtime (the wasmtime sandbox, the WIT bindings,
+//! the checks of every answer) is its own crate, `nmo-policy-runtime`.
+//! Modules by concern:
 //! - [`crd`]: the NodeMaintenance resource.
 //! - [`client`]: the Kubernetes client as the operator configures it.
-//! - [`controller`]: the reconcile loop, drain executor, lease, node marks, events.
-//! - [`fleet`]: the fleet a maintenance's admission sees (nodes, the other
-//!   maintenances, the etcd guard), and asking the policy's `admit` about it.
-//! - [`policy`]: the WebAssembly policy engine (wasmtime sandbox, WIT
-//!   bindings, conversion from Kubernetes objects, validation of answers).
+//! - [`controller`]: the run loop, a pass over a maintenance, the drain
+//!   executor, the node's marks and lease, events.
+//! - [`admission`]: what a fleet-wide decision sees (nodes, leases, other
+//!   tools' claims, the history), watched for the controller and listed
+//!   for the webhook and `nmo plan`, and asking the policy's `admit`.
+//! - [`cluster`]: what the drain and `nmo plan` read alike (workloads,
+//!   budgets, the surge record).
+//! - [`policy`]: the policy set (which policy decides, hot reload, who
+//!   may choose), OCI distribution and the authors' tools, on the runtime.
 //! - [`plan`]: `nmo plan`, what a maintenance would do, changing nothing.
-//! - [`server`], [`webhook`]: probes, the metrics endpoint, the validating webhook;
-//!   [`metrics`]: how each component registers its metrics, and
-//!   [`registry`]: all of them on the one registry the operator serves;
-//!   [`tls`]: the certificates and TLS configuration of the HTTPS servers.
-//! - [`telemetry`]: JSON logs in the Go operator's shape.
+//! - [`server`], [`webhook`], [`secure_metrics`]: probes, the metrics
+//!   endpoint, the validating webhook; [`metrics`]: how each component
+//!   registers its metrics, and [`registry`]: all of them on the one
+//!   registry the operator serves; [`tls`]: the certificates and TLS
+//!   configuration of the HTTPS servers.
+//! - [`telemetry`]: JSON logs in the Go operator's shape; [`task`]: tasks
+//!   that end with their owner.
 //! - `fixtures` (feature `test-support`): realistic pods and nodes for
 //!   tests and benchmarks.
 //! - [`error`]: the operator's error type (wrapping [`policy::Error`]), with
