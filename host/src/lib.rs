@@ -16,7 +16,8 @@
 //! - [`policy`]: the policy set (which policy decides, hot reload, who
 //!   may choose), OCI distribution and the authors' tools, on the runtime.
 //! - [`plan`]: `nmo plan`, what a maintenance would do, changing nothing.
-//! - [`server`], [`webhook`], [`secure_metrics`]: probes, the metrics
+//! - [`server`], [`webhook`], [`secure_metrics`]: probes (their checks:
+//!   [`probes`]), the metrics
 //!   endpoint, the validating webhook; [`metrics`]: how each component
 //!   registers its metrics, and [`registry`]: all of them on the one
 //!   registry the operator serves; [`tls`]: the certificates and TLS
@@ -40,6 +41,7 @@ pub mod metrics;
 pub mod node_lease;
 pub mod plan;
 pub mod policy;
+pub mod probes;
 pub mod registry;
 pub mod secure_metrics;
 pub mod server;

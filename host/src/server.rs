@@ -22,7 +22,7 @@ pub type Check = Box<dyn Fn() -> std::result::Result<String, String> + Send + Sy
 /// Readiness while the operator starts: the probe server answers from the
 /// first moment (liveness: alive), and readiness names what it waits for
 /// (the policies being compiled, the controller) until the real checks of
-/// `controller::readiness_checks` take over.
+/// `probes::readiness_checks` take over.
 #[derive(Default)]
 pub struct Startup {
     checks: std::sync::OnceLock<Vec<(&'static str, Check)>>,

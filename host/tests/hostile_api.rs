@@ -443,7 +443,7 @@ async fn readiness_follows_the_watch() {
         },
         metrics().controller,
     );
-    let checks = nmo::controller::readiness_checks(ctx.clone(), false);
+    let checks = nmo::probes::readiness_checks(ctx.clone(), false);
     let ready = |checks: &Vec<(&'static str, nmo::server::Check)>| {
         checks
             .iter()

@@ -259,7 +259,7 @@ async fn orphans_are_restored_and_a_missing_crd_is_not_ready() {
     })
     .await;
 
-    let checks = nmo::controller::readiness_checks(ctx, false);
+    let checks = nmo::probes::readiness_checks(ctx, false);
     let informer = |checks: &[(&str, nmo::server::Check)]| (checks[0].1)();
     wait_until("ready", Duration::from_secs(30), || async {
         informer(&checks).is_ok()

@@ -186,7 +186,7 @@ async fn phase_gauges_and_readiness_follow_the_controller() {
         Default::default(),
         served.controller.clone(),
     );
-    let checks = nmo::controller::readiness_checks(ctx.clone(), false);
+    let checks = nmo::probes::readiness_checks(ctx.clone(), false);
     let probes = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let probes_addr = probes.local_addr().unwrap();
     tokio::spawn(server::serve(probes, server::probes(checks)));

@@ -531,10 +531,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             "policies",
             policies.watch(Duration::from_millis(250), Duration::from_secs(30)),
         );
-        startup.started(nmo::controller::readiness_checks(
-            ctx.clone(),
-            cli.leader_elect,
-        ));
+        startup.started(nmo::probes::readiness_checks(ctx.clone(), cli.leader_elect));
         start_servers(cli, &ctx, &client, &metrics, &mut background).await?;
         if cli.leader_elect {
             let ns = cli

@@ -32,7 +32,7 @@ mod orphans;
 
 pub use crate::admission::is_admitted;
 
-pub use context::{Context, Settings, readiness_checks};
+pub use context::{Context, Settings};
 pub use metrics::{ControllerMetrics, ReconcileResult};
 pub use next::{Next, backoff};
 use pass::reconcile::reconcile;
