@@ -299,7 +299,7 @@ async fn plan_in(
 /// What the policy's `admit` answers for the maintenance now (it has
 /// already admitted one that started).
 async fn admission(client: &Client, selected: &Selected, nm: &NodeMaintenance) -> Result<String> {
-    if crate::admission::is_admitted(nm) {
+    if crate::crd::is_admitted(nm) {
         // Set aside by its policy: it holds its node, but drains nothing.
         if let Some(p) = nm.status.as_ref().and_then(|s| s.parked.as_ref()) {
             return Ok(format!("parked: {}", p.reason));
@@ -929,7 +929,7 @@ pub async fn plan_fleet(
 
 /// Admitted first (by when), then waiting (by creation, then name).
 fn fleet_order(nm: &NodeMaintenance) -> (bool, i64, String) {
-    let admitted = crate::admission::is_admitted(nm);
+    let admitted = crate::crd::is_admitted(nm);
     let at = |t: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
         t.map_or(0, |t| t.0.as_millisecond())
     };

@@ -23,7 +23,6 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-pub use crate::crd::is_admitted;
 use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
 use crate::policy::Fleet;
@@ -333,7 +332,7 @@ pub async fn listed(
         &others,
         nm,
         etcd,
-        is_admitted,
+        crate::crd::is_admitted,
     );
     let leases = leases::list(client, lease_namespace)
         .await

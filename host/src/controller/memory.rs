@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 
 use super::next::Next;
-use crate::admission::is_admitted;
 use crate::crd::NodeMaintenance;
+use crate::crd::is_admitted;
 use crate::error::Result;
 use crate::policy::Selected;
 

@@ -30,7 +30,7 @@ pub mod metrics;
 mod next;
 mod orphans;
 
-pub use crate::admission::is_admitted;
+pub use crate::crd::is_admitted;
 
 pub use context::{Context, Settings};
 pub use metrics::{ControllerMetrics, ReconcileResult};

@@ -250,7 +250,7 @@ impl Pass {
         // phase stays unset.
         let record =
             |s: &mut crate::crd::NodeMaintenanceStatus| s.last_error = Some(message.clone());
-        let old = if crate::admission::is_admitted(&self.writer.current().await) {
+        let old = if crate::crd::is_admitted(&self.writer.current().await) {
             self.writer.update(record).await?
         } else {
             self.writer.update_before_admission(record).await?
