@@ -253,6 +253,7 @@ pub(in crate::controller) async fn replace(
         return Surged::Evict("no ReplicaSet controls the pod".into());
     };
     let mut desk: Option<Arc<Desk>> = None;
+    let mut _joining: Option<Joining> = None;
     loop {
         if !state.has(&t.uid).await || Instant::now() >= how.deadline {
             return Surged::Done;
@@ -263,24 +264,12 @@ pub(in crate::controller) async fn replace(
         };
         let (seen, looked) = match opened {
             Ok(d) => {
-                desk = Some(d.clone());
+                if desk.is_none() {
+                    _joining = Some(Joining::at(&d, entry(how, t)));
+                    desk = Some(d.clone());
+                }
                 let seen = d.seen();
-                // One look of the owner at a time: the next one reads what
-                // this one wrote, instead of writing over the same read and
-                // being refused.
-                let mut turn = Some(d.turn.lock().await);
-                let looked = match d.read(how.client, &t.namespace).await {
-                    Ok((mut owner, pods)) => {
-                        let looked = look(how, t, &mut owner, &pods, &mut turn).await;
-                        if owner.wrote || looked.is_err() {
-                            d.stale().await;
-                        }
-                        looked
-                    }
-                    Err(e) => Err(e),
-                };
-                drop(turn);
-                (seen, looked)
+                (seen, look_at(how, &d, t).await)
             }
             Err(e) => (0, Err(e)),
         };
@@ -312,6 +301,206 @@ pub(in crate::controller) async fn replace(
                     .await
             }
         }
+    }
+}
+
+/// One look at the owner for the pod `t`, in its turn: one look of the
+/// owner at a time, so the next reads what this one wrote instead of
+/// writing over the same read and being refused. A pod whose replacement
+/// is Ready hands over with the others ready at that moment
+/// ([`hand_over`]).
+async fn look_at(how: Removal<'_>, desk: &Desk, t: &Target) -> kube::Result<Step> {
+    let turn = desk.turn.lock().await;
+    let (mut owner, pods) = desk.read(how.client, &t.namespace).await?;
+    let looked = look(how, desk, t, &mut owner, &pods).await;
+    if owner.wrote || looked.is_err() {
+        desk.stale().await;
+    }
+    drop(turn);
+    match looked? {
+        Looked::Step(step) => Ok(step),
+        Looked::Ready => {
+            // The budgets may hold the pod a while: the other surges of the
+            // owner take their turns meanwhile.
+            let Some(permit) = how.budget_permit(t).await else {
+                return Ok(Step::Over(Surged::Done));
+            };
+            hand_over(how, desk, t, permit).await
+        }
+    }
+}
+
+/// A surge registered at its owner's desk for as long as it runs: a
+/// look that adds surges to the owner's record adds it too, if there is
+/// room ([`join`]), in the same write.
+struct Joining {
+    desk: Arc<Desk>,
+    uid: String,
+}
+
+impl Joining {
+    fn at(desk: &Arc<Desk>, entry: Entry) -> Joining {
+        let uid = entry.uid.clone();
+        lock(&desk.joining).insert(uid.clone(), entry);
+        Joining {
+            desk: desk.clone(),
+            uid,
+        }
+    }
+}
+
+impl Drop for Joining {
+    fn drop(&mut self) {
+        lock(&self.desk.joining).remove(&self.uid);
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A surge whose replacement is Ready and whose budgets allow it to
+/// leave, waiting for the look that hands it over.
+struct Handing {
+    entry: Entry,
+    told: tokio::sync::oneshot::Sender<Handed>,
+}
+
+/// What the look that took a [`Handing`] did with it.
+enum Handed {
+    /// Claimed in the owner's record: the owner removes the pod.
+    Claimed { owner: String },
+    /// Not handed over (the owner changed, or fewer replacements are Ready
+    /// than pods waiting): look again.
+    Again,
+}
+
+/// Hands the pod `t` over, its budgets' `permit` in hand: it waits at the
+/// desk with the other pods ready to leave, and whichever of them gets the
+/// turn first claims them all in one write of the owner and lowers its
+/// replicas once for all ([`lead`]): an owner's pods leave in one round
+/// of writes, not one after another. Each pod's own permit is told the
+/// answer by its own surge.
+async fn hand_over(
+    how: Removal<'_>,
+    desk: &Desk,
+    t: &Target,
+    permit: super::budgets::Permit<'_>,
+) -> kube::Result<Step> {
+    let (told, mut answer) = tokio::sync::oneshot::channel();
+    lock(&desk.handing).push(Handing {
+        entry: entry(how, t),
+        told,
+    });
+    let led = tokio::select! {
+        handed = &mut answer => {
+            handed.ok()
+        }
+        turn = desk.turn.lock() => {
+            let led = match answer.try_recv() {
+                Ok(handed) => Ok(Some(handed)),
+                // No look took it: this one takes every pod waiting.
+                Err(_) => lead(how.client, desk, &t.namespace).await.map(|()| answer.try_recv().ok()),
+            };
+            drop(turn);
+            match led {
+                Ok(handed) => handed,
+                Err(e) => {
+                    permit.failed();
+                    return Err(e);
+                }
+            }
+        }
+    };
+    match led {
+        Some(Handed::Claimed { owner }) => {
+            permit.accepted();
+            let _ = how.notes.send(Note::Surged {
+                pod: t.reference(),
+                owner,
+            });
+            Ok(Step::Over(Surged::Done))
+        }
+        Some(Handed::Again) | None => {
+            permit.failed();
+            Ok(Step::Waiting(waiting_replacement(t, &desk.found)))
+        }
+    }
+}
+
+fn waiting_replacement(t: &Target, owner: &Owner) -> String {
+    format!(
+        "surging pod {}: waiting for a Ready replacement from {}",
+        t.key(),
+        owner.shown()
+    )
+}
+
+/// In the turn: claims every pod waiting at the desk to leave that a
+/// Ready replacement stands for, in one write of the owner's record, tells
+/// each, then sets their deletion cost and lowers the replicas once
+/// ([`finish`]). The pods it cannot claim are told to look again.
+async fn lead(client: &Client, desk: &Desk, namespace: &str) -> kube::Result<()> {
+    let waiting = std::mem::take(&mut *lock(&desk.handing));
+    let read = desk.read(client, namespace).await;
+    let (mut owner, pods) = match read {
+        Ok(read) => read,
+        Err(e) => {
+            tell(waiting, |_| false, "");
+            return Err(e);
+        }
+    };
+    let Some(mut record) = owner
+        .record()
+        .filter(|r| owner.replicas() == r.expected())
+    else {
+        tell(waiting, |_| false, "");
+        return Ok(());
+    };
+    let entries: Vec<&str> = record.entries().map(|e| e.uid.as_str()).collect();
+    let mut leaving: Vec<&str> = record.leaving.iter().map(|e| e.uid.as_str()).collect();
+    let mut claimable: Vec<&Entry> = waiting
+        .iter()
+        .map(|h| &h.entry)
+        .filter(|e| record.surging.iter().any(|s| s.uid == e.uid))
+        .collect();
+    leaving.extend(claimable.iter().map(|e| e.uid.as_str()));
+    // The ReplicaSet controller removes a not-Ready pod before the ones
+    // with the lowest deletion cost: every pod it keeps but these must be
+    // Ready, and a raise it has not acted on yet must have been.
+    let ready = (live(&pods) as i64) >= record.expected() && others_ready(&pods, &leaving);
+    let replacements = serving(&pods, &entries).saturating_sub(record.serving);
+    claimable.truncate(if ready { replacements } else { 0 });
+    if claimable.is_empty() {
+        tell(waiting, |_| false, "");
+        return Ok(());
+    }
+    let claimed: Vec<Entry> = claimable.into_iter().cloned().collect();
+    record.surging.retain(|e| !claimed.contains(e));
+    record.serving = record.serving.saturating_add(claimed.len());
+    record.leaving.extend(claimed.iter().cloned());
+    let written = owner.write(record.expected(), Some(&record)).await;
+    desk.stale().await;
+    if let Err(e) = written {
+        tell(waiting, |_| false, "");
+        return Err(e);
+    }
+    let shown = owner.shown();
+    tell(waiting, |e| claimed.contains(e), &shown);
+    finish(client, &mut owner, record).await
+}
+
+/// Tells each waiting pod whether it was claimed (`claimed`).
+fn tell(waiting: Vec<Handing>, claimed: impl Fn(&Entry) -> bool, owner: &str) {
+    for h in waiting {
+        let handed = if claimed(&h.entry) {
+            Handed::Claimed {
+                owner: owner.to_owned(),
+            }
+        } else {
+            Handed::Again
+        };
+        let _ = h.told.send(handed);
     }
 }
 
@@ -373,6 +562,10 @@ struct Desk {
     last: tokio::sync::Mutex<Option<Read>>,
     /// Held by the surge whose look it is.
     turn: tokio::sync::Mutex<()>,
+    /// Every surge of the owner running here, by its pod's uid.
+    joining: std::sync::Mutex<HashMap<String, Entry>>,
+    /// The pods waiting to be handed over.
+    handing: std::sync::Mutex<Vec<Handing>>,
     /// The owner as first found (its API, kind and name: a look reads it
     /// again by name, without the ReplicaSet in between).
     found: Owner,
@@ -384,13 +577,7 @@ impl Desk {
         use futures::StreamExt;
         use kube::runtime::watcher;
         let Some(selector) = owner.selector() else {
-            return Desk {
-                changes: None,
-                last: tokio::sync::Mutex::new(None),
-                turn: tokio::sync::Mutex::new(()),
-                found: owner.clone(),
-                _watch: None,
-            };
+            return Desk::of(owner, None, None);
         };
         let config = || watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS);
         let by_name = config().fields(&format!("metadata.name={}", owner.object.name_any()));
@@ -415,12 +602,22 @@ impl Desk {
                 tx.send_modify(|n| *n = n.wrapping_add(1));
             }
         });
+        Desk::of(owner, Some(rx), Some(watch))
+    }
+
+    fn of(
+        owner: &Owner,
+        changes: Option<tokio::sync::watch::Receiver<u64>>,
+        watch: Option<crate::task::Owned<()>>,
+    ) -> Desk {
         Desk {
-            changes: Some(rx),
+            changes,
             last: tokio::sync::Mutex::new(None),
             turn: tokio::sync::Mutex::new(()),
+            joining: std::sync::Mutex::new(HashMap::new()),
+            handing: std::sync::Mutex::new(Vec::new()),
             found: owner.clone(),
-            _watch: Some(watch),
+            _watch: watch,
         }
     }
 
@@ -499,23 +696,31 @@ fn busy(t: &Target, owner: &Owner) -> String {
     )
 }
 
+/// What one look found for a pod.
+enum Looked {
+    /// Over, or waiting: as the step says.
+    Step(Step),
+    /// Its replacement is Ready: it leaves once its budgets allow.
+    Ready,
+}
+
 /// One look: start or join the owner's surges, or see how far this one
-/// is, or finish it.
+/// is.
 async fn look(
     how: Removal<'_>,
+    desk: &Desk,
     t: &Target,
     owner: &mut Owner,
     pods: &[Pod],
-    turn: &mut Option<tokio::sync::MutexGuard<'_, ()>>,
-) -> kube::Result<Step> {
+) -> kube::Result<Looked> {
     if owner.selector().is_none() {
-        return Ok(Step::Over(Surged::Evict(format!(
+        return Ok(Looked::Step(Step::Over(Surged::Evict(format!(
             "{} has no selector the host can read",
             owner.shown()
-        ))));
+        )))));
     }
-    let Some(mut record) = owner.record() else {
-        return start(how, t, owner, pods).await;
+    let Some(record) = owner.record() else {
+        return start(how, desk, t, owner, pods).await.map(Looked::Step);
     };
     // Someone else set the replicas meanwhile (an autoscaler, a GitOps
     // tool setting them back before the replacement is Ready): theirs
@@ -530,13 +735,27 @@ async fn look(
             owner.replicas()
         );
         owner.write(owner.replicas(), None).await?;
-        return Ok(Step::Over(Surged::Evict(why)));
+        return Ok(Looked::Step(Step::Over(Surged::Evict(why))));
     }
-    if record.leaving.iter().any(|e| e.uid == t.uid) {
-        return finish(how, t, owner, record).await;
+    // A hand-over claims and lowers in one turn: pods still leaving in a
+    // look are a lowering that failed, or an operator restarted between
+    // the two. Whoever looks first finishes them.
+    if !record.leaving.is_empty() {
+        let this = record.leaving.iter().any(|e| e.uid == t.uid);
+        finish(how.client, owner, record).await?;
+        if this {
+            let _ = how.notes.send(Note::Surged {
+                pod: t.reference(),
+                owner: owner.shown(),
+            });
+            return Ok(Looked::Step(Step::Over(Surged::Done)));
+        }
+        return Ok(Looked::Step(Step::Waiting(busy(t, owner))));
     }
     if !record.surging.iter().any(|e| e.uid == t.uid) {
-        return join(how, t, owner, record, pods).await;
+        return join(how, desk, t, owner, record, pods)
+            .await
+            .map(Looked::Step);
     }
     let entries: Vec<&str> = record.entries().map(|e| e.uid.as_str()).collect();
     // The ReplicaSet controller removes a not-Ready pod before the one
@@ -550,33 +769,11 @@ async fn look(
     // ago and not yet removed carry the lowest cost too, and go first.)
     if serving(pods, &entries) <= record.serving
         || (live(pods) as i64) < record.expected()
-        || !others_ready(pods, &t.uid, &record)
+        || !others_ready(pods, &[t.uid.as_str()])
     {
-        return Ok(Step::Waiting(format!(
-            "surging pod {}: waiting for a Ready replacement from {}",
-            t.key(),
-            owner.shown()
-        )));
+        return Ok(Looked::Step(Step::Waiting(waiting_replacement(t, owner))));
     }
-    // The budgets may hold the pod a while: the other surges of the owner
-    // take their turns meanwhile (the claim below holds only if the owner
-    // is still as read).
-    turn.take();
-    let Some(permit) = how.budget_permit(t).await else {
-        return Ok(Step::Over(Surged::Done));
-    };
-    // Claimed in the owner's record first: of two surges whose
-    // replacements the same look counted, one wins the write and the
-    // other looks again, seeing this pod leaving.
-    record.surging.retain(|e| e.uid != t.uid);
-    record.leaving.push(entry(how, t));
-    record.serving = record.serving.saturating_add(1);
-    if let Err(e) = owner.write(record.expected(), Some(&record)).await {
-        permit.failed();
-        return Err(e);
-    }
-    permit.accepted();
-    finish(how, t, owner, record).await
+    Ok(Looked::Ready)
 }
 
 /// The owner's ReplicaSets' pods (not counting those already
@@ -591,15 +788,12 @@ fn catching_up(pods: &[Pod], replicas: i64) -> bool {
     live(pods) as i64 != replicas
 }
 
-/// Whether every pod the owner's ReplicaSets keep is Ready, but `uid`
-/// and the pods `record` has leaving (going first anyway). A pod not Ready
-/// would be removed before `uid` when the replicas go down.
-fn others_ready(pods: &[Pod], uid: &str, record: &Record) -> bool {
+/// Whether every pod the owner's ReplicaSets keep is Ready, but those
+/// in `except` (uids: the pods about to leave). A pod not Ready would be
+/// removed before them when the replicas go down.
+fn others_ready(pods: &[Pod], except: &[&str]) -> bool {
     kept(pods)
-        .filter(|p| {
-            let this = p.metadata.uid.as_deref().unwrap_or_default();
-            this != uid && !record.leaving.iter().any(|e| e.uid == this)
-        })
+        .filter(|p| !except.contains(&p.metadata.uid.as_deref().unwrap_or_default()))
         .all(crate::policy::convert::pod_ready)
 }
 
@@ -626,11 +820,36 @@ fn entry(how: Removal<'_>, t: &Target) -> Entry {
     }
 }
 
-/// The first surge of an owner with none running: its replicas as found
+/// The surges registered at the desk, other than `t` and those `record`
+/// has, whose pods the owner still has: the ones a raise may add with
+/// `t`'s, by pod name.
+fn others_joining(desk: &Desk, t: &Target, pods: &[Pod], record: Option<&Record>) -> Vec<Entry> {
+    let present: Vec<&str> = kept(pods)
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let mut others: Vec<Entry> = lock(&desk.joining)
+        .values()
+        .filter(|e| e.uid != t.uid && present.contains(&e.uid.as_str()))
+        .filter(|e| record.is_none_or(|r| !r.entries().any(|x| x.uid == e.uid)))
+        .cloned()
+        .collect();
+    others.sort_by(|a, b| a.pod.cmp(&b.pod));
+    others
+}
+
+/// Whether the pod `uid` serves (Ready, staying): it is counted in a
+/// record's `serving` until it joins.
+fn serves(pods: &[Pod], uid: &str) -> bool {
+    serving(pods, &[uid]) < serving(pods, &[])
+}
+
+/// The first surges of an owner with none running: its replicas as found
 /// are what the surges end with, and its other Ready pods as found what
-/// each replacement is counted above.
+/// each replacement is counted above. Every surge of the owner waiting at
+/// the desk starts with `t`, as many as its `maxSurge` allows.
 async fn start(
     how: Removal<'_>,
+    desk: &Desk,
     t: &Target,
     owner: &mut Owner,
     pods: &[Pod],
@@ -641,20 +860,32 @@ async fn start(
     if owner.settling() || catching_up(pods, owner.replicas()) {
         return Ok(Step::Waiting(busy(t, owner)));
     }
+    let room = owner.max_surge(owner.replicas()).max(1);
+    let mut surging = vec![entry(how, t)];
+    surging.extend(
+        others_joining(desk, t, pods, None)
+            .into_iter()
+            .take(room - 1),
+    );
+    let uids: Vec<&str> = surging.iter().map(|e| e.uid.as_str()).collect();
     let record = Record {
         replicas: owner.replicas(),
-        serving: serving(pods, &[&t.uid]),
-        surging: vec![entry(how, t)],
+        serving: serving(pods, &uids),
+        surging: Vec::new(),
         leaving: Vec::new(),
     };
-    raise(t, owner, &record).await
+    let record = Record { surging, ..record };
+    raise(t, owner, &record, record.surging.len()).await
 }
 
-/// Writes `record` (with this pod's entry just added) and the replica it
-/// adds.
-async fn raise(t: &Target, owner: &mut Owner, record: &Record) -> kube::Result<Step> {
+/// Writes `record` (with the last `added` entries just added, `t`'s
+/// first of them) and the replicas they add.
+async fn raise(t: &Target, owner: &mut Owner, record: &Record, added: usize) -> kube::Result<Step> {
     owner.write(record.expected(), Some(record)).await?;
-    tracing::info!(pod = %t.key(), owner = %owner.shown(), replicas = record.expected(), "surge: one more replica");
+    let new = &record.surging[record.surging.len().saturating_sub(added)..];
+    for e in new {
+        tracing::info!(pod = %e.pod, owner = %owner.shown(), replicas = record.expected(), "surge: one more replica");
+    }
     Ok(Step::Waiting(format!(
         "surging pod {}: {} raised to {} replicas",
         t.key(),
@@ -663,11 +894,13 @@ async fn raise(t: &Target, owner: &mut Owner, record: &Record) -> kube::Result<S
     )))
 }
 
-/// Joins the owner's running surges if its `maxSurge` leaves room;
-/// surges whose pod is gone are undone first, and while there is no
-/// room, those whose maintenance is gone.
+/// Joins the owner's running surges if its `maxSurge` leaves room, with
+/// every other surge waiting at the desk that fits; surges whose pod is
+/// gone are undone first, and while there is no room, those whose
+/// maintenance is gone.
 async fn join(
     how: Removal<'_>,
+    desk: &Desk,
     t: &Target,
     owner: &mut Owner,
     mut record: Record,
@@ -703,10 +936,8 @@ async fn join(
     // a raise now would be folded into it, and the handed-over pod stay.
     // A raise not yet acted on is no reason to wait: the ReplicaSet
     // controller makes both pods.
-    if record.len() >= owner.max_surge(record.replicas)
-        || !record.leaving.is_empty()
-        || live(pods) as i64 > record.expected()
-    {
+    let room = owner.max_surge(record.replicas).saturating_sub(record.len());
+    if room == 0 || !record.leaving.is_empty() || live(pods) as i64 > record.expected() {
         return Ok(Step::Waiting(busy(t, owner)));
     }
     if record.expected() >= i64::from(i32::MAX) {
@@ -716,43 +947,48 @@ async fn join(
             record.expected()
         ))));
     }
-    record.surging.push(entry(how, t));
-    if serving(pods, &[&t.uid]) < serving(pods, &[]) {
-        record.serving = record.serving.saturating_sub(1);
+    let fits = usize::try_from(i64::from(i32::MAX) - record.expected()).unwrap_or(1);
+    let mut added = vec![entry(how, t)];
+    added.extend(others_joining(desk, t, pods, Some(&record)));
+    added.truncate(room.min(fits));
+    let n = added.len();
+    for e in added {
+        if serves(pods, &e.uid) {
+            record.serving = record.serving.saturating_sub(1);
+        }
+        record.surging.push(e);
     }
-    raise(t, owner, &record).await
+    raise(t, owner, &record, n).await
 }
 
-/// A claimed surge's last steps: the pod gets the lowest deletion cost,
-/// then the owner its replica back (the ReplicaSet controller removes
-/// exactly this pod). A look that finds the pod leaving (an operator
-/// restarted between the two) takes them again.
-async fn finish(
-    how: Removal<'_>,
-    t: &Target,
-    owner: &mut Owner,
-    mut record: Record,
-) -> kube::Result<Step> {
-    let pods: Api<Pod> = Api::namespaced(how.client.clone(), &t.namespace);
+/// The last steps of the pods `record` has leaving (claimed): each gets
+/// the lowest deletion cost, then the owner their replicas back in one
+/// write (the ReplicaSet controller removes exactly these pods).
+async fn finish(client: &Client, owner: &mut Owner, mut record: Record) -> kube::Result<()> {
+    let namespace = owner.object.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let cost = json!({"metadata": {"annotations": {DELETION_COST: i32::MIN.to_string()}}});
-    match pods
-        .patch(&t.name, &PatchParams::default(), &Patch::Merge(&cost))
-        .await
-    {
-        Ok(_) => {}
-        // Gone already: the replica comes back all the same.
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e),
+    let patch = Patch::Merge(&cost);
+    let params = PatchParams::default();
+    let patches = record.leaving.iter().map(|e| {
+        let name = e.pod.rsplit_once('/').map_or(e.pod.as_str(), |(_, n)| n);
+        pods.patch(name, &params, &patch)
+    });
+    for patched in futures::future::join_all(patches).await {
+        match patched {
+            // Gone already: the replica comes back all the same.
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
     }
-    record.leaving.retain(|e| e.uid != t.uid);
+    let gone = std::mem::take(&mut record.leaving);
     let replicas = record.expected();
     owner.write(replicas, record.kept()).await?;
-    tracing::info!(pod = %t.key(), owner = %owner.shown(), replicas, "surge: replacement Ready; the owner removes the pod");
-    let _ = how.notes.send(Note::Surged {
-        pod: t.reference(),
-        owner: owner.shown(),
-    });
-    Ok(Step::Over(Surged::Done))
+    for e in gone {
+        tracing::info!(pod = %e.pod, owner = %owner.shown(), replicas, "surge: replacement Ready; the owner removes the pod");
+    }
+    Ok(())
 }
 
 /// Whether the maintenance `name` exists and is not being deleted: a
