@@ -619,3 +619,88 @@ async fn a_retry_at_once_renews_the_status_at_most_once_an_interval() {
     );
     env.stop().await;
 }
+
+/// The pods of one Deployment surged from one node leave together: the
+/// replacements are asked for in one raise of the replicas, and the pods
+/// whose replacements are Ready are handed over in one claim and one
+/// lowering, so the owner is written a few times per maintenance, not
+/// three times per pod (raise, claim, lower: before, each pod's own
+/// turn, one after another, and each written over a read another had made
+/// stale).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owners_pods_are_surged_in_rounds_not_one_by_one() {
+    let (_dir, store) = common::drain_actions::store();
+    let env = Env::start_store(2, store).await;
+    env.apply(
+        r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: wide, namespace: default}
+spec:
+  replicas: 16
+  strategy: {rollingUpdate: {maxSurge: "100%"}}
+  selector: {matchLabels: {app: wide}}
+  template:
+    metadata:
+      labels: {app: wide}
+      annotations: {sim.nmo.medik8s.io/startup-seconds: "2"}
+    spec: {terminationGracePeriodSeconds: 1, containers: [{name: c, image: i}]}
+"#,
+    )
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(env.client.clone(), "default");
+    let ready_on = |node: &'static str| {
+        let pods = pods.clone();
+        async move {
+            pods.list(&kube::api::ListParams::default().labels("app=wide"))
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .filter(|p| {
+                            common::drain_actions::is_ready(p)
+                                && p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+                                    == Some(node)
+                        })
+                        .count()
+                })
+                .unwrap_or(0)
+        }
+    };
+    wait_until("16 Ready pods", Duration::from_secs(60), || async {
+        ready_on("worker-1").await + ready_on("worker-2").await >= 16
+    })
+    .await;
+    let surged = ready_on("worker-1").await;
+    assert!(surged >= 4, "the workload's pods spread: {surged} on worker-1");
+    env.cluster.record_audit(true);
+    let before = env.cluster.audit().len();
+    env.create_nm_with_policy("nm-wide", "worker-1", Some("no-downtime"))
+        .await;
+    wait_succeeded(&env.nms(), "nm-wide", Duration::from_secs(120)).await;
+    let written: Vec<u16> = env.cluster.audit()[before..]
+        .iter()
+        .filter(|r| {
+            r.user_agent == nmo::client::USER_AGENT
+                && r.verb == "patch"
+                && r.resource == "deployments"
+        })
+        .map(|r| r.code)
+        .collect();
+    let accepted = written.iter().filter(|c| **c < 300).count();
+    println!(
+        "{surged} pods of one Deployment surged: {accepted} writes of it accepted, {} sent",
+        written.len()
+    );
+    assert!(
+        accepted * 2 <= surged * 3,
+        "{accepted} writes of the Deployment for {surged} surged pods \
+         (one pod at a time takes three each): {written:?}"
+    );
+    assert_eq!(ready_on("worker-1").await, 0, "every pod left worker-1");
+    assert!(
+        ready_on("worker-2").await >= 16,
+        "the replacements serve on worker-2"
+    );
+    env.stop().await;
+}

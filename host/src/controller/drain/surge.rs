@@ -28,6 +28,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::runtime::reflector::store::Writer;
 use kube::{Client, ResourceExt};
 
 use serde_json::{Value, json};
@@ -73,6 +74,15 @@ impl Owner {
 
     fn replicas(&self) -> i64 {
         replicas_of(&self.object.data)
+    }
+
+    /// The API resource of the owner's kind.
+    fn resource(&self) -> ApiResource {
+        if self.kind == "Deployment" {
+            ApiResource::erase::<Deployment>(&())
+        } else {
+            ApiResource::erase::<ReplicaSet>(&())
+        }
     }
 
     /// The surge record on the owner, if it is one the host could have
@@ -314,7 +324,7 @@ async fn look_at(how: Removal<'_>, desk: &Desk, t: &Target) -> kube::Result<Step
     let (mut owner, pods) = desk.read(how.client, &t.namespace).await?;
     let looked = look(how, desk, t, &mut owner, &pods).await;
     if owner.wrote || looked.is_err() {
-        desk.stale().await;
+        desk.wrote(&owner).await;
     }
     drop(turn);
     match looked? {
@@ -480,14 +490,14 @@ async fn lead(client: &Client, desk: &Desk, namespace: &str) -> kube::Result<()>
     record.serving = record.serving.saturating_add(claimed.len());
     record.leaving.extend(claimed.iter().cloned());
     let written = owner.write(record.expected(), Some(&record)).await;
-    desk.stale().await;
+    desk.wrote(&owner).await;
     if let Err(e) = written {
         tell(waiting, |_| false, "");
         return Err(e);
     }
     let shown = owner.shown();
     tell(waiting, |e| claimed.contains(e), &shown);
-    finish(client, &mut owner, record).await
+    finish(client, desk, &mut owner, record).await
 }
 
 /// Tells each waiting pod whether it was claimed (`claimed`).
@@ -508,7 +518,12 @@ fn tell(waiting: Vec<Handing>, claimed: impl Fn(&Entry) -> bool, owner: &str) {
 /// owner, whatever its maintenance, shares one watch of it and one read
 /// per change of it.
 #[derive(Default)]
-pub(crate) struct Desks(std::sync::Mutex<HashMap<(String, String), Weak<Desk>>>);
+pub(crate) struct Desks(std::sync::Mutex<HashMap<(String, String), Slot>>);
+
+/// Where one owner's desk is found: opened by the first surge that needs
+/// it while the others of the owner wait, so a hundred surges starting at
+/// once find the owner once, not a hundred times.
+type Slot = Arc<tokio::sync::Mutex<Weak<Desk>>>;
 
 impl std::fmt::Debug for Desks {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -520,25 +535,24 @@ impl Desks {
     /// The desk of the ReplicaSet `rs`'s owner, opened (its watch started)
     /// by the first surge that needs it; it closes when the last one ends.
     async fn open(&self, client: &Client, namespace: &str, rs: &str) -> kube::Result<Arc<Desk>> {
-        let key = (namespace.to_owned(), rs.to_owned());
-        if let Some(desk) = self.lookup(&key) {
-            return Ok(desk);
+        let slot = self.slot((namespace.to_owned(), rs.to_owned()));
+        let mut desk = slot.lock().await;
+        if let Some(open) = desk.upgrade() {
+            return Ok(open);
         }
         let found = owner(client, namespace, rs).await?;
-        let desk = Arc::new(Desk::watching(client, namespace, &found));
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.retain(|_, d| d.strong_count() > 0);
-        // Another surge of the owner opened it meanwhile: that one serves.
-        if let Some(other) = map.get(&key).and_then(Weak::upgrade) {
-            return Ok(other);
-        }
-        map.insert(key, Arc::downgrade(&desk));
-        Ok(desk)
+        let open = Arc::new(Desk::watching(client, namespace, &found));
+        *desk = Arc::downgrade(&open);
+        Ok(open)
     }
 
-    fn lookup(&self, key: &(String, String)) -> Option<Arc<Desk>> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key).and_then(Weak::upgrade)
+    /// The slot of `key`; the slots of closed desks no one is opening go.
+    fn slot(&self, key: (String, String)) -> Slot {
+        let mut map = lock(&self.0);
+        map.retain(|_, slot| {
+            Arc::strong_count(slot) > 1 || slot.try_lock().map_or(true, |d| d.strong_count() > 0)
+        });
+        map.entry(key).or_default().clone()
     }
 }
 
@@ -558,6 +572,8 @@ struct Desk {
     /// Changes seen; none when the owner's selector cannot be read (each
     /// look then reads afresh, and evicts).
     changes: Option<tokio::sync::watch::Receiver<u64>>,
+    /// The owner and its pods as the watch shows them.
+    view: Option<Arc<View>>,
     /// The last read, and the change count it was read at.
     last: tokio::sync::Mutex<Option<Read>>,
     /// Held by the surge whose look it is.
@@ -575,43 +591,56 @@ struct Desk {
 impl Desk {
     fn watching(client: &Client, namespace: &str, owner: &Owner) -> Desk {
         use futures::StreamExt;
-        use kube::runtime::watcher;
+        use kube::runtime::{reflector, watcher};
         let Some(selector) = owner.selector() else {
-            return Desk::of(owner, None, None);
+            return Desk::of(owner, None, None, None);
         };
+        let (view, owner_writer, pods_writer) = View::new(owner.resource());
+        let view = Arc::new(view);
         let config = || watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS);
         let by_name = config().fields(&format!("metadata.name={}", owner.object.name_any()));
-        let itself = watcher(owner.api.clone(), by_name).map(|e| e.is_ok());
-        let pods = watcher(
-            Api::<Pod>::namespaced(client.clone(), namespace),
-            config().labels(&selector),
+        let itself = reflector(owner_writer, watcher(owner.api.clone(), by_name))
+            .map(|e| e.map(|e| Shown::of(OWNER, &e)).ok());
+        let pods = reflector(
+            pods_writer,
+            watcher(
+                Api::<Pod>::namespaced(client.clone(), namespace),
+                config().labels(&selector),
+            ),
         )
-        .map(|e| e.is_ok());
+        .map(|e| e.map(|e| Shown::of(PODS, &e)).ok());
         let mut events = futures::stream::select(itself, pods).boxed();
         let (tx, rx) = tokio::sync::watch::channel(0u64);
+        let shown = view.clone();
         let watch = crate::task::spawn(async move {
             use futures::FutureExt;
             loop {
                 match events.next().await {
-                    Some(true) => {}
+                    Some(Some(s)) => shown.saw(s),
                     // The watch failed (the watcher tries again itself).
-                    Some(false) | None => tokio::time::sleep(POLL).await,
+                    Some(None) | None => tokio::time::sleep(POLL).await,
                 }
                 // What else arrived with it is the same change.
-                while let Some(Some(_)) = events.next().now_or_never() {}
+                while let Some(Some(e)) = events.next().now_or_never() {
+                    if let Some(s) = e {
+                        shown.saw(s);
+                    }
+                }
                 tx.send_modify(|n| *n = n.wrapping_add(1));
             }
         });
-        Desk::of(owner, Some(rx), Some(watch))
+        Desk::of(owner, Some(rx), Some(view), Some(watch))
     }
 
     fn of(
         owner: &Owner,
         changes: Option<tokio::sync::watch::Receiver<u64>>,
+        view: Option<Arc<View>>,
         watch: Option<crate::task::Owned<()>>,
     ) -> Desk {
         Desk {
             changes,
+            view,
             last: tokio::sync::Mutex::new(None),
             turn: tokio::sync::Mutex::new(()),
             joining: std::sync::Mutex::new(HashMap::new()),
@@ -626,11 +655,16 @@ impl Desk {
         self.changes.as_ref().map_or(0, |c| *c.borrow())
     }
 
-    /// The owner and its pods as of the latest change: read once per
-    /// change, the owner before its pods (a surge another look finished
-    /// since is in the record as leaving, or its pod carries the lowest
-    /// cost), and shared by the surges looking at that change.
+    /// The owner and its pods as of the latest change: as the watch shows
+    /// them once it shows every write this process made to them (a look
+    /// then costs no request), else read once per change, the owner before
+    /// its pods (a surge another look finished since is in the record as
+    /// leaving, or its pod carries the lowest cost), and shared by the
+    /// surges looking at that change.
     async fn read(&self, client: &Client, namespace: &str) -> kube::Result<(Owner, Arc<[Pod]>)> {
+        if let Some(shown) = self.shown().await {
+            return Ok(shown);
+        }
         let at = self.seen();
         let mut last = self.last.lock().await;
         if let Some((seen, owner, pods)) = last.as_ref()
@@ -649,9 +683,41 @@ impl Desk {
         Ok((owner, pods))
     }
 
-    /// Forgets the last read: a look wrote since (the next reads afresh,
-    /// without waiting for the watch to say so).
-    async fn stale(&self) {
+    /// The owner and its pods as the watch shows them, once it shows this
+    /// process's last writes: waited for up to [`POLL`] (the watch is
+    /// usually a few milliseconds behind a write); `None` when it does not
+    /// catch up by then, is not listed yet, or is failing.
+    async fn shown(&self) -> Option<(Owner, Arc<[Pod]>)> {
+        let view = self.view.as_ref()?;
+        let mut changes = self.changes.clone()?;
+        if !view.current() {
+            let caught_up = changes.wait_for(|_| view.current());
+            tokio::time::timeout(POLL, caught_up).await.ok()?.ok()?;
+        }
+        let object = view.owner.state().into_iter().next()?;
+        let owner = Owner {
+            object: (*object).clone(),
+            wrote: false,
+            ..self.found.clone()
+        };
+        let pods: Arc<[Pod]> = view.pods.state().iter().map(|p| (**p).clone()).collect();
+        Some((owner, pods))
+    }
+
+    /// This process wrote the pod `pod` (as it now is): the next read
+    /// shows it.
+    fn wrote_pod(&self, pod: &Pod) {
+        if let Some(view) = &self.view {
+            view.wrote(PODS, &pod.metadata);
+        }
+    }
+
+    /// This process wrote the owner (as `owner` now is): the next read
+    /// shows it.
+    async fn wrote(&self, owner: &Owner) {
+        if let Some(view) = &self.view {
+            view.wrote(OWNER, &owner.object.metadata);
+        }
         *self.last.lock().await = None;
     }
 
@@ -680,6 +746,98 @@ impl Desk {
             () = gone => {}
             () = tokio::time::sleep_until(deadline) => {}
         }
+    }
+}
+
+/// The owner's watch, in [`View`]'s counts.
+const OWNER: usize = 0;
+/// The pods' watch.
+const PODS: usize = 1;
+
+/// What one event of a watch showed: the resourceVersion of its object,
+/// or that a list ended.
+#[derive(Clone, Copy)]
+enum Shown {
+    Version(usize, u64),
+    Listed(usize),
+    Nothing,
+}
+
+impl Shown {
+    fn of<K: kube::Resource>(watch: usize, e: &kube::runtime::watcher::Event<K>) -> Shown {
+        use kube::runtime::watcher::Event;
+        match e {
+            Event::Apply(o) | Event::Delete(o) | Event::InitApply(o) => {
+                version(o.meta()).map_or(Shown::Nothing, |v| Shown::Version(watch, v))
+            }
+            Event::InitDone => Shown::Listed(watch),
+            Event::Init => Shown::Nothing,
+        }
+    }
+}
+
+/// A resourceVersion as the number the API server makes of it (etcd's
+/// revision); `None` for one that is not, and then the watch is never
+/// taken to show a write and every look reads.
+fn version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+/// The owner and its pods as the desk's watch shows them (kube-runtime's
+/// reflector stores), and how far it has shown: a look reads them instead
+/// of the API server once they show every write this process made.
+struct View {
+    owner: kube::runtime::reflector::Store<DynamicObject>,
+    pods: kube::runtime::reflector::Store<Pod>,
+    /// Per watch: the newest resourceVersion shown.
+    seen: [std::sync::atomic::AtomicU64; 2],
+    /// Per watch: a list has completed (the store holds every object).
+    listed: [std::sync::atomic::AtomicBool; 2],
+    /// Per watch: the newest resourceVersion this process wrote;
+    /// `u64::MAX` once one was not a number.
+    written: [std::sync::atomic::AtomicU64; 2],
+}
+
+impl View {
+    /// An empty view of an owner of `resource`, and the stores' writers
+    /// for its watches.
+    fn new(resource: ApiResource) -> (View, Writer<DynamicObject>, Writer<Pod>) {
+        let owner = Writer::new(resource);
+        let pods = Writer::<Pod>::default();
+        let view = View {
+            owner: owner.as_reader(),
+            pods: pods.as_reader(),
+            seen: Default::default(),
+            listed: Default::default(),
+            written: Default::default(),
+        };
+        (view, owner, pods)
+    }
+
+    fn saw(&self, shown: Shown) {
+        use std::sync::atomic::Ordering::SeqCst;
+        match shown {
+            Shown::Version(w, v) => {
+                self.seen[w].fetch_max(v, SeqCst);
+            }
+            Shown::Listed(w) => self.listed[w].store(true, SeqCst),
+            Shown::Nothing => {}
+        }
+    }
+
+    fn wrote(&self, watch: usize, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+        let v = version(meta).unwrap_or(u64::MAX);
+        self.written[watch].fetch_max(v, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Both watches listed, and showing this process's last writes.
+    fn current(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        (0..2).all(|w| {
+            self.listed[w].load(SeqCst)
+                && self.written[w].load(SeqCst) != u64::MAX
+                && self.seen[w].load(SeqCst) >= self.written[w].load(SeqCst)
+        })
     }
 }
 
@@ -742,7 +900,7 @@ async fn look(
     // the two. Whoever looks first finishes them.
     if !record.leaving.is_empty() {
         let this = record.leaving.iter().any(|e| e.uid == t.uid);
-        finish(how.client, owner, record).await?;
+        finish(how.client, desk, owner, record).await?;
         if this {
             let _ = how.notes.send(Note::Surged {
                 pod: t.reference(),
@@ -964,7 +1122,12 @@ async fn join(
 /// The last steps of the pods `record` has leaving (claimed): each gets
 /// the lowest deletion cost, then the owner their replicas back in one
 /// write (the ReplicaSet controller removes exactly these pods).
-async fn finish(client: &Client, owner: &mut Owner, mut record: Record) -> kube::Result<()> {
+async fn finish(
+    client: &Client,
+    desk: &Desk,
+    owner: &mut Owner,
+    mut record: Record,
+) -> kube::Result<()> {
     let namespace = owner.object.namespace().unwrap_or_default();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let cost = json!({"metadata": {"annotations": {DELETION_COST: i32::MIN.to_string()}}});
@@ -976,15 +1139,17 @@ async fn finish(client: &Client, owner: &mut Owner, mut record: Record) -> kube:
     });
     for patched in futures::future::join_all(patches).await {
         match patched {
+            Ok(pod) => desk.wrote_pod(&pod),
             // Gone already: the replica comes back all the same.
-            Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e),
         }
     }
     let gone = std::mem::take(&mut record.leaving);
     let replicas = record.expected();
-    owner.write(replicas, record.kept()).await?;
+    let lowered = owner.write(replicas, record.kept()).await;
+    desk.wrote(owner).await;
+    lowered?;
     for e in gone {
         tracing::info!(pod = %e.pod, owner = %owner.shown(), replicas, "surge: replacement Ready; the owner removes the pod");
     }
