@@ -130,29 +130,92 @@ impl Owner {
     }
 
     /// Writes replicas, annotation and label in one patch that holds only
-    /// if the owner is as read (its resourceVersion); the owner is then as
-    /// written. The label names a maintenance with a surge there (the
-    /// record names them all).
+    /// if the owner is as read where a surge cares: its spec (the
+    /// generation) and its surge record, whatever its controller wrote to
+    /// its status since (a JSON patch's `test`s; a status written every
+    /// few milliseconds would refuse a write conditioned on the whole
+    /// object). An owner without a generation, annotations or labels to
+    /// test against is written on its resourceVersion instead. A refusal
+    /// is a conflict (409) either way; the owner is then as written. The
+    /// label names a maintenance with a surge there (the record names them
+    /// all).
     async fn write(&mut self, replicas: i64, record: Option<&Record>) -> kube::Result<()> {
-        let patch = json!({
-            "metadata": {
-                "resourceVersion": self.object.resource_version(),
-                "annotations": {SURGE_ANNOTATION: record.map(|r| serde_json::to_string(r).unwrap_or_default())},
-                "labels": {SURGE_LABEL: record.and_then(|r| r.entries().next()).map(|e| e.maintenance.clone())},
-            },
-            "spec": {"replicas": replicas},
-        });
-        self.object = self
-            .api
-            .patch(
-                &self.object.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+        let name = self.object.name_any();
+        let params = PatchParams::default();
+        let written = match self.tested_patch(replicas, record) {
+            Some(ops) => self.api.patch(&name, &params, &Patch::Json::<()>(ops)).await,
+            None => {
+                let patch = json!({
+                    "metadata": {
+                        "resourceVersion": self.object.resource_version(),
+                        "annotations": {SURGE_ANNOTATION: record.map(record_text)},
+                        "labels": {SURGE_LABEL: surge_label(record)},
+                    },
+                    "spec": {"replicas": replicas},
+                });
+                self.api.patch(&name, &params, &Patch::Merge(&patch)).await
+            }
+        };
+        self.object = written.map_err(|e| match e {
+            // A test that failed: the owner changed since it was read.
+            kube::Error::Api(s) if s.code == 422 => kube::Error::Api(
+                kube::core::Status::failure(
+                    &format!("{} changed since it was read", self.shown()),
+                    "Conflict",
+                )
+                .with_code(409)
+                .boxed(),
+            ),
+            e => e,
+        })?;
         self.wrote = true;
         Ok(())
     }
+
+    /// The JSON patch of [`Owner::write`], if the owner as read has what
+    /// its tests need.
+    fn tested_patch(&self, replicas: i64, record: Option<&Record>) -> Option<json_patch::Patch> {
+        let meta = &self.object.metadata;
+        let (annotations, labels) = (meta.annotations.as_ref()?, meta.labels.as_ref()?);
+        let pointer = |map: &str, key: &str| {
+            format!("/metadata/{map}/{}", key.replace('~', "~0").replace('/', "~1"))
+        };
+        let (annotation, label) = (
+            pointer("annotations", SURGE_ANNOTATION),
+            pointer("labels", SURGE_LABEL),
+        );
+        let mut ops = vec![
+            json!({"op": "test", "path": "/metadata/generation", "value": meta.generation?}),
+            json!({"op": "test", "path": annotation, "value": annotations.get(SURGE_ANNOTATION)}),
+            json!({"op": "add", "path": "/spec/replicas", "value": replicas}),
+        ];
+        match record.map(record_text) {
+            Some(text) => ops.push(json!({"op": "add", "path": annotation, "value": text})),
+            None if annotations.contains_key(SURGE_ANNOTATION) => {
+                ops.push(json!({"op": "remove", "path": annotation}));
+            }
+            None => {}
+        }
+        match surge_label(record) {
+            Some(m) => ops.push(json!({"op": "add", "path": label, "value": m})),
+            None if labels.contains_key(SURGE_LABEL) => {
+                ops.push(json!({"op": "remove", "path": label}));
+            }
+            None => {}
+        }
+        serde_json::from_value(Value::Array(ops)).ok()
+    }
+}
+
+fn record_text(record: &Record) -> String {
+    serde_json::to_string(record).unwrap_or_default()
+}
+
+/// The surge label's value for `record`: a maintenance it names.
+fn surge_label(record: Option<&Record>) -> Option<String> {
+    record
+        .and_then(|r| r.entries().next())
+        .map(|e| e.maintenance.clone())
 }
 
 fn dynamic_api<K>(client: &Client, namespace: &str) -> Api<DynamicObject>
@@ -227,7 +290,7 @@ async fn owner_pods(client: &Client, namespace: &str, selector: &str) -> kube::R
 /// The owner's pods that serve and stay: Ready, not terminating, not
 /// leaving (the lowest deletion cost: a surge gave it to them), and not
 /// among `except` (uids).
-fn serving(pods: &[Pod], except: &[&str]) -> usize {
+fn serving(pods: &[Arc<Pod>], except: &[&str]) -> usize {
     let lowest = i32::MIN.to_string();
     pods.iter()
         .filter(|p| {
@@ -558,7 +621,7 @@ impl Desks {
 
 /// One read of an owner and its pods, and the change count it was read
 /// at.
-type Read = (u64, Owner, Arc<[Pod]>);
+type Read = (u64, Owner, Arc<[Arc<Pod>]>);
 
 /// One owner's surges' shared view: its watch (the owner by name, its
 /// pods by selector, through kube-runtime's watcher) counts changes, and
@@ -661,7 +724,7 @@ impl Desk {
     /// its pods (a surge another look finished since is in the record as
     /// leaving, or its pod carries the lowest cost), and shared by the
     /// surges looking at that change.
-    async fn read(&self, client: &Client, namespace: &str) -> kube::Result<(Owner, Arc<[Pod]>)> {
+    async fn read(&self, client: &Client, namespace: &str) -> kube::Result<(Owner, Arc<[Arc<Pod>]>)> {
         if let Some(shown) = self.shown().await {
             return Ok(shown);
         }
@@ -675,8 +738,12 @@ impl Desk {
         }
         let mut owner = self.found.clone();
         owner.object = owner.api.get(&self.found.object.name_any()).await?;
-        let pods: Arc<[Pod]> = match owner.selector() {
-            Some(selector) => owner_pods(client, namespace, &selector).await?.into(),
+        let pods: Arc<[Arc<Pod>]> = match owner.selector() {
+            Some(selector) => owner_pods(client, namespace, &selector)
+                .await?
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
             None => Arc::from([]),
         };
         *last = Some((at, owner.clone(), pods.clone()));
@@ -687,7 +754,7 @@ impl Desk {
     /// process's last writes: waited for up to [`POLL`] (the watch is
     /// usually a few milliseconds behind a write); `None` when it does not
     /// catch up by then, is not listed yet, or is failing.
-    async fn shown(&self) -> Option<(Owner, Arc<[Pod]>)> {
+    async fn shown(&self) -> Option<(Owner, Arc<[Arc<Pod>]>)> {
         let view = self.view.as_ref()?;
         let mut changes = self.changes.clone()?;
         if !view.current() {
@@ -700,7 +767,7 @@ impl Desk {
             wrote: false,
             ..self.found.clone()
         };
-        let pods: Arc<[Pod]> = view.pods.state().iter().map(|p| (**p).clone()).collect();
+        let pods: Arc<[Arc<Pod>]> = view.pods.state().into();
         Some((owner, pods))
     }
 
@@ -869,7 +936,7 @@ async fn look(
     desk: &Desk,
     t: &Target,
     owner: &mut Owner,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
 ) -> kube::Result<Looked> {
     if owner.selector().is_none() {
         return Ok(Looked::Step(Step::Over(Surged::Evict(format!(
@@ -942,26 +1009,26 @@ async fn look(
 /// lowering them would take back another's replacement before it exists,
 /// and in both cases the handed-over pod stays and the replacement a
 /// surge waits for never comes.
-fn catching_up(pods: &[Pod], replicas: i64) -> bool {
+fn catching_up(pods: &[Arc<Pod>], replicas: i64) -> bool {
     live(pods) as i64 != replicas
 }
 
 /// Whether every pod the owner's ReplicaSets keep is Ready, but those
 /// in `except` (uids: the pods about to leave). A pod not Ready would be
 /// removed before them when the replicas go down.
-fn others_ready(pods: &[Pod], except: &[&str]) -> bool {
+fn others_ready(pods: &[Arc<Pod>], except: &[&str]) -> bool {
     kept(pods)
         .filter(|p| !except.contains(&p.metadata.uid.as_deref().unwrap_or_default()))
         .all(crate::policy::convert::pod_ready)
 }
 
-fn live(pods: &[Pod]) -> usize {
+fn live(pods: &[Arc<Pod>]) -> usize {
     kept(pods).count()
 }
 
 /// The pods the owner's ReplicaSets keep: not already terminating.
-fn kept(pods: &[Pod]) -> impl Iterator<Item = &Pod> {
-    pods.iter().filter(|p| {
+fn kept(pods: &[Arc<Pod>]) -> impl Iterator<Item = &Pod> {
+    pods.iter().map(|p| &**p).filter(|p| {
         p.metadata.deletion_timestamp.is_none()
             && p.owner_references()
                 .iter()
@@ -981,7 +1048,7 @@ fn entry(how: Removal<'_>, t: &Target) -> Entry {
 /// The surges registered at the desk, other than `t` and those `record`
 /// has, whose pods the owner still has: the ones a raise may add with
 /// `t`'s, by pod name.
-fn others_joining(desk: &Desk, t: &Target, pods: &[Pod], record: Option<&Record>) -> Vec<Entry> {
+fn others_joining(desk: &Desk, t: &Target, pods: &[Arc<Pod>], record: Option<&Record>) -> Vec<Entry> {
     let present: Vec<&str> = kept(pods)
         .filter_map(|p| p.metadata.uid.as_deref())
         .collect();
@@ -997,7 +1064,7 @@ fn others_joining(desk: &Desk, t: &Target, pods: &[Pod], record: Option<&Record>
 
 /// Whether the pod `uid` serves (Ready, staying): it is counted in a
 /// record's `serving` until it joins.
-fn serves(pods: &[Pod], uid: &str) -> bool {
+fn serves(pods: &[Arc<Pod>], uid: &str) -> bool {
     serving(pods, &[uid]) < serving(pods, &[])
 }
 
@@ -1010,7 +1077,7 @@ async fn start(
     desk: &Desk,
     t: &Target,
     owner: &mut Owner,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
 ) -> kube::Result<Step> {
     if let Some(why) = owner.refuses_surge() {
         return Ok(Step::Over(Surged::Evict(why)));
@@ -1062,7 +1129,7 @@ async fn join(
     t: &Target,
     owner: &mut Owner,
     mut record: Record,
-    pods: &[Pod],
+    pods: &[Arc<Pod>],
 ) -> kube::Result<Step> {
     let present: Vec<&str> = pods
         .iter()
