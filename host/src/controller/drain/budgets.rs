@@ -317,6 +317,17 @@ impl Budgets {
         }
     }
 
+    /// A permit now, if the pod's budgets allow one.
+    pub(crate) fn try_permit(
+        &self,
+        namespace: &str,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        timings: Timings,
+    ) -> Option<Permit<'_>> {
+        self.try_take(namespace, name, labels, &timings).ok()
+    }
+
     /// A permit now, or when to look again (`None`: when something
     /// changes).
     fn try_take(

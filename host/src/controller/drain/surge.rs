@@ -384,6 +384,10 @@ pub(in crate::controller) async fn replace(
 /// ([`hand_over`]).
 async fn look_at(how: Removal<'_>, desk: &Desk, t: &Target) -> kube::Result<Step> {
     let turn = desk.turn.lock().await;
+    // Handed over by another look (in its turn: this one sees it).
+    if let Some(step) = handed(how, desk, t) {
+        return Ok(step);
+    }
     let (mut owner, pods) = desk.read(how.client, &t.namespace).await?;
     let looked = look(how, desk, t, &mut owner, &pods).await;
     if owner.wrote || looked.is_err() {
@@ -398,9 +402,24 @@ async fn look_at(how: Removal<'_>, desk: &Desk, t: &Target) -> kube::Result<Step
             let Some(permit) = how.budget_permit(t).await else {
                 return Ok(Step::Over(Surged::Done));
             };
+            // Another look took it meanwhile, with a permit of its own.
+            if let Some(step) = handed(how, desk, t) {
+                return Ok(step);
+            }
             hand_over(how, desk, t, permit).await
         }
     }
+}
+
+/// The end of `t`'s surge if another look handed its pod over
+/// ([`adopt`]): the owner removes it.
+fn handed(how: Removal<'_>, desk: &Desk, t: &Target) -> Option<Step> {
+    let owner = lock(&desk.handed).remove(&t.uid)?;
+    let _ = how.notes.send(Note::Surged {
+        pod: t.reference(),
+        owner,
+    });
+    Some(Step::Over(Surged::Done))
 }
 
 /// A surge registered at its owner's desk for as long as it runs: a
@@ -425,6 +444,7 @@ impl Joining {
 impl Drop for Joining {
     fn drop(&mut self) {
         lock(&self.desk.joining).remove(&self.uid);
+        lock(&self.desk.handed).remove(&self.uid);
     }
 }
 
@@ -473,7 +493,7 @@ async fn hand_over(
             let led = match answer.try_recv() {
                 Ok(handed) => Ok(Some(handed)),
                 // No look took it: this one takes every pod waiting.
-                Err(_) => lead(how.client, desk, &t.namespace).await.map(|()| answer.try_recv().ok()),
+                Err(_) => lead(how, desk, &t.namespace).await.map(|()| answer.try_recv().ok()),
             };
             drop(turn);
             match led {
@@ -512,10 +532,14 @@ fn waiting_replacement(t: &Target, owner: &Owner) -> String {
 /// In the turn: claims every pod waiting at the desk to leave that a
 /// Ready replacement stands for, in one write of the owner's record, tells
 /// each, then sets their deletion cost and lowers the replicas once
-/// ([`finish`]). The pods it cannot claim are told to look again.
-async fn lead(client: &Client, desk: &Desk, namespace: &str) -> kube::Result<()> {
+/// ([`finish`]). The pods it cannot claim are told to look again. With
+/// them go the owner's other surging pods whose surges run here and
+/// whose budgets allow their removal now ([`adopt`]): pods whose
+/// replacements became Ready together leave together, not in as many
+/// rounds as their surges took turns to look.
+async fn lead(how: Removal<'_>, desk: &Desk, namespace: &str) -> kube::Result<()> {
     let waiting = std::mem::take(&mut *lock(&desk.handing));
-    let read = desk.read(client, namespace).await;
+    let read = desk.read(how.client, namespace).await;
     let (mut owner, pods) = match read {
         Ok(read) => read,
         Err(e) => {
@@ -531,25 +555,32 @@ async fn lead(client: &Client, desk: &Desk, namespace: &str) -> kube::Result<()>
         return Ok(());
     };
     let entries: Vec<&str> = record.entries().map(|e| e.uid.as_str()).collect();
-    let mut leaving: Vec<&str> = record.leaving.iter().map(|e| e.uid.as_str()).collect();
-    let mut claimable: Vec<&Entry> = waiting
+    let replacements = serving(&pods, &entries).saturating_sub(record.serving);
+    let mut claimed: Vec<Entry> = waiting
         .iter()
         .map(|h| &h.entry)
         .filter(|e| record.surging.iter().any(|s| s.uid == e.uid))
+        .take(replacements)
+        .cloned()
         .collect();
-    leaving.extend(claimable.iter().map(|e| e.uid.as_str()));
+    let mut adopted = adopt(how, desk, &record, &pods, &waiting);
+    adopted.truncate(replacements.saturating_sub(claimed.len()));
+    claimed.extend(adopted.iter().map(|(e, _)| e.clone()));
+    let leaving: Vec<&str> = record
+        .leaving
+        .iter()
+        .chain(&claimed)
+        .map(|e| e.uid.as_str())
+        .collect();
     // The ReplicaSet controller removes a not-Ready pod before the ones
     // with the lowest deletion cost: every pod it keeps but these must be
     // Ready, and a raise it has not acted on yet must have been.
     let ready = (live(&pods) as i64) >= record.expected() && others_ready(&pods, &leaving);
-    let replacements = serving(&pods, &entries).saturating_sub(record.serving);
-    claimable.truncate(if ready { replacements } else { 0 });
-    if claimable.is_empty() {
+    if claimed.is_empty() || !ready {
         tell(waiting, |_| false, "");
         return Ok(());
     }
-    let claimed: Vec<Entry> = claimable.into_iter().cloned().collect();
-    record.surging.retain(|e| !claimed.contains(e));
+    record.surging.retain(|e| !claimed.iter().any(|c| c.uid == e.uid));
     record.serving = record.serving.saturating_add(claimed.len());
     record.leaving.extend(claimed.iter().cloned());
     let written = owner.write(record.expected(), Some(&record)).await;
@@ -559,8 +590,43 @@ async fn lead(client: &Client, desk: &Desk, namespace: &str) -> kube::Result<()>
         return Err(e);
     }
     let shown = owner.shown();
-    tell(waiting, |e| claimed.contains(e), &shown);
-    finish(client, desk, &mut owner, record).await
+    {
+        let mut handed = lock(&desk.handed);
+        for (e, permit) in adopted {
+            permit.accepted();
+            handed.insert(e.uid, shown.clone());
+        }
+    }
+    tell(waiting, |e| claimed.iter().any(|c| c.uid == e.uid), &shown);
+    finish(how.client, desk, &mut owner, record).await
+}
+
+/// The owner's surging pods, other than those `waiting`, whose surges run
+/// in this process (they are told through the desk's `handed`) and whose
+/// budgets allow their removal at once: each with its permit, taken here.
+fn adopt<'a>(
+    how: Removal<'a>,
+    desk: &Desk,
+    record: &Record,
+    pods: &[Arc<Pod>],
+    waiting: &[Handing],
+) -> Vec<(Entry, super::budgets::Permit<'a>)> {
+    let here = lock(&desk.joining);
+    record
+        .surging
+        .iter()
+        .filter(|e| here.contains_key(&e.uid) && !waiting.iter().any(|h| h.entry.uid == e.uid))
+        .filter_map(|e| {
+            let pod = pods.iter().find(|p| p.metadata.uid.as_deref() == Some(&e.uid))?;
+            let permit = how.budgets.try_permit(
+                pod.metadata.namespace.as_deref().unwrap_or_default(),
+                &pod.name_any(),
+                pod.metadata.labels.as_ref().unwrap_or(&Default::default()),
+                how.retries.budget_timings(),
+            )?;
+            Some((e.clone(), permit))
+        })
+        .collect()
 }
 
 /// Tells each waiting pod whether it was claimed (`claimed`).
@@ -645,6 +711,9 @@ struct Desk {
     joining: std::sync::Mutex<HashMap<String, Entry>>,
     /// The pods waiting to be handed over.
     handing: std::sync::Mutex<Vec<Handing>>,
+    /// Pods another surge's look handed over with its own (by uid), and
+    /// the owner as it names it: their own surges end at their next look.
+    handed: std::sync::Mutex<HashMap<String, String>>,
     /// The owner as first found (its API, kind and name: a look reads it
     /// again by name, without the ReplicaSet in between).
     found: Owner,
@@ -708,6 +777,7 @@ impl Desk {
             turn: tokio::sync::Mutex::new(()),
             joining: std::sync::Mutex::new(HashMap::new()),
             handing: std::sync::Mutex::new(Vec::new()),
+            handed: std::sync::Mutex::new(HashMap::new()),
             found: owner.clone(),
             _watch: watch,
         }
