@@ -411,7 +411,7 @@ async fn decide(
     pods: &[Pod],
 ) -> Result<policy::Plan> {
     let workloads = if selected.policy.reads_workloads() {
-        crate::cluster::workloads::read(client, pods)
+        crate::cluster::workloads::read(client, &Default::default(), pods)
             .await
             .map_err(Error::kube("reading the pods' workloads"))?
     } else {

@@ -1,8 +1,12 @@
 //! Reads the workloads behind a node's pods for a policy that asks for
 //! them (for the drain and `nmo plan` alike) (the contract's `workload`): each pod's ReplicaSet or
 //! StatefulSet, and the Deployment above a ReplicaSet, one GET per object,
-//! a few at once.
+//! a few at once, and one for every plan asking for the object at the same
+//! moment ([`SharedReads`]).
 
+use std::collections::HashMap;
+
+use futures::future::{BoxFuture, FutureExt, Shared};
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
@@ -20,19 +24,66 @@ const READS_AT_ONCE: usize = 8;
 /// object gone (404) leaves its pods with kind and name only; any other
 /// error fails the read (the plan is then asked again), so a policy never
 /// decides on numbers it was not given by accident.
-pub async fn read(client: &Client, pods: &[Pod]) -> kube::Result<Workloads> {
+pub async fn read(client: &Client, shared: &SharedReads, pods: &[Pod]) -> kube::Result<Workloads> {
     let mut owners = Owners::default();
-    fetch(client, Owners::controllers_to_read(pods), &mut owners).await?;
+    fetch(client, shared, Owners::controllers_to_read(pods), &mut owners).await?;
     let deployments = owners.deployments_to_read();
-    fetch(client, deployments, &mut owners).await?;
+    fetch(client, shared, deployments, &mut owners).await?;
     Ok(owners.resolve(pods))
+}
+
+/// One GET of an object shared by everyone asking for it while it is in
+/// flight: the drains of five nodes planned at the same moment read each
+/// owner their pods share once, not five times. Nothing is kept once the
+/// answer is in (the next asks again), and a shared read that failed is
+/// made again by each who asked, so each sees its own error.
+#[derive(Default)]
+pub struct SharedReads(std::sync::Mutex<HashMap<ObjectKey, InFlight>>);
+
+/// A GET in flight; `None` when it failed.
+type InFlight = Shared<BoxFuture<'static, Option<Option<Value>>>>;
+
+impl std::fmt::Debug for SharedReads {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedReads")
+    }
+}
+
+impl SharedReads {
+    async fn get(&self, client: &Client, key: ObjectKey) -> kube::Result<Option<Value>> {
+        let read = {
+            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(key.clone())
+                .or_insert_with(|| {
+                    let (client, key) = (client.clone(), key.clone());
+                    async move { get(&client, key).await.ok() }.boxed().shared()
+                })
+                .clone()
+        };
+        let answer = read.clone().await;
+        {
+            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if map.get(&key).is_some_and(|r| r.ptr_eq(&read)) {
+                map.remove(&key);
+            }
+        }
+        match answer {
+            Some(object) => Ok(object),
+            None => get(client, key).await,
+        }
+    }
 }
 
 /// GETs each of `keys` into `owners`, with the replicas its owner set
 /// (not those a surge raised).
-async fn fetch(client: &Client, keys: Vec<ObjectKey>, owners: &mut Owners) -> kube::Result<()> {
+async fn fetch(
+    client: &Client,
+    shared: &SharedReads,
+    keys: Vec<ObjectKey>,
+    owners: &mut Owners,
+) -> kube::Result<()> {
     let objects: Vec<Option<Value>> = stream::iter(keys)
-        .map(|k| get(client, k))
+        .map(|k| shared.get(client, k))
         .buffer_unordered(READS_AT_ONCE)
         .try_collect()
         .await?;

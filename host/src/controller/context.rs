@@ -233,6 +233,7 @@ impl Context {
                 budgets: Arc::default(),
                 in_flight,
                 desks: Arc::default(),
+                reads: Arc::default(),
             },
             watched: Default::default(),
         })

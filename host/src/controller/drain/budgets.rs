@@ -394,6 +394,10 @@ impl Budgets {
                         e.refused = None;
                         e.quiet_refusals = 0;
                     }
+                    Answer::Replaced => {
+                        e.refused = None;
+                        e.quiet_refusals = 0;
+                    }
                     Answer::Refused => {
                         let quiet = e.refused.is_some_and(|(_, changed)| !changed);
                         e.quiet_refusals = if quiet { e.quiet_refusals + 1 } else { 1 };
@@ -416,6 +420,7 @@ fn key(pdb: &PodDisruptionBudget) -> (String, String) {
 #[derive(Clone, Copy)]
 enum Answer {
     Accepted,
+    Replaced,
     Refused,
     Other,
 }
@@ -455,6 +460,14 @@ impl Permit<'_> {
     /// The API server accepted the eviction.
     pub fn accepted(self) {
         self.settle(Answer::Accepted);
+    }
+
+    /// A surge handed its pod over: the owner removes it, and a Ready
+    /// replacement already stands for it, so the budget's healthy pods
+    /// never drop for it and it is not counted as a disruption to come
+    /// (as an accepted eviction is, until the budget lists it).
+    pub fn replaced(self) {
+        self.settle(Answer::Replaced);
     }
 
     /// A budget refused it (HTTP 429).

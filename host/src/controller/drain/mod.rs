@@ -152,6 +152,9 @@ pub(in crate::controller) struct Shared {
     /// The owners being surged: one watch and one read per change of
     /// each, shared by every surge of its pods.
     pub desks: Arc<surge::Desks>,
+    /// The plans' reads of the pods' workloads: one GET of an object
+    /// however many plans ask for it at once.
+    pub reads: Arc<crate::cluster::workloads::SharedReads>,
 }
 
 /// What a drain needs besides the plan.

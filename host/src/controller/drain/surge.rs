@@ -507,7 +507,7 @@ async fn hand_over(
     };
     match led {
         Some(Handed::Claimed { owner }) => {
-            permit.accepted();
+            permit.replaced();
             let _ = how.notes.send(Note::Surged {
                 pod: t.reference(),
                 owner,
@@ -593,7 +593,7 @@ async fn lead(how: Removal<'_>, desk: &Desk, namespace: &str) -> kube::Result<()
     {
         let mut handed = lock(&desk.handed);
         for (e, permit) in adopted {
-            permit.accepted();
+            permit.replaced();
             handed.insert(e.uid, shown.clone());
         }
     }

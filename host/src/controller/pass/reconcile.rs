@@ -574,7 +574,7 @@ impl Pass {
         let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap_or_default()).collect();
         let now_ms = record.now_ms;
         let workloads = if policy.reads_workloads() {
-            crate::cluster::workloads::read(&self.ctx.client, &pods)
+            crate::cluster::workloads::read(&self.ctx.client, &self.ctx.drains.reads, &pods)
                 .await
                 .map_err(Error::kube("reading the pods' workloads"))?
         } else {
