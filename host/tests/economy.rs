@@ -672,7 +672,10 @@ spec:
     })
     .await;
     let surged = ready_on("worker-1").await;
-    assert!(surged >= 4, "the workload's pods spread: {surged} on worker-1");
+    assert!(
+        surged >= 4,
+        "the workload's pods spread: {surged} on worker-1"
+    );
     env.cluster.record_audit(true);
     let before = env.cluster.audit().len();
     env.create_nm_with_policy("nm-wide", "worker-1", Some("no-downtime"))

@@ -26,7 +26,13 @@ const READS_AT_ONCE: usize = 8;
 /// decides on numbers it was not given by accident.
 pub async fn read(client: &Client, shared: &SharedReads, pods: &[Pod]) -> kube::Result<Workloads> {
     let mut owners = Owners::default();
-    fetch(client, shared, Owners::controllers_to_read(pods), &mut owners).await?;
+    fetch(
+        client,
+        shared,
+        Owners::controllers_to_read(pods),
+        &mut owners,
+    )
+    .await?;
     let deployments = owners.deployments_to_read();
     fetch(client, shared, deployments, &mut owners).await?;
     Ok(owners.resolve(pods))

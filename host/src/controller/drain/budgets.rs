@@ -524,6 +524,26 @@ mod tests {
         b
     }
 
+    /// A surge's hand-over takes a permit while it claims the pod, and
+    /// gives it back as no disruption to come: the pod's replacement is
+    /// Ready already, so the next pod of a budget allowing one may be
+    /// handed over at once. (Before, it counted as an eviction the watch
+    /// had not shown yet, for 5 s: the budget never lists a pod the owner
+    /// removes, so a surged Deployment behind a budget allowing one lost
+    /// one pod every 5 s.)
+    #[tokio::test(start_paused = true)]
+    async fn a_surge_hand_over_is_no_disruption_to_come() {
+        let b = synced(vec![pdb("web", 1, &[])]);
+        let first = b.try_permit("shop", "web-a", &web(), T).unwrap();
+        // While it is claimed, it holds the budget's one disruption.
+        assert!(b.try_permit("shop", "web-b", &web(), T).is_none());
+        first.replaced();
+        let second = b.try_permit("shop", "web-b", &web(), T).unwrap();
+        second.accepted();
+        // An eviction accepted is one to come until the watch shows it.
+        assert!(b.try_permit("shop", "web-c", &web(), T).is_none());
+    }
+
     /// A budget allowing one: one eviction goes out, the others wait for
     /// the replacement (no burst of certain refusals, no probe while the
     /// budget is getting room by itself).

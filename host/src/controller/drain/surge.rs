@@ -143,7 +143,11 @@ impl Owner {
         let name = self.object.name_any();
         let params = PatchParams::default();
         let written = match self.tested_patch(replicas, record) {
-            Some(ops) => self.api.patch(&name, &params, &Patch::Json::<()>(ops)).await,
+            Some(ops) => {
+                self.api
+                    .patch(&name, &params, &Patch::Json::<()>(ops))
+                    .await
+            }
             None => {
                 let patch = json!({
                     "metadata": {
@@ -178,7 +182,10 @@ impl Owner {
         let meta = &self.object.metadata;
         let (annotations, labels) = (meta.annotations.as_ref()?, meta.labels.as_ref()?);
         let pointer = |map: &str, key: &str| {
-            format!("/metadata/{map}/{}", key.replace('~', "~0").replace('/', "~1"))
+            format!(
+                "/metadata/{map}/{}",
+                key.replace('~', "~0").replace('/', "~1")
+            )
         };
         let (annotation, label) = (
             pointer("annotations", SURGE_ANNOTATION),
@@ -547,10 +554,7 @@ async fn lead(how: Removal<'_>, desk: &Desk, namespace: &str) -> kube::Result<()
             return Err(e);
         }
     };
-    let Some(mut record) = owner
-        .record()
-        .filter(|r| owner.replicas() == r.expected())
-    else {
+    let Some(mut record) = owner.record().filter(|r| owner.replicas() == r.expected()) else {
         tell(waiting, |_| false, "");
         return Ok(());
     };
@@ -580,7 +584,9 @@ async fn lead(how: Removal<'_>, desk: &Desk, namespace: &str) -> kube::Result<()
         tell(waiting, |_| false, "");
         return Ok(());
     }
-    record.surging.retain(|e| !claimed.iter().any(|c| c.uid == e.uid));
+    record
+        .surging
+        .retain(|e| !claimed.iter().any(|c| c.uid == e.uid));
     record.serving = record.serving.saturating_add(claimed.len());
     record.leaving.extend(claimed.iter().cloned());
     let written = owner.write(record.expected(), Some(&record)).await;
@@ -617,7 +623,9 @@ fn adopt<'a>(
         .iter()
         .filter(|e| here.contains_key(&e.uid) && !waiting.iter().any(|h| h.entry.uid == e.uid))
         .filter_map(|e| {
-            let pod = pods.iter().find(|p| p.metadata.uid.as_deref() == Some(&e.uid))?;
+            let pod = pods
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(&e.uid))?;
             let permit = how.budgets.try_permit(
                 pod.metadata.namespace.as_deref().unwrap_or_default(),
                 &pod.name_any(),
@@ -794,7 +802,11 @@ impl Desk {
     /// its pods (a surge another look finished since is in the record as
     /// leaving, or its pod carries the lowest cost), and shared by the
     /// surges looking at that change.
-    async fn read(&self, client: &Client, namespace: &str) -> kube::Result<(Owner, Arc<[Arc<Pod>]>)> {
+    async fn read(
+        &self,
+        client: &Client,
+        namespace: &str,
+    ) -> kube::Result<(Owner, Arc<[Arc<Pod>]>)> {
         if let Some(shown) = self.shown().await {
             return Ok(shown);
         }
@@ -962,7 +974,11 @@ impl View {
         }
     }
 
-    fn wrote(&self, watch: usize, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    fn wrote(
+        &self,
+        watch: usize,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) {
         let v = version(meta).unwrap_or(u64::MAX);
         self.written[watch].fetch_max(v, std::sync::atomic::Ordering::SeqCst);
     }
@@ -1118,7 +1134,12 @@ fn entry(how: Removal<'_>, t: &Target) -> Entry {
 /// The surges registered at the desk, other than `t` and those `record`
 /// has, whose pods the owner still has: the ones a raise may add with
 /// `t`'s, by pod name.
-fn others_joining(desk: &Desk, t: &Target, pods: &[Arc<Pod>], record: Option<&Record>) -> Vec<Entry> {
+fn others_joining(
+    desk: &Desk,
+    t: &Target,
+    pods: &[Arc<Pod>],
+    record: Option<&Record>,
+) -> Vec<Entry> {
     let present: Vec<&str> = kept(pods)
         .filter_map(|p| p.metadata.uid.as_deref())
         .collect();
@@ -1231,7 +1252,9 @@ async fn join(
     // a raise now would be folded into it, and the handed-over pod stay.
     // A raise not yet acted on is no reason to wait: the ReplicaSet
     // controller makes both pods.
-    let room = owner.max_surge(record.replicas).saturating_sub(record.len());
+    let room = owner
+        .max_surge(record.replicas)
+        .saturating_sub(record.len());
     if room == 0 || !record.leaving.is_empty() || live(pods) as i64 > record.expected() {
         return Ok(Step::Waiting(busy(t, owner)));
     }
