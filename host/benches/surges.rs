@@ -9,7 +9,8 @@
 //! replacement Ready elsewhere before it goes). Prints both times and
 //! their ratio; the goal is 2x or less. Surges of one Deployment run
 //! together within its maxSurge, so the five nodes' pods of one owner
-//! wait for one round of replacements, not one after another.
+//! wait for one round of replacements, not one after another, and leave
+//! in one hand-over (one claim, one lowering) rather than pod by pod.
 //!
 //! Run with `cargo bench -p nmo --bench surges`. `NMO_BENCH_SURGE_SCALE`
 //! sets the simulated seconds per real second (default 10),

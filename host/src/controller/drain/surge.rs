@@ -12,6 +12,13 @@
 //! `maxSurge: 0`, is evicted instead), and a Deployment mid-rollout is
 //! waited for.
 //!
+//! Surges of one owner go in rounds at its [`Desk`]: the look that raises
+//! adds every surge waiting there that `maxSurge` leaves room for, and the
+//! look that hands over claims every pod whose replacement is Ready and
+//! whose budgets allow now, then lowers the replicas once. A look reads
+//! the owner and its pods from the desk's watch, not the API server, once
+//! the watch shows this process's writes.
+//!
 //! While a surge runs the owner carries the annotation
 //! [`SURGE_ANNOTATION`] (the pod, the replicas it had, the maintenance)
 //! and the label [`SURGE_LABEL`]: a restarted operator resumes the surge
