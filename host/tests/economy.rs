@@ -495,6 +495,15 @@ impl ChangeCount {
     }
 }
 
+/// A two-node cluster with the drain-action policies and `deployment`
+/// (a manifest) applied.
+async fn with_deployment(deployment: &str) -> (tempfile::TempDir, Env) {
+    let (dir, store) = common::drain_actions::store();
+    let env = Env::start_store(2, store).await;
+    env.apply(deployment).await;
+    (dir, env)
+}
+
 /// A surge waiting for its replacement looks at its owner when the owner
 /// or its pods change, not on a clock. Before, each surge read the pod's
 /// ReplicaSet and Deployment and listed the Deployment's pods every
@@ -503,11 +512,9 @@ impl ChangeCount {
 /// that takes an hour to be Ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_surge_waiting_for_its_replacement_reads_nothing_while_nothing_changes() {
-    let (_dir, store) = common::drain_actions::store();
-    let env = Env::start_store(2, store).await;
     // Pods that take a simulated day (over an hour here) to be Ready:
     // the replacement is never Ready while the test looks.
-    env.apply(
+    let (_dir, env) = with_deployment(
         r#"
 apiVersion: apps/v1
 kind: Deployment
@@ -629,9 +636,7 @@ async fn a_retry_at_once_renews_the_status_at_most_once_an_interval() {
 /// stale).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_owners_pods_are_surged_in_rounds_not_one_by_one() {
-    let (_dir, store) = common::drain_actions::store();
-    let env = Env::start_store(2, store).await;
-    env.apply(
+    let (_dir, env) = with_deployment(
         r#"
 apiVersion: apps/v1
 kind: Deployment
