@@ -337,3 +337,258 @@ fn the_operator_framework_validator_finds_no_error_in_the_bundle() {
         assert!(rules.contains(needed), "{needed}: {rules}");
     }
 }
+
+/// The image the real-node tests import (`deploy/image/build.sh`), as a
+/// user's catalog names it.
+const OPERATOR_IMAGE: &str = "localhost/nmo:dev";
+const INSTALL_NS: &str = "node-maintenance-operator-system";
+
+/// The catalog a user makes of the bundle, as the install guide has it:
+/// `deploy/olm/catalog.sh` with the image, run with the control plane's
+/// real `opm` on the PATH (it renders the bundle, its manifests inline,
+/// adds the package and its channel, and runs `opm validate`). Returns
+/// the catalog's folder.
+fn catalog(cp: &nmo_control_plane::ControlPlane, work: &Path) -> PathBuf {
+    let configs = work.join("catalog");
+    let path = format!(
+        "{}:{}",
+        cp.binaries().dir().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new(bundle_dir().join("../catalog.sh"))
+        .arg(OPERATOR_IMAGE)
+        .arg(&configs)
+        .env("PATH", path)
+        .output()
+        .expect("deploy/olm/catalog.sh");
+    assert!(
+        out.status.success(),
+        "deploy/olm/catalog.sh: {}",
+        common::printed(&out)
+    );
+    let index = std::fs::read_to_string(configs.join("index.yaml")).unwrap();
+    assert!(
+        index.contains("schema: olm.bundle") && index.contains(&format!("{PACKAGE}.v{VERSION}")),
+        "{index}"
+    );
+    configs
+}
+
+/// What a user applies to install from that catalog: the CatalogSource
+/// (the registry's address: OLM's `grpc` source with no pod of its own),
+/// then `deploy/olm/subscription.yaml` as shipped (the leases' namespace,
+/// the operator's namespace with an OperatorGroup for all namespaces, the
+/// Subscription).
+fn subscription(address: &str) -> String {
+    let olm = nmo_control_plane::OLM_NAMESPACE;
+    let shipped = std::fs::read_to_string(bundle_dir().join("../subscription.yaml")).unwrap();
+    format!(
+        "apiVersion: operators.coreos.com/v1alpha1\nkind: CatalogSource\n\
+         metadata: {{name: nmo-catalog, namespace: {olm}}}\n\
+         spec: {{sourceType: grpc, address: '{address}', displayName: nmo}}\n---\n{shipped}"
+    )
+}
+
+/// The CSV's phase in the install namespace, if it is there.
+async fn csv_phase(kubeconfig: &Path) -> Option<String> {
+    let (ok, out) = nmo_control_plane::kubectl_with(
+        kubeconfig,
+        &[
+            "get",
+            "csv",
+            &format!("{PACKAGE}.v{VERSION}"),
+            "-n",
+            INSTALL_NS,
+            "-o",
+            "jsonpath={.status.phase}",
+        ],
+        None,
+    )
+    .await
+    .ok()?;
+    Some(out.trim().to_owned()).filter(|p| ok && !p.is_empty())
+}
+
+/// The bundle installed by a real OLM (v0, its olm and catalog operators
+/// as its release builds them) from a catalog that opm made and serves:
+/// the Subscription resolves, the InstallPlan runs, the CSV Succeeds; the
+/// operator's two replicas run as pods on the real node from the image
+/// built here, with the certificate OLM issued for the webhook; the API
+/// server calls that webhook through the Service OLM made (a duplicate is
+/// refused); a maintenance of a kwok node Succeeds and, deleted, gives the
+/// node back; uninstalled, the CRD and the maintenances stay.
+#[test]
+fn a_real_olm_installs_the_bundle_and_the_operator_runs_as_its_pods() {
+    use crate::real_node::{self, KWOK, REAL};
+    use k8s_openapi::api::core::v1::Node;
+    use nmo_control_plane::isolated;
+    use std::time::{Duration, Instant};
+
+    let image = crate::image::archive();
+    isolated(move || async move {
+        let begun = Instant::now();
+        let mut cp = real_node::start(&[REAL], image).await;
+        cp.start_olm().await.unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let configs = catalog(&cp, work.path());
+        let address = cp.serve_catalog(&configs).await.unwrap();
+        real_node::kubectl_ok(&cp, &["apply", "-f", "-"], Some(&subscription(&address))).await;
+
+        let kubeconfig = cp.kubeconfig_path();
+        let succeeded = cp
+            .wait_for(
+                "the CSV Succeeded (OLM resolved, planned and installed it)",
+                Duration::from_secs(240),
+                || async { csv_phase(&kubeconfig).await.as_deref() == Some("Succeeded") },
+            )
+            .await;
+        if let Err(e) = succeeded {
+            let state = cp
+                .kubectl(
+                    &[
+                        "get",
+                        "catalogsource,subscription,installplan,csv,deployment,pods",
+                        "-A",
+                        "-o",
+                        "yaml",
+                    ],
+                    None,
+                )
+                .await
+                .unwrap_or_else(|e| e.to_string());
+            panic!("{e}\n{state}\n{}", cp.logs_tail(30));
+        }
+        eprintln!("OLM: the CSV Succeeded after {:?}", begun.elapsed());
+        let plan = real_node::kubectl_ok(
+            &cp,
+            &[
+                "get",
+                "installplan",
+                "-n",
+                INSTALL_NS,
+                "-o",
+                "jsonpath={.items[*].status.phase}",
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(plan.trim(), "Complete", "the InstallPlan");
+
+        let pods = real_node::replicas_ready(&mut cp, INSTALL_NS, 2).await;
+        assert_eq!(pods.len(), 2, "{pods:?}");
+        for p in &pods {
+            assert_eq!(
+                p.spec.as_ref().unwrap().node_name.as_deref(),
+                Some(REAL),
+                "{:?}",
+                p.metadata.name
+            );
+            let c = &p
+                .status
+                .as_ref()
+                .unwrap()
+                .container_statuses
+                .as_ref()
+                .unwrap()[0];
+            assert_eq!(c.image, OPERATOR_IMAGE);
+            assert_eq!(c.restart_count, 0, "{c:?}");
+        }
+        // The webhook's registration is OLM's, with the CA it made.
+        let ca = real_node::kubectl_ok(
+            &cp,
+            &[
+                "get",
+                "validatingwebhookconfigurations",
+                "-l",
+                &format!("olm.owner={PACKAGE}.v{VERSION}"),
+                "-o",
+                "jsonpath={.items[*].webhooks[*].clientConfig.caBundle}",
+            ],
+            None,
+        )
+        .await;
+        assert!(
+            !ca.trim().is_empty(),
+            "OLM registers the webhook with its CA"
+        );
+
+        let client = cp.client().await.unwrap();
+        real_node::kubectl_ok(&cp, &["apply", "-f", "-"], Some(&real_node::web_on_kwok())).await;
+        real_node::admits_once_through_the_webhook(&cp, "nm-olm", KWOK).await;
+        cp.wait_for("nm-olm Succeeded", Duration::from_secs(120), || async {
+            real_node::cp_phase(&client, "nm-olm").await.as_deref() == Some("Succeeded")
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", cp.logs_tail(20)));
+        let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+        let cordoned = nodes.get(KWOK).await.unwrap();
+        assert_eq!(cordoned.spec.unwrap().unschedulable, Some(true));
+        eprintln!("OLM: the maintenance Succeeded after {:?}", begun.elapsed());
+
+        real_node::kubectl_ok(&cp, &["delete", "nodemaintenance", "nm-olm"], None).await;
+        cp.wait_for("the node given back", Duration::from_secs(60), || async {
+            nodes
+                .get(KWOK)
+                .await
+                .ok()
+                .and_then(|n| n.spec)
+                .is_some_and(|s| s.unschedulable != Some(true))
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+        // Uninstalled as OLM uninstalls (the Subscription and the CSV
+        // deleted): the Deployment and the webhook's registration go, the
+        // CRD and the maintenances stay (OLM never deletes a CRD).
+        real_node::kubectl_ok(
+            &cp,
+            &["create", "-f", "-"],
+            Some(&real_node::maintenance("nm-kept", KWOK)),
+        )
+        .await;
+        real_node::kubectl_ok(
+            &cp,
+            &["delete", "subscription,csv", "--all", "-n", INSTALL_NS],
+            None,
+        )
+        .await;
+        cp.wait_for(
+            "the operator's Deployment and webhook gone with the CSV",
+            Duration::from_secs(60),
+            || async {
+                let get = |what: &'static str, selector: String| {
+                    let kubeconfig = kubeconfig.clone();
+                    async move {
+                        let args = ["get", what, "-A", "-l", &selector, "-o", "name"];
+                        match nmo_control_plane::kubectl_with(&kubeconfig, &args, None).await {
+                            Ok((true, out)) => Some(out.trim().to_owned()),
+                            _ => None,
+                        }
+                    }
+                };
+                let deployments =
+                    get("deployments", "control-plane=controller-manager".into()).await;
+                let webhooks = get(
+                    "validatingwebhookconfigurations",
+                    format!("olm.owner={PACKAGE}.v{VERSION}"),
+                )
+                .await;
+                deployments.is_some_and(|d| d.is_empty()) && webhooks.is_some_and(|w| w.is_empty())
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let kept = real_node::kubectl_ok(
+            &cp,
+            &["get", "nodemaintenance", "nm-kept", "-o", "name"],
+            None,
+        )
+        .await;
+        assert_eq!(
+            kept.trim(),
+            "nodemaintenance.nodemaintenance.medik8s.io/nm-kept"
+        );
+        cp.stop();
+    })
+    .unwrap();
+}

@@ -23,10 +23,10 @@ use kube::api::{Api, ListParams};
 use nmo_control_plane::{ControlPlane, NodeSpec, Options, isolated};
 
 const NS: &str = "node-maintenance-operator-system";
-const REAL: &str = "real-1";
-const KWOK: &str = "worker-1";
+pub(crate) const REAL: &str = "real-1";
+pub(crate) const KWOK: &str = "worker-1";
 
-async fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> String {
+pub(crate) async fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> String {
     cp.kubectl(args, stdin)
         .await
         .unwrap_or_else(|e| panic!("{e}\n{}", cp.logs_tail(20)))
@@ -35,7 +35,7 @@ async fn kubectl_ok(cp: &ControlPlane, args: &[&str], stdin: Option<&str>) -> St
 /// The control plane with the kwok node (tainted: it takes only the
 /// workload, which tolerates this) and the real nodes `real`, the image
 /// imported into each.
-async fn start(real: &[&str], image: PathBuf) -> ControlPlane {
+pub(crate) async fn start(real: &[&str], image: PathBuf) -> ControlPlane {
     start_with(real, vec![image]).await
 }
 
@@ -80,7 +80,7 @@ async fn operator_ready(cp: &mut ControlPlane) -> Vec<Pod> {
 
 /// The operator's pods in `ns`, once `want` replicas are Ready (and
 /// updated) through the kubelet's readiness probe.
-async fn replicas_ready(cp: &mut ControlPlane, ns: &str, want: i32) -> Vec<Pod> {
+pub(crate) async fn replicas_ready(cp: &mut ControlPlane, ns: &str, want: i32) -> Vec<Pod> {
     let client = cp.client().await.unwrap();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -116,7 +116,53 @@ async fn replicas_ready(cp: &mut ControlPlane, ns: &str, want: i32) -> Vec<Pod> 
         .items
 }
 
-fn maintenance(name: &str, node: &str) -> String {
+/// The API server calls the operator's webhook through its Service:
+/// maintenance `name` of `node` is admitted, a second of the same node
+/// refused with the operator's own words.
+pub(crate) async fn admits_once_through_the_webhook(cp: &ControlPlane, name: &str, node: &str) {
+    // kube-proxy writes a Service's rules a moment after its endpoints
+    // become ready: until then the call is refused, and so is the
+    // maintenance (the webhook fails closed), as on any cluster.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match cp
+            .kubectl(&["create", "-f", "-"], Some(&maintenance(name, node)))
+            .await
+        {
+            Ok(_) => break,
+            Err(e)
+                if e.to_string().contains("failed calling webhook")
+                    && Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!(
+                "the first maintenance is admitted: {e}\n{}\n{}",
+                cp.kubectl(
+                    &["get", "endpointslices,svc,pods", "-A", "-o", "wide"],
+                    None
+                )
+                .await
+                .unwrap_or_else(|e| e.to_string()),
+                service_rules()
+            ),
+        }
+    }
+    let dup = cp
+        .kubectl(
+            &["create", "-f", "-"],
+            Some(&maintenance(&format!("{name}-dup"), node)),
+        )
+        .await
+        .expect_err("a second maintenance of the node is refused");
+    let dup = dup.to_string();
+    assert!(
+        dup.contains("denied the request") && dup.contains(node),
+        "refused by the webhook: {dup}"
+    );
+}
+
+pub(crate) fn maintenance(name: &str, node: &str) -> String {
     format!(
         "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\n\
          metadata: {{name: {name}}}\nspec: {{nodeName: {node}, reason: real node test}}\n"
@@ -235,46 +281,8 @@ fn runs_as_pods(how: Install) {
         let client = cp.client().await.unwrap();
         kubectl_ok(&cp, &["apply", "-f", "-"], Some(&web_on_kwok())).await;
 
-        // The API server calls the webhook through its Service: the first
-        // maintenance is admitted, a second of the same node refused with
-        // the operator's own words.
-        // kube-proxy writes a Service's rules a moment after its endpoints
-        // become ready: until then the call is refused, and so is the
-        // maintenance (the webhook fails closed), as on any cluster.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            match cp
-                .kubectl(&["create", "-f", "-"], Some(&maintenance("nm-kwok", KWOK)))
-                .await
-            {
-                Ok(_) => break,
-                Err(e)
-                    if e.to_string().contains("failed calling webhook")
-                        && Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => panic!(
-                    "the first maintenance is admitted: {e}\n{}\n{}",
-                    cp.kubectl(
-                        &["get", "endpointslices,svc,pods", "-A", "-o", "wide"],
-                        None
-                    )
-                    .await
-                    .unwrap_or_else(|e| e.to_string()),
-                    service_rules()
-                ),
-            }
-        }
-        let dup = cp
-            .kubectl(&["create", "-f", "-"], Some(&maintenance("nm-dup", KWOK)))
-            .await
-            .expect_err("a second maintenance of the node is refused");
-        let dup = dup.to_string();
-        assert!(
-            dup.contains("denied the request") && dup.contains(KWOK),
-            "refused by the webhook: {dup}"
-        );
+        // The API server calls the webhook through its Service.
+        admits_once_through_the_webhook(&cp, "nm-kwok", KWOK).await;
 
         // The operator (as a pod, in-cluster configuration) drains it.
         cp.wait_for("nm-kwok Succeeded", Duration::from_secs(120), || async {
@@ -916,7 +924,7 @@ async fn wait_phase(client: &kube::Client, name: &str, phase: &str, limit: Durat
 }
 
 /// kube-proxy's NAT rules in the test's namespace (for a failure's message).
-fn service_rules() -> String {
+pub(crate) fn service_rules() -> String {
     std::process::Command::new("iptables-save")
         .args(["-t", "nat"])
         .output()
@@ -924,7 +932,7 @@ fn service_rules() -> String {
         .unwrap_or_else(|e| format!("iptables-save: {e}"))
 }
 
-async fn cp_phase(client: &kube::Client, name: &str) -> Option<String> {
+pub(crate) async fn cp_phase(client: &kube::Client, name: &str) -> Option<String> {
     let api = maintenances(client);
     let nm = api.get(name).await.ok()?;
     nm.data["status"]["phase"].as_str().map(str::to_owned)
@@ -1470,7 +1478,7 @@ fn two_replicas_hand_over_a_drain_as_the_go_operators_do() {
 }
 
 /// The workload on the kwok node: three pods, the drain's to move.
-fn web_on_kwok() -> String {
+pub(crate) fn web_on_kwok() -> String {
     format!(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: default}}\n\
          spec:\n  replicas: 3\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n\

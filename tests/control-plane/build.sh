@@ -18,7 +18,7 @@ root="${NMO_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nmo-control-pla
 key="$(cd "$here" && cat versions.env build.sh $(find . -name '*.go' -o -name '*.yaml' | sort) | sha256sum | cut -c1-16)"
 dir="$root/$key"
 bin="$dir/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-e2e node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-e2e node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane olm catalog opm olm-crds.yaml)
 
 complete() {
   for b in "${want[@]}"; do [[ -s "$bin/$b" ]] || return 1; done
@@ -38,7 +38,7 @@ if complete; then
 fi
 
 start=$SECONDS
-echo "control-plane: building Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, cert-manager $CERT_MANAGER_VERSION, kube-state-metrics $KUBE_STATE_METRICS_VERSION, the Go Node Maintenance Operator $NODE_MAINTENANCE_OPERATOR_VERSION, helm $HELM_VERSION, operator-verify $OPERATOR_FRAMEWORK_API_VERSION, Distribution $DISTRIBUTION_VERSION, crane $GO_CONTAINERREGISTRY_VERSION into $dir (cold, with empty Go caches: 10 to 15 minutes on 2 cores; once built, reused)" >&2
+echo "control-plane: building Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, cert-manager $CERT_MANAGER_VERSION, kube-state-metrics $KUBE_STATE_METRICS_VERSION, the Go Node Maintenance Operator $NODE_MAINTENANCE_OPERATOR_VERSION, helm $HELM_VERSION, operator-verify $OPERATOR_FRAMEWORK_API_VERSION, Distribution $DISTRIBUTION_VERSION, crane $GO_CONTAINERREGISTRY_VERSION, OLM $OLM_VERSION, opm $OPERATOR_REGISTRY_VERSION into $dir (cold, with empty Go caches: 10 to 15 minutes on 2 cores; once built, reused)" >&2
 rm -rf "$dir.tmp"
 mkdir -p "$dir.tmp/bin" "$dir.tmp/src"
 out="$dir.tmp/bin"
@@ -219,6 +219,26 @@ wrapped_main "the Distribution registry" registry \
   "-X github.com/distribution/distribution/v3/version.version=$DISTRIBUTION_VERSION"
 wrapped_main crane crane "github.com/google/go-containerregistry/cmd/crane@$GO_CONTAINERREGISTRY_VERSION" \
   github.com/google/go-containerregistry/cmd/crane ""
+
+# OLM's olm and catalog operators and opm, from one wrapper module (their
+# image code built with the pure-Go OpenPGP, as CGO is off); OLM's CRDs as
+# its release ships them.
+o="$dir.tmp/src/olm"
+mkdir -p "$o"
+printf 'module nmo.invalid/control-plane/olm\n\ngo 1.26.0\n' >"$o/go.mod"
+olm_pkg=github.com/operator-framework/operator-lifecycle-manager
+opm_pkg=github.com/operator-framework/operator-registry
+step "OLM and opm: resolving modules"
+(cd "$o" && quiet go get -tool "$olm_pkg/cmd/olm@$OLM_VERSION" "$olm_pkg/cmd/catalog@$OLM_VERSION" \
+  "$opm_pkg/cmd/opm@$OPERATOR_REGISTRY_VERSION")
+step "OLM and opm: building"
+(cd "$o" && go build -trimpath -tags containers_image_openpgp \
+  -ldflags "$ld -X $olm_pkg/pkg/version.OLMVersion=${OLM_VERSION#v} -X $opm_pkg/cmd/opm/version.opmVersion=$OPERATOR_REGISTRY_VERSION" \
+  -o "$out/" "$olm_pkg/cmd/olm" "$olm_pkg/cmd/catalog" "$opm_pkg/cmd/opm")
+for f in "$(go env GOMODCACHE)/$olm_pkg@$OLM_VERSION"/deploy/chart/crds/*.yaml; do
+  cat "$f"
+  echo "---"
+done >"$out/olm-crds.yaml"
 
 # The Prometheus Operator's CRDs, from its module (nothing to build).
 step "Prometheus Operator: its CRDs"

@@ -26,6 +26,18 @@ impl Process {
         args: &[String],
         dir: &Path,
     ) -> Result<Process, ControlPlaneError> {
+        Self::spawn_with_env(name, program, args, &[], dir)
+    }
+
+    /// [`spawn`](Self::spawn) with `env` added to the environment (for a
+    /// component that takes its kubeconfig from `KUBECONFIG` only).
+    pub(crate) fn spawn_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &Path)],
+        dir: &Path,
+    ) -> Result<Process, ControlPlaneError> {
         let log = dir.join(format!("{name}.log"));
         let out = File::create(&log).map_err(|e| ControlPlaneError::io(&log, e))?;
         let err = out
@@ -33,6 +45,7 @@ impl Process {
             .map_err(|e| ControlPlaneError::io(&log, e))?;
         let mut cmd = Command::new(program);
         cmd.args(args)
+            .envs(env.iter().copied())
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out)
