@@ -592,3 +592,101 @@ fn a_real_olm_installs_the_bundle_and_the_operator_runs_as_its_pods() {
     })
     .unwrap();
 }
+
+/// Runs `program` with `args`, failing with what it printed; returns its
+/// standard output.
+fn run(program: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {}",
+        program.display(),
+        common::printed(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `olm.bundle` of `opm render`'s JSON output: its name, package and
+/// properties (the manifests among them); its image and related images
+/// (which name the bundle image itself, if any) left out.
+fn rendered_bundle(json: &str) -> Value {
+    let bundle = serde_json::Deserializer::from_str(json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .find(|b| b["schema"] == "olm.bundle")
+        .unwrap_or_else(|| panic!("no olm.bundle in {json}"));
+    json!({
+        "name": bundle["name"],
+        "package": bundle["package"],
+        "properties": bundle["properties"],
+    })
+}
+
+/// The bundle image as a user builds it (`deploy/olm/bundle.Dockerfile`,
+/// here with buildah) and pushes it to a registry (CNCF Distribution on
+/// loopback) is a bundle opm reads back from the registry (what catalog
+/// tools do with it) as the same bundle, object for object, as the
+/// folder `deploy/olm/catalog.sh` renders.
+#[test]
+fn the_bundle_image_built_from_its_dockerfile_renders_as_the_bundle_folder() {
+    let binaries = nmo_control_plane::Binaries::ensure().expect("the control plane's binaries");
+    let tmp = tempfile::tempdir().unwrap();
+    let buildah = Path::new("buildah");
+    let storage = |rest: &[&str]| -> Vec<String> {
+        let mut args = vec![
+            format!("--root={}", tmp.path().join("storage").display()),
+            format!("--runroot={}", tmp.path().join("run").display()),
+            "--storage-driver=vfs".to_owned(),
+        ];
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args
+    };
+    let olm_dir = bundle_dir().join("..");
+    let dockerfile = olm_dir.join("bundle.Dockerfile");
+    let tag = format!("localhost/nmo-bundle:v{VERSION}");
+    let args = storage(&[
+        "bud",
+        "--quiet",
+        "--layers=false",
+        "-f",
+        &dockerfile.display().to_string(),
+        "-t",
+        &tag,
+        &olm_dir.display().to_string(),
+    ]);
+    run(
+        buildah,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    let registry = nmo_control_plane::OciRegistry::start(&binaries, tmp.path()).unwrap();
+    let reference = format!("{}/nmo-bundle:v{VERSION}", registry.host());
+    let args = storage(&[
+        "push",
+        "--quiet",
+        "--tls-verify=false",
+        &tag,
+        &format!("docker://{reference}"),
+    ]);
+    run(
+        buildah,
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+
+    let opm = binaries.path("opm");
+    let from_image = run(&opm, &["render", &reference, "--use-http", "-o", "json"]);
+    let from_folder = run(
+        &opm,
+        &["render", &bundle_dir().display().to_string(), "-o", "json"],
+    );
+    let image_bundle = rendered_bundle(&from_image);
+    assert_eq!(image_bundle["name"], format!("{PACKAGE}.v{VERSION}"));
+    // Compared whole, shown short: the manifests are base64 JSON.
+    assert!(
+        image_bundle == rendered_bundle(&from_folder),
+        "the bundle image renders otherwise than the folder:\n{from_image}"
+    );
+    registry.stop();
+}
