@@ -21,6 +21,13 @@
 //!   default policy until one is added (`nmo policy add`); the volume is
 //!   optional.
 //!
+//! And as a user installs it: `deploy/olm/catalog.sh` makes a catalog of
+//! it with the real opm, a real OLM (its olm and catalog operators, with
+//! the control plane) installs it from there through
+//! `deploy/olm/subscription.yaml`, and the operator runs as its pods on a
+//! real node; the bundle image built from `bundle.Dockerfile` reads back
+//! in opm as the folder does.
+//!
 //! After a change under `deploy/`: `NMO_WRITE_BUNDLE=1 cargo test -p nmo
 //! --test suite olm::` rewrites the bundle.
 
