@@ -45,6 +45,7 @@ pub mod probes;
 pub mod registry;
 pub mod secure_metrics;
 pub mod server;
+pub mod sync;
 pub mod task;
 pub mod telemetry;
 pub mod text;

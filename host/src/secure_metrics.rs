@@ -26,6 +26,7 @@ use tokio::net::TcpListener;
 
 use crate::error::Result;
 use crate::server::{ConnLimits, Handler};
+use crate::sync::Locked;
 
 /// Why a request was refused: the status and the body.
 type Refusal = (StatusCode, &'static str);
@@ -63,7 +64,7 @@ impl<V: Clone> Answers<V> {
     }
 
     fn get(&self, asked: &[u8]) -> Option<V> {
-        let kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = self.kept.locked();
         kept.get(&Self::key(asked))
             .filter(|(_, until)| Instant::now() < *until)
             .map(|(v, _)| v.clone())
@@ -71,7 +72,7 @@ impl<V: Clone> Answers<V> {
 
     fn keep(&self, asked: &[u8], answer: V, ttl: Duration) {
         let now = Instant::now();
-        let mut kept = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kept = self.kept.locked();
         if kept.len() >= KEPT {
             kept.retain(|_, (_, until)| now < *until);
         }

@@ -14,6 +14,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::net::TcpListener;
 
 use crate::error::{Error, Result};
+use crate::sync::Locked;
 
 /// A readiness check: `Ok(detail)` when ready (the detail, if not empty,
 /// is shown by `/readyz?verbose`), `Err(why)` when not.
@@ -32,7 +33,7 @@ pub struct Startup {
 impl Startup {
     /// Says what start-up waits for now.
     pub fn waiting_for(&self, what: impl Into<String>) {
-        *self.waiting.lock().unwrap_or_else(|p| p.into_inner()) = what.into();
+        *self.waiting.locked() = what.into();
     }
 
     /// Start-up is over: the real checks answer from now on.
@@ -50,11 +51,7 @@ impl Startup {
                 let check: Check = Box::new(move || match startup.checks.get() {
                     Some(checks) => checks.get(i).map_or(Ok(String::new()), |(_, c)| c()),
                     None if i == 0 => Err("the controller has not started".into()),
-                    None => Err(startup
-                        .waiting
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .clone()),
+                    None => Err(startup.waiting.locked().clone()),
                 });
                 (name, check)
             })

@@ -14,6 +14,7 @@ use tokio_rustls::rustls::sign::CertifiedKey;
 use tokio_rustls::rustls::{ServerConfig, crypto::ring};
 
 use crate::error::{Error, Result};
+use crate::sync::Locked;
 
 /// A certificate resolver that reads `tls.crt`/`tls.key` again whenever
 /// they change on disk (a rotated cert-manager secret).
@@ -83,7 +84,7 @@ impl ReloadingCert {
 
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = self.current.locked();
         let now = modified(&self.dir);
         if now != current.0 {
             match load_key(&self.dir) {

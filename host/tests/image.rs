@@ -19,7 +19,7 @@ fn repo() -> PathBuf {
 /// nothing changed) and returns its OCI archive.
 pub(crate) fn archive() -> PathBuf {
     static BUILT: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let mut built = nmo::sync::Locked::locked(&BUILT);
     if let Some(path) = built.as_ref() {
         return path.clone();
     }

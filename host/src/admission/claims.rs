@@ -30,6 +30,8 @@ use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
+use crate::sync::Locked;
+
 /// How often an API that is not served is looked for again.
 pub(crate) const LOOK_AGAIN: Duration = Duration::from_secs(300);
 
@@ -151,7 +153,7 @@ pub(crate) struct ToolClaims {
 
 impl ToolClaims {
     fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<(Tool, String), Vec<Held>>> {
-        self.by_object.lock().unwrap_or_else(|p| p.into_inner())
+        self.by_object.locked()
     }
 
     /// Watches every tool's objects until the task is dropped.

@@ -15,6 +15,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::{Client, ResourceExt};
 
 use crate::node_lease::{HOLDER, LeaseRecord, lease_name};
+use crate::sync::Locked;
 
 /// The watched leases of the lease namespace, by name.
 #[derive(Debug, Default)]
@@ -24,7 +25,7 @@ pub struct Leases {
 
 impl Leases {
     fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, LeaseRecord>> {
-        self.by_name.lock().unwrap_or_else(|p| p.into_inner())
+        self.by_name.locked()
     }
 
     /// Watches the leases of `namespace` until the task is dropped. Read

@@ -18,6 +18,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
+use crate::sync::Locked;
+
 /// The watched nodes.
 #[derive(Debug, Default)]
 pub struct Nodes {
@@ -76,7 +78,7 @@ impl Nodes {
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Node>>> {
-        self.by_name.lock().unwrap_or_else(|p| p.into_inner())
+        self.by_name.locked()
     }
 
     fn changed(&self) {
@@ -98,7 +100,7 @@ impl Nodes {
         if !self.synced.load(Ordering::Relaxed) {
             return None;
         }
-        let mut snapshot = self.snapshot.lock().unwrap_or_else(|p| p.into_inner());
+        let mut snapshot = self.snapshot.locked();
         let generation = self.generation.load(Ordering::Acquire);
         if let Some((at, nodes)) = snapshot.as_ref()
             && *at == generation

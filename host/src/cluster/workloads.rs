@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::surge_record::replicas_as_set;
 use crate::policy::workloads::{ObjectKey, Owners, Workloads};
+use crate::sync::Locked;
 
 /// Objects read at once.
 const READS_AT_ONCE: usize = 8;
@@ -58,7 +59,7 @@ impl std::fmt::Debug for SharedReads {
 impl SharedReads {
     async fn get(&self, client: &Client, key: ObjectKey) -> kube::Result<Option<Value>> {
         let read = {
-            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self.0.locked();
             map.entry(key.clone())
                 .or_insert_with(|| {
                     let (client, key) = (client.clone(), key.clone());
@@ -68,7 +69,7 @@ impl SharedReads {
         };
         let answer = read.clone().await;
         {
-            let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self.0.locked();
             if map.get(&key).is_some_and(|r| r.ptr_eq(&read)) {
                 map.remove(&key);
             }

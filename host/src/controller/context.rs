@@ -17,6 +17,7 @@ use super::node::lease;
 use crate::crd::NodeMaintenance;
 use crate::error::Result;
 use crate::policy::{PolicyStore, Selected};
+use crate::sync::Locked;
 
 /// How often a finished maintenance is looked at again (renewing the node
 /// lease well within its 3600 s).
@@ -161,13 +162,13 @@ pub(super) struct Health {
 impl Health {
     /// The controller's cache of NodeMaintenances, if it runs.
     pub fn store(&self) -> Option<Store<NodeMaintenance>> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.store.locked().clone()
     }
 
     /// A new run of the controller with `store` as its cache (`None`: no
     /// run, a standby's): nothing synced yet, the watch not failing.
     pub(crate) fn start_over(&self, store: Option<Store<NodeMaintenance>>) {
-        *self.store.lock().unwrap_or_else(|p| p.into_inner()) = store;
+        *self.store.locked() = store;
         self.synced.store(false, Ordering::Relaxed);
         self.watch_ok.store(true, Ordering::Relaxed);
     }
@@ -371,11 +372,7 @@ impl Context {
     /// Whether the controller has started (a standby replica waiting for
     /// leadership has not).
     pub fn started(&self) -> bool {
-        self.health
-            .store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        self.health.store.locked().is_some()
     }
 
     /// The controller stopped running in this process (leadership lost,
@@ -407,11 +404,7 @@ impl Context {
         if self.health.watch_ok.load(Ordering::Relaxed) {
             return true;
         }
-        let failed_at = *self
-            .health
-            .watch_failed_at
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let failed_at = *self.health.watch_failed_at.locked();
         failed_at.is_none_or(|at| at.elapsed() > self.settings.watch_failure_window)
     }
 

@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::metrics::ControllerMetrics;
 use super::node::lease::{LeaseRecord, lease_over, read_lease};
 use crate::error::{Error, Result};
+use crate::sync::Locked;
 
 /// The Go operator's leader election ID.
 pub const LOCK_NAME: &str = "135b1886.medik8s.io";
@@ -96,7 +97,7 @@ impl Elector {
     /// Records `record` as seen now, unless it is the one seen before;
     /// returns when the current record was first seen.
     fn observe(&self, record: &LeaseRecord) -> Instant {
-        let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut observed = self.observed.locked();
         match &*observed {
             Some((fingerprint, at)) if *fingerprint == record.fingerprint => *at,
             _ => {

@@ -16,6 +16,7 @@ use crate::crd::NodeMaintenance;
 use crate::crd::is_admitted;
 use crate::error::Result;
 use crate::policy::Selected;
+use crate::sync::Locked;
 
 /// How many of our writes to one maintenance are remembered.
 const OWN_WRITES_KEPT: usize = 64;
@@ -84,35 +85,32 @@ impl Memories {
 
     /// Runs `f` on the memory of `uid`, made empty if there was none.
     fn with<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.0.locked();
         f(all.entry(uid.to_owned()).or_default())
     }
 
     /// Runs `f` on the memory of `uid` if there is one (nothing is made).
     fn existing<T>(&self, uid: &str, f: impl FnOnce(&mut Memory) -> T) -> Option<T> {
-        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.0.locked();
         all.get_mut(uid).map(f)
     }
 
     fn remove(&self, uid: &str) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(uid);
+        self.0.locked().remove(uid);
     }
 
     /// Keeps only the memories of `uids`.
     pub(super) fn retain(&self, uids: &HashSet<String>) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|uid, _| uids.contains(uid));
+        self.0.locked().retain(|uid, _| uids.contains(uid));
     }
 
     /// Forgets every maintenance.
     fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.0.locked().clear();
     }
 
     pub(super) fn len(&self) -> usize {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.0.locked().len()
     }
 }
 

@@ -48,6 +48,7 @@ use kube::{Api, ResourceExt};
 
 use crate::crd::{MaintenancePhase, NodeMaintenance};
 use crate::error::{Error, Result};
+use crate::sync::Locked;
 
 fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Action {
     tracing::error!(error = %err, category = err.category(), "reconcile failed");
@@ -342,7 +343,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
                 seen.fetch_max(newest, Ordering::Relaxed);
             }
             Err(e) => {
-                *ctx.health.watch_failed_at.lock().unwrap_or_else(|p| p.into_inner()) =
+                *ctx.health.watch_failed_at.locked() =
                     Some(std::time::Instant::now());
                 if ctx.health.watch_ok.swap(false, Ordering::Relaxed) {
                     tracing::warn!(error = %watch_error(e), "the NodeMaintenance watch failed; retrying");

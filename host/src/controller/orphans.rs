@@ -23,6 +23,7 @@ use super::node;
 use super::pass::restore;
 use crate::crd::NodeMaintenance;
 use crate::error::{Error, Result};
+use crate::sync::Locked;
 
 /// Where a pass of a maintenance is queued.
 pub(super) type Requeue =
@@ -59,12 +60,7 @@ pub(super) async fn sweep(ctx: &Context, requeue: &Requeue) -> Result<Vec<String
 
 /// Whether the controller's cache holds a maintenance naming `node`.
 fn cache_wants(ctx: &Context, node: &str) -> bool {
-    let store = ctx
-        .health
-        .store
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone();
+    let store = ctx.health.store.locked().clone();
     store.is_some_and(|s| {
         s.state()
             .iter()

@@ -42,6 +42,8 @@ use oci_client::{Client, Reference};
 use super::error::{Error, Result};
 use nmo_policy_runtime::digest::hex_digest;
 
+use crate::sync::Locked;
+
 /// The layer media type of the CNCF Wasm OCI artifact (the one pushed).
 pub(crate) const WASM_LAYER: &str = "application/wasm";
 /// The config media type of the CNCF Wasm OCI artifact.
@@ -204,12 +206,7 @@ impl Registry {
     /// cache (checked again), or pulled and verified. Blocking: it runs
     /// the pull on a thread of its own, so it may be called from anywhere.
     pub fn fetch(&self, pinned: &Pinned) -> Result<Arc<Vec<u8>>> {
-        if let Some(hit) = self
-            .memory
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&pinned.digest)
-        {
+        if let Some(hit) = self.memory.locked().get(&pinned.digest) {
             return Ok(hit.clone());
         }
         let bytes = match self.cached(pinned) {
@@ -224,8 +221,7 @@ impl Registry {
         };
         let bytes = Arc::new(bytes);
         self.memory
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .locked()
             .insert(pinned.digest.clone(), bytes.clone());
         Ok(bytes)
     }

@@ -48,6 +48,8 @@ use nmo_policy_runtime::{Policy, PolicyEngine};
 use super::selector;
 
 use super::access::POLICY_ANNOTATION;
+
+use crate::sync::Locked;
 /// The policy directory's configuration file.
 pub(crate) const CONFIG_FILE: &str = "policies.yaml";
 /// The name of the embedded default policy in a policy set.
@@ -116,7 +118,7 @@ fn load_all(
                         break;
                     };
                     let result = load(name, bytes);
-                    *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+                    *results[i].locked() = Some(result);
                 }
             });
         }
@@ -124,14 +126,9 @@ fn load_all(
     results
         .into_iter()
         .map(|r| {
-            r.into_inner()
-                .unwrap_or_else(|p| p.into_inner())
-                .unwrap_or_else(|| {
-                    Err(
-                        nmo_policy_runtime::Error::Engine("a policy load did not finish".into())
-                            .into(),
-                    )
-                })
+            crate::sync::into_value(r).unwrap_or_else(|| {
+                Err(nmo_policy_runtime::Error::Engine("a policy load did not finish".into()).into())
+            })
         })
         .collect()
 }

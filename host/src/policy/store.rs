@@ -20,6 +20,8 @@ use super::set::{PolicySet, Snapshot};
 use nmo_policy_runtime::PolicyCache;
 use nmo_policy_runtime::{Policy, PolicyEngine};
 
+use crate::sync::{Locked, ReadWrite};
+
 /// The fingerprint of a policy directory that does not exist.
 const ABSENT: &str = "absent";
 
@@ -150,19 +152,12 @@ impl PolicyStore {
 
     /// The set in use now.
     pub fn current(&self) -> Arc<PolicySet> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.current.reading().clone()
     }
 
     /// Why the directory's current content was rejected, if it was.
     pub fn rejected(&self) -> Option<String> {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .rejected
-            .clone()
+        self.status.locked().rejected.clone()
     }
 
     /// The readiness detail: what is in use, and any rejected reload. The
@@ -188,13 +183,7 @@ impl PolicyStore {
         };
         let snap = if src.dir.exists() {
             Snapshot::read(&src.dir)
-        } else if self
-            .status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .last_tried
-            == ABSENT
-        {
+        } else if self.status.locked().last_tried == ABSENT {
             // There was none at start and there is none now: the embedded
             // default stays, nothing was rejected.
             return Reload::Unchanged;
@@ -209,7 +198,7 @@ impl PolicyStore {
             Err(e) => format!("error: {e}"),
         };
         {
-            let status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+            let status = self.status.locked();
             if status.last_tried == fingerprint {
                 return Reload::Unchanged;
             }
@@ -218,7 +207,7 @@ impl PolicyStore {
         let result = snap
             .and_then(|s| s.with_pulled(&src.registry))
             .and_then(|s| PolicySet::load(&src.engine, &s, src.cache.as_ref()));
-        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut status = self.status.locked();
         // A set rejected because a pull failed is tried again at the next
         // poll (the registry may be back); any other rejection waits for
         // the directory to change.
@@ -231,7 +220,7 @@ impl PolicyStore {
         match result {
             Ok(set) => {
                 tracing::info!(dir = %src.dir.display(), set = %set.summary(), "policies reloaded");
-                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(set);
+                *self.current.writing() = Arc::new(set);
                 status.rejected = None;
                 self.count_reload(ReloadResult::Success);
                 Reload::Reloaded

@@ -42,6 +42,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::cluster::covers;
+use crate::sync::Locked;
 
 /// How long an accepted eviction counts against its budget while the
 /// watch has not shown it (the API server writes the budget in the same
@@ -215,7 +216,7 @@ impl std::fmt::Debug for Budgets {
 
 impl Budgets {
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        self.entries.locked()
     }
 
     /// Whether drains are paced by the budgets now.

@@ -28,6 +28,7 @@ use tokio::time::Instant;
 use super::attempt::{Attempt, Note, Removal, Target};
 use super::ledger::now_ms;
 use crate::policy::Notice;
+use crate::sync::Locked;
 
 /// When the host asked (RFC 3339).
 pub(crate) const REQUESTED: &str = "nmo.medik8s.io/eviction-requested";
@@ -181,8 +182,7 @@ pub(in crate::controller) async fn ask(
 fn annotations(state: &Attempt, uid: &str) -> std::collections::BTreeMap<String, String> {
     state
         .annotations
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .locked()
         .get(uid)
         .cloned()
         .unwrap_or_default()

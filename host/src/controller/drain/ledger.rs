@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::policy::{History, Plan, types::PodHistory};
+use crate::sync::Locked;
 
 /// One pod's entry.
 #[derive(Debug, Clone, Copy, Default)]
@@ -32,7 +33,7 @@ impl Ledger {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut HashMap<String, Entry>) -> T) -> T {
-        f(&mut self.0.lock().unwrap_or_else(|p| p.into_inner()))
+        f(&mut self.0.locked())
     }
 
     /// Every pod's history as the policy sees it at `now_ms`.

@@ -42,6 +42,7 @@ use crate::cluster::HOST_MAX_CONCURRENT;
 use crate::crd::PodReference;
 use crate::error::{Error, Result};
 use crate::policy::{Action, Plan, Removal as HowRemoved};
+use crate::sync::Locked;
 
 /// How often at most the drain reports that fewer pods are left (the
 /// status is written at most every 250 ms anyway).
@@ -923,7 +924,7 @@ async fn follow(events: PodEvents, state: Arc<Attempt>) {
                         gone.push(uid);
                         continue;
                     }
-                    let mut watched = state.annotations.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut watched = state.annotations.locked();
                     if let Some(a) = watched.get_mut(&uid)
                         && a != p.annotations()
                     {

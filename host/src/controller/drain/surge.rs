@@ -44,6 +44,7 @@ use tokio::time::Instant;
 use super::attempt::{Attempt, Note, Removal, Target};
 use crate::cluster::surge_record::{Entry, Record, SURGE_ANNOTATION};
 use crate::policy::workloads::{deployment_max_surge, replicas_of};
+use crate::sync::Locked;
 
 /// On an owner while a maintenance surges one of its pods: the
 /// maintenance's name (so its deletion finds them).
@@ -428,7 +429,7 @@ async fn look_at(how: Removal<'_>, desk: &Desk, t: &Target) -> kube::Result<Step
 /// The end of `t`'s surge if another look handed its pod over
 /// ([`adopt`]): the owner removes it.
 fn handed(how: Removal<'_>, desk: &Desk, t: &Target) -> Option<Step> {
-    let owner = lock(&desk.handed).remove(&t.uid)?;
+    let owner = desk.handed.locked().remove(&t.uid)?;
     let _ = how.notes.send(Note::Surged {
         pod: t.reference(),
         owner,
@@ -447,7 +448,7 @@ struct Joining {
 impl Joining {
     fn at(desk: &Arc<Desk>, entry: Entry) -> Joining {
         let uid = entry.uid.clone();
-        lock(&desk.joining).insert(uid.clone(), entry);
+        desk.joining.locked().insert(uid.clone(), entry);
         Joining {
             desk: desk.clone(),
             uid,
@@ -457,13 +458,9 @@ impl Joining {
 
 impl Drop for Joining {
     fn drop(&mut self) {
-        lock(&self.desk.joining).remove(&self.uid);
-        lock(&self.desk.handed).remove(&self.uid);
+        self.desk.joining.locked().remove(&self.uid);
+        self.desk.handed.locked().remove(&self.uid);
     }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A surge whose replacement is Ready and whose budgets allow it to
@@ -495,7 +492,7 @@ async fn hand_over(
     permit: super::budgets::Permit<'_>,
 ) -> kube::Result<Step> {
     let (told, mut answer) = tokio::sync::oneshot::channel();
-    lock(&desk.handing).push(Handing {
+    desk.handing.locked().push(Handing {
         entry: entry(how, t),
         told,
     });
@@ -552,7 +549,7 @@ fn waiting_replacement(t: &Target, owner: &Owner) -> String {
 /// replacements became Ready together leave together, not in as many
 /// rounds as their surges took turns to look.
 async fn lead(how: Removal<'_>, desk: &Desk, namespace: &str) -> kube::Result<()> {
-    let waiting = std::mem::take(&mut *lock(&desk.handing));
+    let waiting = std::mem::take(&mut *desk.handing.locked());
     let read = desk.read(how.client, namespace).await;
     let (mut owner, pods) = match read {
         Ok(read) => read,
@@ -604,7 +601,7 @@ async fn lead(how: Removal<'_>, desk: &Desk, namespace: &str) -> kube::Result<()
     }
     let shown = owner.shown();
     {
-        let mut handed = lock(&desk.handed);
+        let mut handed = desk.handed.locked();
         for (e, permit) in adopted {
             permit.replaced();
             handed.insert(e.uid, shown.clone());
@@ -624,7 +621,7 @@ fn adopt<'a>(
     pods: &[Arc<Pod>],
     waiting: &[Handing],
 ) -> Vec<(Entry, super::budgets::Permit<'a>)> {
-    let here = lock(&desk.joining);
+    let here = desk.joining.locked();
     record
         .surging
         .iter()
@@ -692,7 +689,7 @@ impl Desks {
 
     /// The slot of `key`; the slots of closed desks no one is opening go.
     fn slot(&self, key: (String, String)) -> Slot {
-        let mut map = lock(&self.0);
+        let mut map = self.0.locked();
         map.retain(|_, slot| {
             Arc::strong_count(slot) > 1 || slot.try_lock().map_or(true, |d| d.strong_count() > 0)
         });
@@ -1150,7 +1147,9 @@ fn others_joining(
     let present: Vec<&str> = kept(pods)
         .filter_map(|p| p.metadata.uid.as_deref())
         .collect();
-    let mut others: Vec<Entry> = lock(&desk.joining)
+    let mut others: Vec<Entry> = desk
+        .joining
+        .locked()
         .values()
         .filter(|e| e.uid != t.uid && present.contains(&e.uid.as_str()))
         .filter(|e| record.is_none_or(|r| !r.entries().any(|x| x.uid == e.uid)))
