@@ -103,11 +103,10 @@ async fn fetch(
 }
 
 async fn get(client: &Client, key: ObjectKey) -> kube::Result<Option<Value>> {
-    let resource = match key.kind.as_str() {
-        "ReplicaSet" => ApiResource::erase::<ReplicaSet>(&()),
-        "StatefulSet" => ApiResource::erase::<StatefulSet>(&()),
-        _ => ApiResource::erase::<Deployment>(&()),
+    let Some(kind) = Kind::parse(&key.kind) else {
+        return Ok(None);
     };
+    let resource = kind.resource();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.namespace, &resource);
     let Some(object) = api.get_opt(&key.name).await? else {
         return Ok(None);
@@ -115,4 +114,63 @@ async fn get(client: &Client, key: ObjectKey) -> kube::Result<Option<Value>> {
     let mut value = serde_json::to_value(&object).unwrap_or_default();
     value["kind"] = key.kind.into();
     Ok(Some(value))
+}
+
+/// A workload kind the operator reads or scales.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+}
+
+impl Kind {
+    /// The kind named `kind`, if it is one of these.
+    pub fn parse(kind: &str) -> Option<Kind> {
+        match kind {
+            "Deployment" => Some(Kind::Deployment),
+            "ReplicaSet" => Some(Kind::ReplicaSet),
+            "StatefulSet" => Some(Kind::StatefulSet),
+            _ => None,
+        }
+    }
+
+    /// Its name, as in an object's `kind`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Deployment => "Deployment",
+            Kind::ReplicaSet => "ReplicaSet",
+            Kind::StatefulSet => "StatefulSet",
+        }
+    }
+
+    /// Its API resource (apps/v1).
+    pub fn resource(self) -> ApiResource {
+        match self {
+            Kind::Deployment => ApiResource::erase::<Deployment>(&()),
+            Kind::ReplicaSet => ApiResource::erase::<ReplicaSet>(&()),
+            Kind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+        }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_reads_back_as_its_name_and_resource() {
+        for kind in [Kind::Deployment, Kind::ReplicaSet, Kind::StatefulSet] {
+            assert_eq!(Kind::parse(kind.name()), Some(kind));
+            assert_eq!(kind.resource().kind, kind.name());
+            assert_eq!(kind.resource().api_version, "apps/v1");
+        }
+        assert_eq!(Kind::parse("DaemonSet"), None);
+    }
 }

@@ -31,7 +31,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
@@ -43,6 +42,7 @@ use tokio::time::Instant;
 
 use super::attempt::{Attempt, Note, Removal, Target};
 use crate::cluster::surge_record::{Entry, Record, SURGE_ANNOTATION};
+use crate::cluster::workloads::Kind;
 use crate::policy::workloads::{deployment_max_surge, replicas_of};
 use crate::sync::Locked;
 
@@ -68,7 +68,7 @@ pub(in crate::controller) enum Surged {
 #[derive(Clone)]
 struct Owner {
     api: Api<DynamicObject>,
-    kind: &'static str,
+    kind: Kind,
     object: DynamicObject,
     /// This look wrote the owner (or a pod of it): the desk's read is
     /// stale.
@@ -76,21 +76,22 @@ struct Owner {
 }
 
 impl Owner {
+    /// Owner `object`, of `kind`, in `namespace`.
+    fn of(client: &Client, namespace: &str, kind: Kind, object: DynamicObject) -> Owner {
+        Owner {
+            api: Api::namespaced_with(client.clone(), namespace, &kind.resource()),
+            kind,
+            object,
+            wrote: false,
+        }
+    }
+
     fn shown(&self) -> String {
         format!("{}/{}", self.kind, self.object.name_any())
     }
 
     fn replicas(&self) -> i64 {
         replicas_of(&self.object.data)
-    }
-
-    /// The API resource of the owner's kind.
-    fn resource(&self) -> ApiResource {
-        if self.kind == "Deployment" {
-            ApiResource::erase::<Deployment>(&())
-        } else {
-            ApiResource::erase::<ReplicaSet>(&())
-        }
     }
 
     /// The surge record on the owner, if it is one the host could have
@@ -108,7 +109,7 @@ impl Owner {
 
     /// Why the owner's rules allow no extra pod, if they do not.
     fn refuses_surge(&self) -> Option<String> {
-        refusal(self.kind, &self.object.data, &self.shown())
+        refusal(self.kind.name(), &self.object.data, &self.shown())
     }
 
     /// How many pods of the owner may surge at once: a Deployment's
@@ -116,7 +117,7 @@ impl Owner {
     /// (`replicas`), as its own rollouts resolve it; one for a bare
     /// ReplicaSet, which has no strategy.
     fn max_surge(&self, replicas: i64) -> usize {
-        if self.kind != "Deployment" {
+        if self.kind != Kind::Deployment {
             return 1;
         }
         usize::try_from(deployment_max_surge(&self.object.data, replicas)).unwrap_or(0)
@@ -125,7 +126,7 @@ impl Owner {
     /// A Deployment whose controller has not caught up, or that is rolling
     /// out: its ReplicaSets are about to change.
     fn settling(&self) -> bool {
-        if self.kind != "Deployment" {
+        if self.kind != Kind::Deployment {
             return false;
         }
         let d = &self.object.data;
@@ -233,13 +234,6 @@ fn surge_label(record: Option<&Record>) -> Option<String> {
         .map(|e| e.maintenance.clone())
 }
 
-fn dynamic_api<K>(client: &Client, namespace: &str) -> Api<DynamicObject>
-where
-    K: kube::Resource<DynamicType = ()>,
-{
-    Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<K>(&()))
-}
-
 /// Why an owner of `kind` with `data` (its object, as JSON) allows no
 /// extra pod, if it does not; `shown` names it.
 fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
@@ -266,31 +260,22 @@ fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
 /// The owner whose replicas to raise for a pod of the ReplicaSet `rs`:
 /// its Deployment, or the ReplicaSet itself.
 async fn owner(client: &Client, namespace: &str, rs: &str) -> kube::Result<Owner> {
-    let rs_api = dynamic_api::<ReplicaSet>(client, namespace);
-    let set = rs_api.get(rs).await?;
+    let read = |kind: Kind| {
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &kind.resource())
+    };
+    let set = read(Kind::ReplicaSet).get(rs).await?;
     let deployment = set
         .owner_references()
         .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "Deployment")
+        .find(|o| o.controller == Some(true) && o.kind == Kind::Deployment.name())
         .map(|o| o.name.clone());
-    match deployment {
+    Ok(match deployment {
         Some(name) => {
-            let api = dynamic_api::<Deployment>(client, namespace);
-            let object = api.get(&name).await?;
-            Ok(Owner {
-                api,
-                kind: "Deployment",
-                object,
-                wrote: false,
-            })
+            let object = read(Kind::Deployment).get(&name).await?;
+            Owner::of(client, namespace, Kind::Deployment, object)
         }
-        None => Ok(Owner {
-            api: rs_api,
-            kind: "ReplicaSet",
-            object: set,
-            wrote: false,
-        }),
-    }
+        None => Owner::of(client, namespace, Kind::ReplicaSet, set),
+    })
 }
 
 /// The owner's pods (by its selector), as one look sees them.
@@ -739,7 +724,7 @@ impl Desk {
         let Some(selector) = owner.selector() else {
             return Desk::of(owner, None, None, None);
         };
-        let (view, owner_writer, pods_writer) = View::new(owner.resource());
+        let (view, owner_writer, pods_writer) = View::new(owner.kind.resource());
         let view = Arc::new(view);
         let config = || watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS);
         let by_name = config().fields(&format!("metadata.name={}", owner.object.name_any()));
@@ -1338,28 +1323,15 @@ async fn maintenance_alive(client: &Client, name: &str) -> kube::Result<bool> {
 /// someone else set meanwhile.
 pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
     let mut undone = 0;
-    for resource in [
-        ApiResource::erase::<Deployment>(&()),
-        ApiResource::erase::<ReplicaSet>(&()),
-    ] {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let kind = if resource.kind == "Deployment" {
-            "Deployment"
-        } else {
-            "ReplicaSet"
-        };
+    for kind in [Kind::Deployment, Kind::ReplicaSet] {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
         for object in api
             .list(&ListParams::default().labels(SURGE_LABEL))
             .await?
             .items
         {
             let ns = object.namespace().unwrap_or_default();
-            let mut owner = Owner {
-                api: Api::namespaced_with(client.clone(), &ns, &resource),
-                kind,
-                object,
-                wrote: false,
-            };
+            let mut owner = Owner::of(client, &ns, kind, object);
             let Some(mut r) = owner.record() else {
                 continue;
             };
