@@ -40,7 +40,7 @@ pub(crate) async fn start(real: &[&str], image: PathBuf) -> ControlPlane {
 }
 
 /// [`start`] with several images imported.
-async fn start_with(real: &[&str], images: Vec<PathBuf>) -> ControlPlane {
+pub(crate) async fn start_with(real: &[&str], images: Vec<PathBuf>) -> ControlPlane {
     let cp = ControlPlane::start(Options {
         nodes: vec![NodeSpec::new(KWOK).max_pods(1100)],
         real_nodes: real.iter().map(|n| n.to_string()).collect(),

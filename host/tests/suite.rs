@@ -23,6 +23,7 @@ mod leader;
 mod migration;
 mod oci;
 mod olm;
+mod olm_install;
 mod operator;
 mod orphans;
 mod plan;

@@ -18,7 +18,7 @@ root="${NMO_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nmo-control-pla
 key="$(cd "$here" && cat versions.env build.sh $(find . -name '*.go' -o -name '*.yaml' | sort) | sha256sum | cut -c1-16)"
 dir="$root/$key"
 bin="$dir/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-e2e node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane olm catalog opm olm-crds.yaml)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-e2e node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane olm catalog cpb opm olm-crds.yaml)
 
 complete() {
   for b in "${want[@]}"; do [[ -s "$bin/$b" ]] || return 1; done
@@ -220,9 +220,10 @@ wrapped_main "the Distribution registry" registry \
 wrapped_main crane crane "github.com/google/go-containerregistry/cmd/crane@$GO_CONTAINERREGISTRY_VERSION" \
   github.com/google/go-containerregistry/cmd/crane ""
 
-# OLM's olm and catalog operators and opm, from one wrapper module (their
-# image code built with the pure-Go OpenPGP, as CGO is off); OLM's CRDs as
-# its release ships them.
+# OLM's olm and catalog operators, its cpb (what its bundle unpack Job runs
+# in the bundle's image) and opm, from one wrapper module (their image code
+# built with the pure-Go OpenPGP, as CGO is off); OLM's CRDs as its release
+# ships them.
 o="$dir.tmp/src/olm"
 mkdir -p "$o"
 printf 'module nmo.invalid/control-plane/olm\n\ngo 1.26.0\n' >"$o/go.mod"
@@ -234,7 +235,7 @@ step "OLM and opm: resolving modules"
 step "OLM and opm: building"
 (cd "$o" && go build -trimpath -tags containers_image_openpgp \
   -ldflags "$ld -X $olm_pkg/pkg/version.OLMVersion=${OLM_VERSION#v} -X $opm_pkg/cmd/opm/version.opmVersion=$OPERATOR_REGISTRY_VERSION" \
-  -o "$out/" "$olm_pkg/cmd/olm" "$olm_pkg/cmd/catalog" "$opm_pkg/cmd/opm")
+  -o "$out/" "$olm_pkg/cmd/olm" "$olm_pkg/cmd/catalog" "$olm_pkg/util/cpb" "$opm_pkg/cmd/opm")
 for f in "$(go env GOMODCACHE)/$olm_pkg@$OLM_VERSION"/deploy/chart/crds/*.yaml; do
   cat "$f"
   echo "---"

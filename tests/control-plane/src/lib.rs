@@ -18,6 +18,7 @@
 
 mod binaries;
 mod node;
+mod olm;
 mod pki;
 mod ports;
 mod process;
@@ -36,7 +37,9 @@ use serde_json::json;
 pub use binaries::{Binaries, versions};
 pub use node::{
     APISERVER_ADDRESS, CLUSTER_CIDR, SERVICE_RANGE, isolated, node_address, scratch_image,
+    scratch_image_with,
 };
+pub use olm::{OLM_NAMESPACE, OLM_OPM_IMAGE, OLM_UTIL_IMAGE, olm_images};
 pub use pki::TokenUser;
 pub use ports::free_port;
 use process::Process;
@@ -187,8 +190,6 @@ const SCHEDULER: &str = "system:kube-scheduler";
 const KWOK: &str = "kwok";
 const KUBELET: &str = "kubelet";
 const KUBE_PROXY: &str = "system:kube-proxy";
-/// OLM's own namespace (its global catalogs).
-pub const OLM_NAMESPACE: &str = "olm";
 
 impl ControlPlane {
     /// Builds what is missing (with a line saying so), starts etcd, the API
@@ -519,80 +520,6 @@ impl ControlPlane {
             self.processes.push(p);
         }
         Ok(())
-    }
-
-    /// Starts the Operator Lifecycle Manager (OLM v0) as its release runs
-    /// it, one process per operator: its CRDs, its `olm` namespace, the olm
-    /// operator (ClusterServiceVersions, OperatorGroups, an install
-    /// strategy's Deployment and RBAC, a webhook's certificate and
-    /// registration) and the catalog operator (CatalogSources,
-    /// Subscriptions, InstallPlans). No ClusterOperator status (that is
-    /// OpenShift's). Both serve their health on :8080 as in their pods, so
-    /// they belong in a test's own network namespace ([`isolated`]): the
-    /// second's health server finds the port taken and says so in its log,
-    /// which does not stop it.
-    pub async fn start_olm(&mut self) -> Result<(), ControlPlaneError> {
-        let path = self.bin.path("olm-crds.yaml");
-        let crds = std::fs::read_to_string(&path).map_err(|e| ControlPlaneError::io(&path, e))?;
-        self.apply(&crds).await?;
-        self.kubectl(&["create", "namespace", OLM_NAMESPACE], None)
-            .await?;
-        let kc = self.kubeconfig_path();
-        let olm = Process::spawn_with_env(
-            "olm",
-            &self.bin.path("olm"),
-            &[
-                format!("--namespace={OLM_NAMESPACE}"),
-                "--writeStatusName=".to_owned(),
-                "--writePackageServerStatusName=".to_owned(),
-            ],
-            &[("KUBECONFIG", &kc)],
-            self.dir.path(),
-        )?;
-        self.processes.push(olm);
-        let catalog = Process::spawn(
-            "catalog",
-            &self.bin.path("catalog"),
-            &[
-                format!("--kubeconfig={}", kc.display()),
-                format!("--namespace={OLM_NAMESPACE}"),
-                "--writeStatusName=".to_owned(),
-            ],
-            self.dir.path(),
-        )?;
-        self.processes.push(catalog);
-        Ok(())
-    }
-
-    /// Serves the file-based catalog in folder `configs` with
-    /// operator-registry's `opm serve` (its gRPC registry API, what a
-    /// catalog image runs), and returns its address for a CatalogSource's
-    /// `spec.address`. It listens on every address of the network
-    /// namespace (opm takes a port only): run it in [`isolated`].
-    pub async fn serve_catalog(&mut self, configs: &Path) -> Result<String, ControlPlaneError> {
-        let dir = self.dir.path().to_owned();
-        let ports = self
-            .spawn_listening("opm", 2, |p| {
-                vec![
-                    "serve".to_owned(),
-                    configs.display().to_string(),
-                    format!("--port={}", p[0]),
-                    format!("--pprof-addr=127.0.0.1:{}", p[1]),
-                    // Its cache in the control plane's folder, built at
-                    // start (there is none made beforehand to check).
-                    format!(
-                        "--cache-dir={}",
-                        dir.join(format!("opm-cache-{}", p[0])).display()
-                    ),
-                    "--cache-enforce-integrity=false".to_owned(),
-                    format!(
-                        "--termination-log={}",
-                        dir.join("opm.termination").display()
-                    ),
-                ]
-            })
-            .await?;
-        Ok(format!("127.0.0.1:{}", ports[0]))
     }
 
     /// Sends the API server's connections to Service `namespace/name`'s

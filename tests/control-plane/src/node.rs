@@ -219,6 +219,26 @@ fn on_path(tool: &str) -> bool {
 }
 
 impl RealNodes {
+    /// Lets every node's containerd pull from the plain-HTTP registry at
+    /// `host` (`127.0.0.1:PORT`, a test's own, in its network namespace):
+    /// its `hosts.toml`, which containerd reads at each pull.
+    pub(crate) fn trust_registry(&self, host: &str) -> Result<(), ControlPlaneError> {
+        for n in &self.nodes {
+            let dir = n.base.join("containerd/certs.d").join(host);
+            std::fs::create_dir_all(&dir).map_err(|e| ControlPlaneError::io(&dir, e))?;
+            let file = dir.join("hosts.toml");
+            std::fs::write(
+                &file,
+                format!(
+                    "server = \"http://{host}\"\n\n[host.\"http://{host}\"]\n  \
+                     capabilities = [\"pull\", \"resolve\"]\n"
+                ),
+            )
+            .map_err(|e| ControlPlaneError::io(&file, e))?;
+        }
+        Ok(())
+    }
+
     /// Starts containerd and a kubelet for each of `names`, then
     /// kube-proxy. The caller waits for the nodes to be Ready.
     pub(crate) async fn start(
@@ -355,17 +375,32 @@ pub fn scratch_image(
     path: &str,
     user: &str,
 ) -> Result<(), ControlPlaneError> {
+    scratch_image_with(binary, out, name, path, user, &[])
+}
+
+/// [`scratch_image`] with more files in it: each `(file, at)` copied in,
+/// executable.
+pub fn scratch_image_with(
+    binary: &Path,
+    out: &Path,
+    name: &str,
+    path: &str,
+    user: &str,
+    files: &[(&Path, &str)],
+) -> Result<(), ControlPlaneError> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/scratch-image.sh");
+    let mut args = vec![
+        script.display().to_string(),
+        binary.display().to_string(),
+        out.display().to_string(),
+        name.to_owned(),
+        path.to_owned(),
+        user.to_owned(),
+    ];
+    args.extend(files.iter().map(|(f, at)| format!("{}:{at}", f.display())));
     run(
         "bash",
-        &[
-            &script.display().to_string(),
-            &binary.display().to_string(),
-            &out.display().to_string(),
-            name,
-            path,
-            user,
-        ],
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
         "bash",
     )?;
     Ok(())
@@ -455,6 +490,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_BIN}"
     conf_dir = "{b}/cni"
+  # Registries the node pulls from: a folder per host, read at each pull
+  # (RealNodes::trust_registry writes one for a test's own registry).
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{b}/containerd/certs.d"
 "#,
             sock = socket.display()
         ),
