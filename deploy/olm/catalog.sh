@@ -11,7 +11,7 @@
 # bundle, its manifests inline (so OLM needs no bundle image to unpack).
 # Serve it with `opm serve OUT` or a catalog image (`opm generate
 # dockerfile OUT`), and point a CatalogSource at it: docs/install.md.
-# host/tests/olm.rs runs this script and installs what it makes through a
+# host/tests/olm_install.rs runs this script and installs what it makes through a
 # real OLM.
 set -euo pipefail
 if [[ $# -lt 1 || $# -gt 2 ]]; then
