@@ -32,25 +32,20 @@ pub fn olm_images(bin: &Binaries, dir: &Path) -> Result<Vec<PathBuf>, ControlPla
              (apt-get install busybox-static)"
         )));
     }
-    let util = dir.join("olm-util.tar");
-    scratch_image_with(
-        &bin.path("cpb"),
-        &util,
-        OLM_UTIL_IMAGE,
-        "/bin/cpb",
-        "65532:65532",
-        &[(Path::new(BUSYBOX), "/bin/cp")],
-    )?;
-    let opm = dir.join("olm-opm.tar");
-    scratch_image_with(
-        &bin.path("opm"),
-        &opm,
-        OLM_OPM_IMAGE,
-        "/bin/opm",
-        "65532:65532",
-        &[],
-    )?;
-    Ok(vec![util, opm])
+    let busybox: &[(&Path, &str)] = &[(Path::new(BUSYBOX), "/bin/cp")];
+    // (archive, binary of the build, image, the binary's path, more files)
+    let images = [
+        ("olm-util.tar", "cpb", OLM_UTIL_IMAGE, "/bin/cpb", busybox),
+        ("olm-opm.tar", "opm", OLM_OPM_IMAGE, "/bin/opm", &[]),
+    ];
+    images
+        .into_iter()
+        .map(|(archive, binary, name, at, files)| {
+            let out = dir.join(archive);
+            scratch_image_with(&bin.path(binary), &out, name, at, "65532:65532", files)?;
+            Ok(out)
+        })
+        .collect()
 }
 
 impl ControlPlane {
