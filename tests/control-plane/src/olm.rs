@@ -56,11 +56,12 @@ impl ControlPlane {
     /// registration) and the catalog operator (CatalogSources,
     /// Subscriptions, InstallPlans; a bundle referenced by image unpacked
     /// by a Job with [`OLM_UTIL_IMAGE`] and [`OLM_OPM_IMAGE`], which
-    /// [`olm_images`] makes for [`Options::images`](crate::Options::images)). No ClusterOperator status (that is
-    /// OpenShift's). Both serve their health on :8080 as in their pods, so
-    /// they belong in a test's own network namespace ([`isolated`]): the
-    /// second's health server finds the port taken and says so in its log,
-    /// which does not stop it.
+    /// [`olm_images`] makes for
+    /// [`Options::images`](crate::Options::images)). No ClusterOperator
+    /// status (that is OpenShift's). Both serve their health on :8080 as in
+    /// their pods, so they belong in a test's own network namespace
+    /// ([`isolated`](crate::isolated)): the second's health server finds the port taken and
+    /// says so in its log, which does not stop it.
     pub async fn start_olm(&mut self) -> Result<(), ControlPlaneError> {
         let path = self.bin.path("olm-crds.yaml");
         let crds = std::fs::read_to_string(&path).map_err(|e| ControlPlaneError::io(&path, e))?;
@@ -100,7 +101,7 @@ impl ControlPlane {
     /// operator-registry's `opm serve` (its gRPC registry API, what a
     /// catalog image runs), and returns its address for a CatalogSource's
     /// `spec.address`. It listens on every address of the network
-    /// namespace (opm takes a port only): run it in [`isolated`].
+    /// namespace (opm takes a port only): run it in [`isolated`](crate::isolated).
     pub async fn serve_catalog(&mut self, configs: &Path) -> Result<String, ControlPlaneError> {
         let dir = self.dir.path().to_owned();
         let ports = self
