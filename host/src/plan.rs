@@ -280,7 +280,7 @@ async fn plan_in(
         None => set.select_for(&nm, Some(node.labels()))?,
     };
     let source = origin.of(&selected.name);
-    let plan = decide(client, &selected, &nm, &node, &pods).await?;
+    let (plan, unread) = decide(client, &selected, &nm, &node, &pods).await?;
     let budgets = budgets(client, &pods).await?;
     let admission = admission(client, &selected, &nm).await?;
     let mut report = report(
@@ -292,6 +292,7 @@ async fn plan_in(
         &pods,
         &budgets,
     );
+    no_workload(&mut report, &plan, &pods, &unread);
     report.admission = admission;
     Ok(report)
 }
@@ -401,29 +402,52 @@ async fn load_set(
     }
 }
 
+/// Says, in the detail of each pod whose owner reference cannot be read,
+/// that the policy decided it without a workload, and why.
+fn no_workload(
+    report: &mut Report,
+    plan: &policy::Plan,
+    pods: &[Pod],
+    unread: &[policy::workloads::Unread],
+) {
+    for (step, pod_plan) in plan.steps.iter().zip(report.pods.iter_mut()) {
+        let uid = pods[step.pod].metadata.uid.as_deref().unwrap_or_default();
+        if let Some(u) = unread.iter().find(|u| u.uid == uid) {
+            let said = format!("no workload for the policy: {}", u.why);
+            pod_plan.detail = Some(match pod_plan.detail.take() {
+                Some(d) => format!("{d}; {said}"),
+                None => said,
+            });
+        }
+    }
+}
+
 /// The policy's plan, on the blocking pool, as the operator asks for it
-/// (with the pods' workloads read, for a policy that reads them).
+/// (with the pods' workloads read, for a policy that reads them), and the
+/// pods whose owner could not be read.
 async fn decide(
     client: &Client,
     selected: &Selected,
     nm: &NodeMaintenance,
     node: &Node,
     pods: &[Pod],
-) -> Result<policy::Plan> {
+) -> Result<(policy::Plan, Vec<policy::workloads::Unread>)> {
     let workloads = if selected.policy.reads_workloads() {
-        crate::cluster::workloads::read(client, &Default::default(), pods)
+        crate::cluster::workloads::read(client, &Default::default(), &Default::default(), pods)
             .await
             .map_err(Error::kube("reading the pods' workloads"))?
     } else {
         policy::Workloads::default()
     };
+    let unread = workloads.unread().to_vec();
     let record = policy::convert::maintenance(nm, 1, Timestamp::now());
     let (p, node, pods) = (selected.policy.clone(), node.clone(), pods.into());
-    policy::decide(policy::Decision::PlanDrain, move || {
+    let plan = policy::decide(policy::Decision::PlanDrain, move || {
         p.plan_drain_shared(&record, node, pods, policy::History::default(), workloads)
     })
     .await
-    .map_err(Error::from)
+    .map_err(Error::from)?;
+    Ok((plan, unread))
 }
 
 /// The PodDisruptionBudgets of the namespaces the pods are in.

@@ -116,3 +116,104 @@ fn only_the_cli_uses_the_authors_tools() {
     }
     assert!(offenders.is_empty(), "{offenders:#?}");
 }
+
+/// The function around byte `at` of `text`: the name of the last `fn`
+/// declared before it, and its signature (to the opening brace).
+fn enclosing_fn(text: &str, at: usize) -> (String, String) {
+    let start = text[..at].rfind("fn ").expect("inside a function");
+    let signature = &text[start..start + text[start..].find('{').unwrap_or(0)];
+    let name = signature[3..]
+        .split(|c: char| c == '(' || c == '<')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    (name, signature.to_owned())
+}
+
+/// One gate for every removal (docs/drain-actions.md): every request that
+/// takes a pod off a node (an eviction, a deletion, the lowest deletion
+/// cost a surge's hand-over gives the pod its owner then removes) is sent
+/// from one of the functions below, each reached only with the pod's
+/// budgets' permit (`Removal::budget_permit` / `Budgets::try_permit`, a
+/// `Via` saying how the budgets are asked). A new way to remove a pod
+/// fails here until it is added with its gate.
+#[test]
+fn every_pod_removal_passes_the_budgets_gate() {
+    // (file, function): how its permit is had.
+    let gated: [(&str, &str, &str); 3] = [
+        (
+            "controller/drain/mod.rs",
+            "send_eviction",
+            "budget_permit(Via::Eviction",
+        ),
+        (
+            "controller/drain/mod.rs",
+            "send_delete",
+            "budget_permit(Via::Forced",
+        ),
+        // The hand-over's last step: called by `lead`, which claims only
+        // pods whose surges hold a `Via::HandOver` permit (their own, or
+        // one `adopt` took), and by `look` for pods a round claimed so
+        // before a restart.
+        ("controller/drain/surge.rs", "finish", ""),
+    ];
+    let src = root().join("host/src");
+    // Anywhere: an eviction, the hand-over's deletion cost; in the drain,
+    // any deletion (what the operator deletes elsewhere is its own:
+    // leases, the maintenances in the CLI).
+    let removal_calls = |file: &str| {
+        let mut calls = vec![".evict(", "{DELETION_COST: "];
+        if file.starts_with("controller/drain/") {
+            calls.push(".delete(");
+        }
+        calls
+    };
+    let mut found: Vec<(String, String)> = Vec::new();
+    for (path, text) in sources(&src) {
+        let file = path
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        for call in removal_calls(&file) {
+            for (at, _) in text.match_indices(call) {
+                let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+                if text[line_start..at].trim_start().starts_with("//") {
+                    continue;
+                }
+                let (name, _) = enclosing_fn(&text, at);
+                found.push((file.clone(), name));
+            }
+        }
+    }
+    found.sort();
+    found.dedup();
+    let mut want: Vec<(String, String)> = gated
+        .iter()
+        .map(|(f, n, _)| ((*f).to_owned(), (*n).to_owned()))
+        .collect();
+    want.sort();
+    assert_eq!(
+        found, want,
+        "a pod is removed from a function outside the gate's list"
+    );
+    for (file, name, gate) in gated.iter().filter(|(_, _, g)| !g.is_empty()) {
+        let text = std::fs::read_to_string(src.join(file)).unwrap();
+        let start = text.find(&format!("fn {name}")).unwrap();
+        let body = &text[start..start + text[start..].find("\n}\n").unwrap()];
+        assert!(
+            body.contains(gate),
+            "{file} {name} takes no permit ({gate})"
+        );
+    }
+    let surge = std::fs::read_to_string(src.join("controller/drain/surge.rs")).unwrap();
+    for taker in ["fn look_at", "fn adopt"] {
+        let start = surge.find(taker).unwrap();
+        let body = &surge[start..start + surge[start..].find("\n}\n").unwrap()];
+        assert!(
+            body.contains("Via::HandOver"),
+            "{taker} hands over without a HandOver permit"
+        );
+    }
+}

@@ -6,6 +6,16 @@
 //! the API; the scenario harness reads its `workloads:` objects): both
 //! hand the objects, as JSON, to [`Owners`], which resolves each pod to its
 //! [`Workload`] the same way.
+//!
+//! Everything here comes from objects a tenant may write (a pod's owner
+//! references, its owner's numbers), so this is the one bounded reader of
+//! them: an owner reference is followed only when a request for it can be
+//! made ([`readable_controller`]: `apps/v1`, a name the API server could
+//! hold); every number is clamped as Kubernetes clamps it (replicas to an
+//! int32 of at least 0, a Deployment's `maxUnavailable` to its replicas, a
+//! StatefulSet's to at least 1); a pod whose owner cannot be read has no
+//! workload, and why is kept ([`Workloads::unread`]), never a failed plan
+//! for the node.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,14 +37,33 @@ pub struct ObjectKey {
     pub name: String,
 }
 
-/// Each pod's workload, by pod uid, for one decision.
+/// Each pod's workload, by pod uid, for one decision; and the pods whose
+/// owner could not be read, with why (they have none).
 #[derive(Clone, Debug, Default)]
-pub struct Workloads(Arc<HashMap<String, Workload>>);
+pub struct Workloads {
+    by_uid: Arc<HashMap<String, Workload>>,
+    unread: Arc<Vec<Unread>>,
+}
+
+/// A pod whose owner reference cannot be followed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unread {
+    pub uid: String,
+    /// `namespace/name` (a name past 64 characters shortened).
+    pub pod: String,
+    pub why: String,
+}
 
 impl Workloads {
     /// The workload of the pod with `uid`, if it has one.
     pub fn of(&self, uid: &str) -> Option<&Workload> {
-        self.0.get(uid)
+        self.by_uid.get(uid)
+    }
+
+    /// The pods whose owner could not be read, and why: they have no
+    /// workload.
+    pub fn unread(&self) -> &[Unread] {
+        &self.unread
     }
 }
 
@@ -53,6 +82,68 @@ fn controller(
         .find(|o| o.controller == Some(true))
 }
 
+/// Why the pod's controller reference cannot be followed, if it cannot:
+/// an owner this reader would read (a ReplicaSet or StatefulSet) named
+/// with an apiVersion other than `apps/v1`, or with a name no object of
+/// the API server can have (empty, past 253 characters, or not a DNS
+/// subdomain). The API server and its garbage collector accept such
+/// references on a pod; a request built from them fails, so they are
+/// never sent.
+pub fn unreadable_controller(pod: &Pod) -> Option<String> {
+    let c = controller(pod)?;
+    if !READ_KINDS[..2].contains(&c.kind.as_str()) {
+        return None;
+    }
+    if c.api_version != "apps/v1" {
+        return Some(format!(
+            "its controller {} {:?} names apiVersion {:?}, not apps/v1",
+            c.kind,
+            shortened(&c.name),
+            shortened(&c.api_version)
+        ));
+    }
+    (!is_dns_subdomain(&c.name)).then(|| {
+        format!(
+            "its controller {} {:?} has a name no object can have",
+            c.kind,
+            shortened(&c.name)
+        )
+    })
+}
+
+/// The pod's controller when it is one to read: see
+/// [`unreadable_controller`].
+fn readable_controller(
+    pod: &Pod,
+) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    controller(pod).filter(|_| unreadable_controller(pod).is_none())
+}
+
+/// At most 64 characters of `s`, for a message (a name may be 70,000).
+fn shortened(s: &str) -> String {
+    match s.char_indices().nth(64) {
+        Some((at, _)) => format!("{}...", &s[..at]),
+        None => s.to_owned(),
+    }
+}
+
+/// A DNS subdomain as Kubernetes validates object names (RFC 1123: at
+/// most 253 characters of lowercase letters, digits, '-' and '.', each
+/// dot-separated part starting and ending with a letter or digit; no
+/// limit on a part's length, as `IsDNS1123Subdomain`).
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+}
+
 fn namespace_of(pod: &Pod) -> String {
     pod.metadata
         .namespace
@@ -60,13 +151,19 @@ fn namespace_of(pod: &Pod) -> String {
         .unwrap_or_else(|| "default".to_owned())
 }
 
-/// The controller (kind, name) of an object given as JSON.
+/// The controller (kind, name) of an object given as JSON, when it is one
+/// a request can be made for (`apps/v1`, a name an object can have; see
+/// [`unreadable_controller`]): a ReplicaSet's owner reference is written
+/// by whoever may write the ReplicaSet.
 fn controller_of(object: &Value) -> Option<(&str, &str)> {
     let refs = object["metadata"]["ownerReferences"].as_array()?;
     let o = refs
         .iter()
         .find(|o| o["controller"].as_bool() == Some(true))?;
-    Some((o["kind"].as_str()?, o["name"].as_str()?))
+    let name = o["name"].as_str()?;
+    let api_version = o["apiVersion"].as_str();
+    (api_version.is_none_or(|v| v == "apps/v1") && is_dns_subdomain(name))
+        .then_some((o["kind"].as_str()?, name))
 }
 
 impl Owners {
@@ -107,7 +204,7 @@ impl Owners {
         let mut keys: Vec<ObjectKey> = pods
             .iter()
             .filter_map(|p| {
-                let c = controller(p)?;
+                let c = readable_controller(p)?;
                 READ_KINDS[..2]
                     .contains(&c.kind.as_str())
                     .then(|| ObjectKey {
@@ -154,7 +251,20 @@ impl Owners {
     /// ReplicaSet; kind and name only when the object was not read.
     pub fn resolve(&self, pods: &[Pod]) -> Workloads {
         let mut by_uid = HashMap::new();
+        let mut unread = Vec::new();
         for pod in pods {
+            if let Some(why) = unreadable_controller(pod) {
+                unread.push(Unread {
+                    uid: pod.metadata.uid.clone().unwrap_or_default(),
+                    pod: format!(
+                        "{}/{}",
+                        namespace_of(pod),
+                        shortened(pod.metadata.name.as_deref().unwrap_or_default())
+                    ),
+                    why,
+                });
+                continue;
+            }
             let (Some(uid), Some(c)) = (pod.metadata.uid.as_ref(), controller(pod)) else {
                 continue;
             };
@@ -169,14 +279,17 @@ impl Owners {
             }
             by_uid.insert(uid.clone(), workload(top.0, top.1, top.2));
         }
-        Workloads(Arc::new(by_uid))
+        Workloads {
+            by_uid: Arc::new(by_uid),
+            unread: Arc::new(unread),
+        }
     }
 }
 
 /// A workload of `kind` and `name`, with the numbers of its object when
 /// it was read.
 fn workload(kind: &str, name: &str, object: Option<&Value>) -> Workload {
-    let number = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+    let number = |n: i64| u32::try_from(int32(n)).unwrap_or(0);
     let counted = object.filter(|_| READ_KINDS.contains(&kind));
     let replicas = counted.map(replicas_of);
     let (max_surge, max_unavailable) = match (kind, counted, replicas) {
@@ -191,16 +304,28 @@ fn workload(kind: &str, name: &str, object: Option<&Value>) -> Workload {
         kind: kind.to_owned(),
         name: name.to_owned(),
         replicas: replicas.map(number),
-        ready_replicas: counted.map(|o| number(o["status"]["readyReplicas"].as_i64().unwrap_or(0))),
+        ready_replicas: counted.map(|o| number(count(&o["status"]["readyReplicas"], 0))),
         max_surge: max_surge.map(number),
         max_unavailable: max_unavailable.map(number),
     }
 }
 
 /// An owner's `spec.replicas` (its object, as JSON); unset is 1, the
-/// API's default.
+/// API's default; clamped to an int32 of at least 0 (what the API server
+/// holds; anything else was not written through it).
 pub fn replicas_of(data: &Value) -> i64 {
-    data["spec"]["replicas"].as_i64().unwrap_or(1)
+    count(&data["spec"]["replicas"], 1)
+}
+
+/// A count read from an object: `default` when unset or not a whole
+/// number, clamped to `0..=i32::MAX`.
+fn count(v: &Value, default: i64) -> i64 {
+    int32(v.as_i64().unwrap_or(default))
+}
+
+/// `n` clamped to `0..=i32::MAX`, the range of a Kubernetes count.
+fn int32(n: i64) -> i64 {
+    n.clamp(0, i64::from(i32::MAX))
 }
 
 /// An intstr (a number, or a percentage of `replicas` rounded up or
@@ -215,16 +340,17 @@ fn int_or_percent(v: &Value, replicas: i64, round_up: bool, default: &str) -> i6
         }
     };
     let text = match v {
-        Value::Number(n) => return n.as_i64().unwrap_or(0),
+        Value::Number(n) => return int32(n.as_i64().unwrap_or(0)),
         Value::String(s) => s.as_str(),
         _ => default,
     };
-    match text.strip_suffix('%').map(str::parse::<i64>) {
+    let n = match text.strip_suffix('%').map(str::parse::<i64>) {
         Some(Ok(pct)) => percent(pct),
         _ => text
             .parse()
             .unwrap_or_else(|_| percent(default.trim_end_matches('%').parse().unwrap_or(25))),
-    }
+    };
+    int32(n)
 }
 
 fn recreate(d: &Value) -> bool {
@@ -239,18 +365,27 @@ pub fn deployment_max_surge(d: &Value, replicas: i64) -> i64 {
         return 0;
     }
     let v = &d["spec"]["strategy"]["rollingUpdate"]["maxSurge"];
-    int_or_percent(v, replicas, true, "25%")
+    int_or_percent(v, int32(replicas), true, "25%")
 }
 
-/// A Deployment's `maxUnavailable` resolved against `replicas`: a
-/// percentage rounded down, 25 % when unset; 0 for Recreate (which takes
-/// every pod down at once: no rolling bound to give).
+/// A Deployment's `maxUnavailable` resolved against `replicas` as the
+/// Deployment controller resolves it (`MaxUnavailable`): a percentage
+/// rounded down, 25 % when unset, 1 when both it and `maxSurge` come to
+/// 0, and never more than the replicas; 0 for Recreate (which takes every
+/// pod down at once: no rolling bound to give) and for no replicas.
 pub(crate) fn deployment_max_unavailable(d: &Value, replicas: i64) -> i64 {
-    if recreate(d) {
+    let replicas = int32(replicas);
+    if recreate(d) || replicas == 0 {
         return 0;
     }
     let v = &d["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"];
-    int_or_percent(v, replicas, false, "25%")
+    let unavailable = int_or_percent(v, replicas, false, "25%");
+    let unavailable = if unavailable == 0 && deployment_max_surge(d, replicas) == 0 {
+        1
+    } else {
+        unavailable
+    };
+    unavailable.min(replicas)
 }
 
 /// A StatefulSet's `updateStrategy.rollingUpdate.maxUnavailable` resolved
@@ -258,7 +393,7 @@ pub(crate) fn deployment_max_unavailable(d: &Value, replicas: i64) -> i64 {
 /// it); 1 when unset.
 pub(crate) fn stateful_max_unavailable(s: &Value, replicas: i64) -> i64 {
     let v = &s["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"];
-    int_or_percent(v, replicas, false, "1").max(1)
+    int_or_percent(v, int32(replicas), false, "1").max(1)
 }
 
 #[cfg(test)]
@@ -336,5 +471,104 @@ mod tests {
         );
         let s = json!({"spec": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": "50%"}}}});
         assert_eq!(stateful_max_unavailable(&s, 5), 2);
+    }
+
+    fn pod_owned(api_version: &str, name: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "shop", "uid": "p1",
+                "ownerReferences": [{"apiVersion": api_version, "kind": "ReplicaSet", "name": name, "uid": "u", "controller": true}]}
+        }))
+        .unwrap()
+    }
+
+    /// An owner reference no request can be made for (the API server
+    /// takes all of these on a pod) is never read: the pod has no
+    /// workload, why is kept, and the other pods are resolved as ever.
+    #[test]
+    fn an_unreadable_owner_is_no_workload_for_its_pod_only() {
+        let long = "x".repeat(70_000);
+        let pods = [
+            pod_owned("nope.example.com/v9", "web"),
+            pod_owned("apps/v1", "has space"),
+            pod_owned("apps/v1", &long),
+            pod_owned("apps/v1", "UPPER"),
+            pod("ok", "ReplicaSet", "web-1"),
+        ];
+        for p in &pods[..4] {
+            assert!(
+                unreadable_controller(p).is_some(),
+                "{:?}",
+                p.metadata.owner_references
+            );
+        }
+        let keys = Owners::controllers_to_read(&pods);
+        assert_eq!(keys.len(), 1, "only the readable owner is read: {keys:?}");
+        let w = Owners::default().resolve(&pods);
+        assert_eq!(w.unread().len(), 4);
+        assert!(
+            w.unread().iter().all(|u| u.pod.len() < 100),
+            "a long name is shortened"
+        );
+        assert!(w.of("ok").is_some());
+    }
+
+    /// A ReplicaSet whose own controller reference cannot be read has no
+    /// Deployment above it: no request is built from it.
+    #[test]
+    fn a_replica_sets_unreadable_owner_is_not_followed() {
+        let owners = Owners::from_objects([json!({"kind": "ReplicaSet",
+            "metadata": {"name": "web-1", "namespace": "shop",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "a b", "controller": true}]},
+            "spec": {"replicas": 2}})]);
+        assert!(owners.deployments_to_read().is_empty());
+    }
+
+    /// Names as the API server validates them: a DNS subdomain of at most
+    /// 253 characters, with no limit on one dot-free part.
+    #[test]
+    fn names_are_dns_subdomains_without_a_part_limit() {
+        assert!(is_dns_subdomain(&"a".repeat(64)));
+        assert!(is_dns_subdomain(&format!("{}.b", "a".repeat(200))));
+        assert!(!is_dns_subdomain(&"a".repeat(254)));
+        for bad in ["", "-a", "a-", "a..b", "A", "a b", "a_b"] {
+            assert!(!is_dns_subdomain(bad), "{bad:?}");
+        }
+    }
+
+    /// Numbers a workload writes are clamped as Kubernetes clamps them: a
+    /// Deployment's maxUnavailable to its replicas (1 when it and
+    /// maxSurge both come to 0), counts to an int32 of at least 0.
+    #[test]
+    fn numbers_are_clamped_as_kubernetes_clamps_them() {
+        let d = |replicas: i64, strategy: Value| {
+            json!({"kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+                "spec": {"replicas": replicas, "strategy": strategy},
+                "status": {"readyReplicas": -5}})
+        };
+        let huge = d(
+            1,
+            json!({"rollingUpdate": {"maxUnavailable": 2147483647, "maxSurge": -3}}),
+        );
+        assert_eq!(deployment_max_unavailable(&huge, 1), 1);
+        assert_eq!(deployment_max_surge(&huge, 1), 0);
+        let percent = d(4, json!({"rollingUpdate": {"maxUnavailable": "900%"}}));
+        assert_eq!(deployment_max_unavailable(&percent, 4), 4);
+        let fencepost = d(
+            4,
+            json!({"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 0}}),
+        );
+        assert_eq!(deployment_max_unavailable(&fencepost, 4), 1);
+        assert_eq!(replicas_of(&json!({"spec": {"replicas": -2}})), 0);
+        assert_eq!(
+            replicas_of(&json!({"spec": {"replicas": 1_i64 << 40}})),
+            i64::from(i32::MAX)
+        );
+        let w = workload("Deployment", "web", Some(&huge));
+        assert_eq!(
+            (w.replicas, w.ready_replicas, w.max_unavailable, w.max_surge),
+            (Some(1), Some(0), Some(1), Some(0))
+        );
+        let s = json!({"spec": {"updateStrategy": {"rollingUpdate": {"maxUnavailable": -4}}}});
+        assert_eq!(stateful_max_unavailable(&s, 3), 1);
     }
 }

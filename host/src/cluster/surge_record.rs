@@ -1,13 +1,18 @@
 //! The record a surge keeps on the owner it raises (`SURGE_ANNOTATION`):
 //! which pods it surges for which maintenance, and the replicas the owner
-//! had before. The drain's surges write and read it; whoever reads an
-//! owner's replicas (a policy's workloads, for the drain and `nmo plan`
-//! alike) reads through it the replicas as the owner set them.
+//! had before; and the operator's own memory of what it wrote there
+//! ([`SurgeMemory`]), which is what it trusts. The drain's surges write
+//! both; whoever reads an owner's replicas for a policy reads through the
+//! memory the replicas as the owner set them.
+
+use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::workloads::Kind;
 use crate::policy::workloads::replicas_of;
+use crate::sync::Locked;
 
 /// On an owner while one of its pods is surged: what to undo.
 pub(crate) const SURGE_ANNOTATION: &str = "nmo.medik8s.io/surge";
@@ -113,19 +118,86 @@ impl Record {
         before - self.len()
     }
 
+    /// A record of no surge (what is remembered once the last one ends).
+    pub(crate) fn none() -> Record {
+        Record {
+            replicas: 0,
+            serving: 0,
+            surging: Vec::new(),
+            leaving: Vec::new(),
+        }
+    }
+
     /// The record as written back: none once no surge is left.
     pub(crate) fn kept(&self) -> Option<&Self> {
         (self.len() > 0).then_some(self)
     }
 }
 
-/// The replicas an owner (its object, as JSON) has as its own owner set
-/// them: while surges run on it, the count before them.
-pub(crate) fn replicas_as_set(object: &Value) -> i64 {
-    object["metadata"]["annotations"][SURGE_ANNOTATION]
-        .as_str()
-        .and_then(Record::parse)
-        .map_or_else(|| replicas_of(object), |r| r.replicas)
+/// What this process's surges wrote on each owner (by the owner's uid):
+/// the authority on what a surge changed and what to give back. The
+/// record on the owner is a copy for whoever looks (and for a restarted
+/// operator, which resumes from it); anyone who may write the owner may
+/// rewrite or remove that copy, so once a surge has written an owner, the
+/// copy is never read again by this process: what it undoes, and the
+/// replicas a policy is told the owner had, come from here.
+#[derive(Debug, Default)]
+pub(crate) struct SurgeMemory(std::sync::Mutex<HashMap<String, Remembered>>);
+
+/// One owner a surge of this process wrote, and the record as written.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Remembered {
+    pub(crate) kind: Kind,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) record: Record,
+}
+
+impl SurgeMemory {
+    /// The record this process last wrote on the owner `uid`, while it
+    /// has surges there.
+    pub(crate) fn record(&self, uid: &str) -> Option<Record> {
+        self.0.locked().get(uid).map(|r| r.record.clone())
+    }
+
+    /// This process wrote `record` on the owner (`None`: it removed it,
+    /// no surge is left there).
+    pub(crate) fn wrote(&self, uid: &str, owner: Remembered) {
+        let mut map = self.0.locked();
+        if owner.record.len() == 0 {
+            map.remove(uid);
+        } else {
+            map.insert(uid.to_owned(), owner);
+        }
+    }
+
+    /// This process's surges on the owner `uid` are over (the owner's
+    /// replicas were set by someone else, or it is gone).
+    pub(crate) fn forget(&self, uid: &str) {
+        self.0.locked().remove(uid);
+    }
+
+    /// The owners with a surge of the maintenance `name`, by uid.
+    pub(crate) fn holding(&self, name: &str) -> Vec<(String, Remembered)> {
+        self.0
+            .locked()
+            .iter()
+            .filter(|(_, r)| r.record.entries().any(|e| e.maintenance == name))
+            .map(|(uid, r)| (uid.clone(), r.clone()))
+            .collect()
+    }
+
+    /// The replicas an owner (its object, as JSON) has as its own owner
+    /// set them: while this process surges it, the count before its
+    /// surges; otherwise `spec.replicas` as it stands, whatever a record on
+    /// the owner says (a record no surge of this process wrote is input,
+    /// not authority).
+    pub(crate) fn replicas_as_set(&self, object: &Value) -> i64 {
+        object["metadata"]["uid"]
+            .as_str()
+            .and_then(|uid| self.record(uid))
+            .map_or_else(|| replicas_of(object), |r| r.replicas)
+    }
 }
 
 #[cfg(test)]

@@ -14,28 +14,40 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::Value;
 
-use super::surge_record::replicas_as_set;
+use super::surge_record::SurgeMemory;
 use crate::policy::workloads::{ObjectKey, Owners, Workloads};
 use crate::sync::Locked;
 
 /// Objects read at once.
 const READS_AT_ONCE: usize = 8;
 
-/// Reads the objects behind `pods` and resolves each pod's workload. An
-/// object gone (404) leaves its pods with kind and name only; any other
-/// error fails the read (the plan is then asked again), so a policy never
-/// decides on numbers it was not given by accident.
-pub async fn read(client: &Client, shared: &SharedReads, pods: &[Pod]) -> kube::Result<Workloads> {
+/// Reads the objects behind `pods` and resolves each pod's workload,
+/// with the replicas as their owners set them (`surges`: what this
+/// process's surges raised). An owner reference no request can be made
+/// for is never followed (the pod has no workload, and
+/// [`Workloads::unread`] says why); an object gone (404), or one the API
+/// server will not give for a reason asking again does not change (a
+/// 4xx: forbidden, invalid), leaves its pods with kind and name only; an
+/// error that may pass (a 5xx, a 429, a lost connection) fails the read
+/// (the plan is then asked again), so a policy never decides on numbers
+/// it was not given by accident.
+pub async fn read(
+    client: &Client,
+    shared: &SharedReads,
+    surges: &SurgeMemory,
+    pods: &[Pod],
+) -> kube::Result<Workloads> {
     let mut owners = Owners::default();
     fetch(
         client,
         shared,
+        surges,
         Owners::controllers_to_read(pods),
         &mut owners,
     )
     .await?;
     let deployments = owners.deployments_to_read();
-    fetch(client, shared, deployments, &mut owners).await?;
+    fetch(client, shared, surges, deployments, &mut owners).await?;
     Ok(owners.resolve(pods))
 }
 
@@ -86,6 +98,7 @@ impl SharedReads {
 async fn fetch(
     client: &Client,
     shared: &SharedReads,
+    surges: &SurgeMemory,
     keys: Vec<ObjectKey>,
     owners: &mut Owners,
 ) -> kube::Result<()> {
@@ -95,7 +108,7 @@ async fn fetch(
         .try_collect()
         .await?;
     for mut object in objects.into_iter().flatten() {
-        let replicas = replicas_as_set(&object);
+        let replicas = surges.replicas_as_set(&object);
         object["spec"]["replicas"] = replicas.into();
         owners.insert(object);
     }
@@ -108,12 +121,29 @@ async fn get(client: &Client, key: ObjectKey) -> kube::Result<Option<Value>> {
     };
     let resource = kind.resource();
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.namespace, &resource);
-    let Some(object) = api.get_opt(&key.name).await? else {
-        return Ok(None);
+    let object = match api.get_opt(&key.name).await {
+        Ok(Some(object)) => object,
+        Ok(None) => return Ok(None),
+        Err(e) if lasting(&e) => {
+            tracing::warn!(owner = %format!("{} {}/{}", key.kind, key.namespace, key.name), error = %crate::text::api_error(&e), "a pod's owner cannot be read; its pods get kind and name only");
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
     };
     let mut value = serde_json::to_value(&object).unwrap_or_default();
     value["kind"] = key.kind.into();
     Ok(Some(value))
+}
+
+/// Whether reading again would fail the same way: the API server's own
+/// refusal of this request (a 4xx other than 408 and 429), or a request
+/// that could not be built.
+fn lasting(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => (400..500).contains(&s.code) && s.code != 408 && s.code != 429,
+        kube::Error::BuildRequest(_) | kube::Error::HttpError(_) => true,
+        _ => false,
+    }
 }
 
 /// A workload kind the operator reads or scales.

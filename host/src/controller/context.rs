@@ -296,11 +296,17 @@ impl Context {
         store.map(|s| s.state()).unwrap_or_default()
     }
 
+    /// Whether the process is stopping (a drain in progress ends, and the
+    /// next leader resumes it).
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.health.stopping.load(Ordering::Relaxed)
+    }
+
     /// Whether the maintenance `name` (uid `uid`, on `node`) is, as the
     /// controller's cache sees it now, gone, being deleted, or moved to
     /// another node: a drain in progress for it should stop.
     pub(crate) fn no_longer_wants(&self, name: &str, uid: &str, node: &str) -> bool {
-        if self.health.stopping.load(Ordering::Relaxed) {
+        if self.is_stopping() {
             return true;
         }
         let store = self.health.store();

@@ -46,6 +46,10 @@ pub mod reasons {
     pub(crate) const SURGE_FELL_BACK: &str = "SurgeNotPossible";
     /// Ours: an application was asked to leave (the handshake).
     pub(crate) const NOTIFIED: &str = "EvictionRequested";
+    /// Ours: a pod's owner reference cannot be read (an apiVersion not
+    /// served, a name no object can have): the pod has no workload for the
+    /// policy, and the drain goes on.
+    pub(crate) const WORKLOAD_UNREADABLE: &str = "WorkloadUnreadable";
     /// Ours: the policy parked the maintenance.
     pub(crate) const PARKED: &str = "ParkedMaintenance";
 }

@@ -359,9 +359,17 @@ pub async fn a_jobs_pod_is_waited_for(env: &impl ClusterOps, annotations: serde_
         "the Job's pod is still to run when the maintenance starts"
     );
     let node = pod.spec.as_ref().unwrap().node_name.clone().unwrap();
+    let shown = super::promises::Shown::start(env, "nm-job");
     env.create_nm_with_policy("nm-job", &node, Some("no-downtime"))
         .await;
     env.wait_phase("nm-job", MaintenancePhase::Succeeded).await;
+    // The wait's reason was in the status while the drain waited.
+    let shown = shown.stop();
+    let waiting = format!("waiting for pod default/{} to complete (", pod.name_any());
+    assert!(
+        shown.iter().any(|e| e.contains(&waiting)),
+        "the wait's reason never shown: {shown:?}"
+    );
     // Not evicted: the same pod is there, finished.
     let after = pods.get_opt(&pod.name_any()).await.unwrap();
     assert_eq!(

@@ -5,6 +5,7 @@
 pub mod drain_actions;
 pub mod generated;
 pub mod prometheus;
+pub mod promises;
 pub mod real;
 pub mod scenarios;
 

@@ -139,6 +139,8 @@ pub async fn install_operator_objects(cp: &ControlPlane) -> (Client, String) {
             "ClusterRoleBinding",
             "Role",
             "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ],
     );
     cp.apply_forcing(&objects).await.unwrap();

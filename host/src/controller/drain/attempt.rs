@@ -11,7 +11,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::budgets::{Budgets, Permit, Timings};
+use super::budgets::{Budgets, Permit, Timings, Via};
 use super::ledger::Ledger;
 use crate::controller::metrics::ControllerMetrics;
 use crate::crd::PodReference;
@@ -105,6 +105,9 @@ pub(in crate::controller) struct Target {
     pub annotations: BTreeMap<String, String>,
     /// Its controlling owner: (kind, name).
     pub controller: Option<(String, String)>,
+    /// Why its controller reference cannot be followed, if it cannot
+    /// (the workloads' bounded reader): no request is made for it.
+    pub unreadable: Option<String>,
     pub action: Action,
 }
 
@@ -245,11 +248,18 @@ pub(in crate::controller) fn is_finished(p: &Pod) -> bool {
 }
 
 impl<'a> Removal<'a> {
-    /// Waits until the pod's budgets allow an eviction (`None`: the
-    /// attempt's time ran out first).
-    pub(in crate::controller) async fn budget_permit(self, t: &Target) -> Option<Permit<'a>> {
+    /// Waits until the pod's budgets allow its removal `via` (`None`: the
+    /// attempt's time ran out first). Every removal of a pod passes here
+    /// (the one gate): `host/tests/layers.rs` checks that no request that
+    /// removes a pod is sent from a function without a permit.
+    pub(in crate::controller) async fn budget_permit(
+        self,
+        via: Via,
+        t: &Target,
+    ) -> Option<Permit<'a>> {
         self.budgets
             .permit(
+                via,
                 &t.namespace,
                 &t.name,
                 &t.labels,

@@ -183,6 +183,28 @@ impl Entry {
     }
 }
 
+/// How a removal is asked of the pod's budgets: every way a pod leaves a
+/// node takes a [`Permit`] through [`Budgets::permit`] first, so every
+/// removal is counted against the budgets as a disruption to come until
+/// its answer is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// An eviction: the API server checks the budget again, so when the
+    /// view shows no room, one still goes out now and then as a probe
+    /// (the view may be stale; the server's refusal is what the drain
+    /// then shows).
+    Eviction,
+    /// A removal nobody else checks against the budget (a surge's
+    /// hand-over: the owner removes the pod): only while the view shows
+    /// room, never as a probe, and never without the view (the budgets'
+    /// watch not synced: it waits for it).
+    HandOver,
+    /// A removal the policy forces past the budgets (a deletion): never
+    /// waits, but counted against them like any other, so the evictions
+    /// beside it do not take the same room.
+    Forced,
+}
+
 /// How budget-gated evictions are paced.
 #[derive(Debug, Clone, Copy)]
 pub struct Timings {
@@ -287,11 +309,12 @@ impl Budgets {
         }
     }
 
-    /// Waits until an eviction of the pod `name` in `namespace` with
-    /// `labels` may go out, or `deadline`. The permit counts the eviction
-    /// against its budgets until it is told the answer.
+    /// Waits until a removal (`via`) of the pod `name` in `namespace`
+    /// with `labels` may go out, or `deadline`. The permit counts the
+    /// removal against its budgets until it is told the answer.
     pub(crate) async fn permit(
         &self,
+        via: Via,
         namespace: &str,
         name: &str,
         labels: &BTreeMap<String, String>,
@@ -300,7 +323,7 @@ impl Budgets {
     ) -> Option<Permit<'_>> {
         loop {
             let changed = self.changed.notified();
-            let wake = match self.try_take(namespace, name, labels, &timings) {
+            let wake = match self.try_take(via, namespace, name, labels, &timings) {
                 Ok(permit) => return Some(permit),
                 Err(wake) => wake,
             };
@@ -321,25 +344,58 @@ impl Budgets {
     /// A permit now, if the pod's budgets allow one.
     pub(crate) fn try_permit(
         &self,
+        via: Via,
         namespace: &str,
         name: &str,
         labels: &BTreeMap<String, String>,
         timings: Timings,
     ) -> Option<Permit<'_>> {
-        self.try_take(namespace, name, labels, &timings).ok()
+        self.try_take(via, namespace, name, labels, &timings).ok()
+    }
+
+    /// What holds a hand-over of a pod with `labels` in `namespace` back
+    /// now, if anything: the first budget covering it without room, or
+    /// the budgets' view not being there; for the status while it waits.
+    pub(crate) fn holding(
+        &self,
+        namespace: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        if !self.synced() {
+            return Some(
+                "the PodDisruptionBudgets are not known yet (their watch has not listed them)"
+                    .into(),
+            );
+        }
+        let entries = self.entries();
+        let mut held: Vec<(&(String, String), &Entry)> = entries
+            .iter()
+            .filter(|((ns, _), e)| ns == namespace && covers(&e.pdb, labels) && e.room() <= 0)
+            .collect();
+        held.sort_by(|a, b| a.0.cmp(b.0));
+        held.first().map(|((ns, name), e)| {
+            let allowed = e.pdb.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+            format!("PodDisruptionBudget {ns}/{name} allows no disruption now (disruptionsAllowed {allowed}, {} of ours to come)", e.in_flight as usize + e.unseen.len())
+        })
     }
 
     /// A permit now, or when to look again (`None`: when something
     /// changes).
     fn try_take(
         &self,
+        via: Via,
         namespace: &str,
         name: &str,
         labels: &BTreeMap<String, String>,
         timings: &Timings,
     ) -> Result<Permit<'_>, Option<Instant>> {
         if !self.synced() {
-            return Ok(Permit::ungated(self, name));
+            return match via {
+                // Asked again once the watch lists the budgets, and at the
+                // latest after the fallback.
+                Via::HandOver => Err(Some(Instant::now() + timings.fallback)),
+                Via::Eviction | Via::Forced => Ok(Permit::ungated(self, name)),
+            };
         }
         let mut entries = self.entries();
         let covering: Vec<(String, String)> = entries
@@ -352,7 +408,13 @@ impl Budgets {
             let Some(e) = entries.get_mut(k) else {
                 continue;
             };
-            if let Some(until) = e.blocked_until(name, timings) {
+            let until = match via {
+                Via::Forced => None,
+                // Only room the view shows: no probe.
+                Via::HandOver => (e.room() <= 0).then_some(None),
+                Via::Eviction => e.blocked_until(name, timings),
+            };
+            if let Some(until) = until {
                 e.blocked_since.get_or_insert_with(Instant::now);
                 wake = Some(match (wake.flatten(), until) {
                     (Some(a), Some(b)) => Some(a.max(b)),
@@ -535,14 +597,24 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_surge_hand_over_is_no_disruption_to_come() {
         let b = synced(vec![pdb("web", 1, &[])]);
-        let first = b.try_permit("shop", "web-a", &web(), T).unwrap();
+        let first = b
+            .try_permit(Via::HandOver, "shop", "web-a", &web(), T)
+            .unwrap();
         // While it is claimed, it holds the budget's one disruption.
-        assert!(b.try_permit("shop", "web-b", &web(), T).is_none());
+        assert!(
+            b.try_permit(Via::Eviction, "shop", "web-b", &web(), T)
+                .is_none()
+        );
         first.replaced();
-        let second = b.try_permit("shop", "web-b", &web(), T).unwrap();
+        let second = b
+            .try_permit(Via::Eviction, "shop", "web-b", &web(), T)
+            .unwrap();
         second.accepted();
         // An eviction accepted is one to come until the watch shows it.
-        assert!(b.try_permit("shop", "web-c", &web(), T).is_none());
+        assert!(
+            b.try_permit(Via::Eviction, "shop", "web-c", &web(), T)
+                .is_none()
+        );
     }
 
     /// A budget allowing one: one eviction goes out, the others wait for
@@ -551,33 +623,66 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_budget_allowing_one_lets_one_out_at_a_time() {
         let b = synced(vec![pdb("web", 1, &[])]);
-        let first = b.try_take("shop", "web-a", &web(), &T).ok().unwrap();
+        let first = b
+            .try_take(Via::Eviction, "shop", "web-a", &web(), &T)
+            .ok()
+            .unwrap();
         assert!(first.gated());
-        assert!(b.try_take("shop", "web-b", &web(), &T).is_err());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-b", &web(), &T)
+                .is_err()
+        );
         first.accepted();
         // Accepted, not yet shown by the watch: still no room.
-        assert!(b.try_take("shop", "web-b", &web(), &T).is_err());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-b", &web(), &T)
+                .is_err()
+        );
         // The watch shows it (disrupted, nothing allowed now): the budget
         // gets room by itself once the replacement is Ready; no probe.
         b.applied(pdb("web", 0, &["web-a"]));
-        assert!(b.try_take("shop", "web-b", &web(), &T).is_err());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-b", &web(), &T)
+                .is_err()
+        );
         b.applied(pdb("web", 1, &[]));
-        let second = b.try_take("shop", "web-b", &web(), &T).ok().unwrap();
-        assert!(b.try_take("shop", "web-c", &web(), &T).is_err());
+        let second = b
+            .try_take(Via::Eviction, "shop", "web-b", &web(), &T)
+            .ok()
+            .unwrap();
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-c", &web(), &T)
+                .is_err()
+        );
         second.accepted();
         // A replacement that never comes: a probe once the fallback has
         // passed, then the refusal is asked again only when the budget
         // changes, and not before the minimum interval.
         b.applied(pdb("web", 0, &["web-b"]));
-        assert!(b.try_take("shop", "web-c", &web(), &T).is_err());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-c", &web(), &T)
+                .is_err()
+        );
         tokio::time::advance(T.fallback).await;
-        let probe = b.try_take("shop", "web-c", &web(), &T).ok().unwrap();
+        let probe = b
+            .try_take(Via::Eviction, "shop", "web-c", &web(), &T)
+            .ok()
+            .unwrap();
         probe.refused();
-        assert!(b.try_take("shop", "web-c", &web(), &T).is_err());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-c", &web(), &T)
+                .is_err()
+        );
         b.applied(pdb("web", 1, &[]));
-        assert!(b.try_take("shop", "web-c", &web(), &T).is_err());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-c", &web(), &T)
+                .is_err()
+        );
         tokio::time::advance(T.min_interval).await;
-        assert!(b.try_take("shop", "web-c", &web(), &T).is_ok());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-c", &web(), &T)
+                .is_ok()
+        );
     }
 
     /// The watch may show the budget the eviction wrote before the
@@ -585,11 +690,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_budget_shown_before_the_answer_counts_the_eviction_once() {
         let b = synced(vec![pdb("web", 1, &[])]);
-        let first = b.try_take("shop", "web-a", &web(), &T).ok().unwrap();
+        let first = b
+            .try_take(Via::Eviction, "shop", "web-a", &web(), &T)
+            .ok()
+            .unwrap();
         b.applied(pdb("web", 0, &["web-a"]));
         b.applied(pdb("web", 1, &[]));
         first.accepted();
-        assert!(b.try_take("shop", "web-b", &web(), &T).is_ok());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-b", &web(), &T)
+                .is_ok()
+        );
     }
 
     /// A budget that never allows and never changes is asked after 5 s,
@@ -597,14 +708,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_budget_that_never_allows_is_probed_less_and_less() {
         let b = synced(vec![pdb("web", 0, &[])]);
-        b.try_take("shop", "web-a", &web(), &T)
+        b.try_take(Via::Eviction, "shop", "web-a", &web(), &T)
             .ok()
             .unwrap()
             .refused();
         let started = Instant::now();
         let deadline = started + Duration::from_secs(60);
         let mut probes = vec![0];
-        while let Some(p) = b.permit("shop", "web-a", &web(), T, deadline).await {
+        while let Some(p) = b
+            .permit(Via::Eviction, "shop", "web-a", &web(), T, deadline)
+            .await
+        {
             probes.push((Instant::now() - started).as_secs());
             p.refused();
         }
@@ -612,13 +726,20 @@ mod tests {
         // A change: asked at once (the last ask is older than 5 s), then
         // 5 s after.
         b.applied(pdb("web", 0, &[]));
-        b.try_take("shop", "web-a", &web(), &T)
+        b.try_take(Via::Eviction, "shop", "web-a", &web(), &T)
             .ok()
             .unwrap()
             .refused();
         let again = Instant::now();
         let p = b
-            .permit("shop", "web-a", &web(), T, again + Duration::from_secs(60))
+            .permit(
+                Via::Eviction,
+                "shop",
+                "web-a",
+                &web(),
+                T,
+                again + Duration::from_secs(60),
+            )
             .await;
         assert_eq!((Instant::now() - again).as_secs(), 5);
         drop(p);
@@ -630,19 +751,25 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_refused_pod_asks_again_first() {
         let b = synced(vec![pdb("web", 0, &[])]);
-        b.try_take("shop", "web-a", &web(), &T)
+        b.try_take(Via::Eviction, "shop", "web-a", &web(), &T)
             .ok()
             .unwrap()
             .refused();
         tokio::time::advance(T.fallback).await;
-        assert!(b.try_take("shop", "web-b", &web(), &T).is_err());
-        b.try_take("shop", "web-a", &web(), &T)
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-b", &web(), &T)
+                .is_err()
+        );
+        b.try_take(Via::Eviction, "shop", "web-a", &web(), &T)
             .ok()
             .unwrap()
             .refused();
         // Asked again 10 s after (a second refusal with no change).
         tokio::time::advance(2 * T.fallback + T.min_interval).await;
-        assert!(b.try_take("shop", "web-b", &web(), &T).is_ok());
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-b", &web(), &T)
+                .is_ok()
+        );
     }
 
     /// Pods no budget covers, and every pod while the watch is not
@@ -652,7 +779,7 @@ mod tests {
         let b = synced(vec![pdb("web", 0, &[])]);
         let other = BTreeMap::from([("app".to_owned(), "api".to_owned())]);
         assert!(
-            !b.try_take("shop", "api-a", &other, &T)
+            !b.try_take(Via::Eviction, "shop", "api-a", &other, &T)
                 .ok()
                 .unwrap()
                 .gated()
@@ -661,10 +788,85 @@ mod tests {
         unsynced.relisted(vec![pdb("web", 0, &[])]);
         assert!(
             !unsynced
-                .try_take("shop", "web-a", &web(), &T)
+                .try_take(Via::Eviction, "shop", "web-a", &web(), &T)
                 .ok()
                 .unwrap()
                 .gated()
+        );
+    }
+
+    /// A hand-over is a disruption nobody but this gate checks: a budget
+    /// that allows nothing holds it for good (no probe once the fallback
+    /// passes, as an eviction gets, since no API server would refuse it),
+    /// and the budget holding it is named.
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_that_allows_nothing_holds_a_hand_over_for_good() {
+        let b = synced(vec![pdb("web", 0, &[])]);
+        assert!(
+            b.try_take(Via::HandOver, "shop", "web-a", &web(), &T)
+                .is_err()
+        );
+        // An eviction goes out as a probe: the API server decides.
+        b.try_take(Via::Eviction, "shop", "web-a", &web(), &T)
+            .ok()
+            .unwrap()
+            .refused();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        assert!(
+            b.permit(Via::HandOver, "shop", "web-a", &web(), T, deadline)
+                .await
+                .is_none(),
+            "handed over past a budget allowing nothing"
+        );
+        assert!(
+            b.holding("shop", &web())
+                .is_some_and(|w| w.contains("PodDisruptionBudget shop/web")),
+            "{:?}",
+            b.holding("shop", &web())
+        );
+        // Room shown: it goes.
+        b.applied(pdb("web", 1, &[]));
+        assert!(
+            b.try_take(Via::HandOver, "shop", "web-a", &web(), &T)
+                .is_ok()
+        );
+        assert_eq!(b.holding("shop", &web()), None);
+    }
+
+    /// Without the budgets' view a hand-over waits for it (an eviction
+    /// goes, and the API server checks it).
+    #[tokio::test(start_paused = true)]
+    async fn a_hand_over_waits_for_the_budgets_view() {
+        let unsynced = Budgets::default();
+        assert!(
+            unsynced
+                .try_take(Via::HandOver, "shop", "web-a", &web(), &T)
+                .is_err()
+        );
+        assert!(unsynced.holding("shop", &web()).is_some());
+    }
+
+    /// A deletion the policy forces is never held, but it takes the
+    /// budget's room like any disruption: the eviction beside it waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_forced_removal_is_counted_against_the_budget() {
+        let b = synced(vec![pdb("web", 1, &[])]);
+        b.try_take(Via::Forced, "shop", "web-a", &web(), &T)
+            .ok()
+            .unwrap()
+            .accepted();
+        assert!(
+            b.try_take(Via::Eviction, "shop", "web-b", &web(), &T)
+                .is_err()
+        );
+        assert!(
+            b.try_take(Via::HandOver, "shop", "web-b", &web(), &T)
+                .is_err()
+        );
+        let none = synced(vec![pdb("web", 0, &[])]);
+        assert!(
+            none.try_take(Via::Forced, "shop", "web-a", &web(), &T)
+                .is_ok()
         );
     }
 }

@@ -140,7 +140,13 @@ pub(in crate::controller) async fn ask(
                 .saturating_add(extension.as_millis() as u64);
             deadline_ms = deadline_ms.max(extended).min(latest_ms);
         }
-        if written_deadline.is_some_and(|w| deadline_ms > w.saturating_add(1_000)) {
+        // Written back once it has moved by half an extension (at least a
+        // second): a pod heartbeating ten times a second costs two writes
+        // an extension, not ten a second.
+        let step_ms = n
+            .heartbeat
+            .map_or(1_000, |h| (h.as_millis() as u64 / 2).max(1_000));
+        if written_deadline.is_some_and(|w| deadline_ms >= w.saturating_add(step_ms)) {
             let patch = json!({"metadata": {"annotations": {DEADLINE: rfc3339(deadline_ms)}}});
             if pods
                 .patch(&t.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -158,12 +164,13 @@ pub(in crate::controller) async fn ask(
         if Instant::now() >= how.deadline {
             return false;
         }
-        // Said once per change: saying it wakes every waiter of this
-        // attempt, this one included.
+        // Said once per change of the deadline written on the pod (not of
+        // every heartbeat): saying it wakes every waiter of this attempt,
+        // this one included, and writes the status.
         let waiting = format!(
             "waiting for pod {} to leave or answer {READY} (until {})",
             t.key(),
-            rfc3339(deadline_ms)
+            rfc3339(written_deadline.unwrap_or(deadline_ms).min(deadline_ms))
         );
         if waiting != shown {
             state.waiting_for(t, waiting.clone()).await;

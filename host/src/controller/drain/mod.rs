@@ -35,7 +35,7 @@ use tokio::time::Instant;
 pub use self::attempt::Retries;
 use self::attempt::{Attempt, Removal, Target, is_finished};
 pub(crate) use self::attempt::{Note, Notes};
-use self::budgets::{Budgets, Permit};
+use self::budgets::{Budgets, Permit, Via};
 use self::ledger::Ledger;
 use super::metrics::{ControllerMetrics, PodOutcome};
 use crate::cluster::HOST_MAX_CONCURRENT;
@@ -220,6 +220,7 @@ fn targets_of(plan: &Plan, pods: &[Pod]) -> Vec<(u32, Target)> {
                     labels: p.labels().clone(),
                     annotations: p.annotations().clone(),
                     controller,
+                    unreadable: crate::policy::workloads::unreadable_controller(p),
                     action: s.action.clone(),
                 },
             )
@@ -337,6 +338,7 @@ impl<'a> Run<'a> {
                 })
                 .map(|(_, t)| t.clone())
                 .collect();
+            self.say_waits(&wave_targets).await;
             let tasks = self.start_removals(&wave_targets);
             match self
                 .follow_wave(&wave_targets, on_progress, cancelled)
@@ -352,6 +354,23 @@ impl<'a> Run<'a> {
             }
         }
         Ended::Done
+    }
+
+    /// What the drain waits for on each pod of the wave it waits to
+    /// complete (`wait`): the policy's reason and its bound, shown in the
+    /// status from the wave's start (one steady text per pod, written
+    /// once) until the pod completes.
+    async fn say_waits(&self, wave: &[Target]) {
+        for t in wave {
+            if let Action::Wait { timeout, reason } = &t.action {
+                let what = format!(
+                    "waiting for pod {} to complete ({reason}), for at most {}",
+                    t.key(),
+                    crate::text::duration(*timeout)
+                );
+                self.state.waiting_for(t, what).await;
+            }
+        }
     }
 
     /// Starts removing the wave's pods, each as its action says, at most
@@ -689,8 +708,11 @@ async fn send_delete<'a>(
     t: &Target,
     dp: &DeleteParams,
 ) -> Option<Sent<'a>> {
+    // Forced past the budgets by the policy, never held by them, but
+    // counted against them as a disruption to come.
+    let permit = how.budget_permit(Via::Forced, t).await?;
     let _sending = sending(how.in_flight, how.deadline).await?;
-    Some((api.delete(&t.name, dp).await.map(|_| ()), None))
+    Some((api.delete(&t.name, dp).await.map(|_| ()), Some(permit)))
 }
 
 /// Evicts the pod once its budgets allow and a request may be in flight
@@ -702,7 +724,7 @@ async fn send_eviction<'a>(
     state: &Attempt,
     dp: &DeleteParams,
 ) -> Option<Sent<'a>> {
-    let Some(permit) = how.budget_permit(t).await else {
+    let Some(permit) = how.budget_permit(Via::Eviction, t).await else {
         // The attempt's time ran out waiting for its budget.
         state.pdb_blocked.lock().await.insert(t.uid.clone());
         return None;
@@ -961,6 +983,7 @@ mod tests {
             labels: Default::default(),
             annotations: Default::default(),
             controller: None,
+            unreadable: None,
             action: Action::Evict(Default::default()),
         }
     }

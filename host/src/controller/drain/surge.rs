@@ -41,7 +41,8 @@ use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use super::attempt::{Attempt, Note, Removal, Target};
-use crate::cluster::surge_record::{Entry, Record, SURGE_ANNOTATION};
+use super::budgets::Via;
+use crate::cluster::surge_record::{Entry, Record, Remembered, SURGE_ANNOTATION, SurgeMemory};
 use crate::cluster::workloads::Kind;
 use crate::policy::workloads::{deployment_max_surge, replicas_of};
 use crate::sync::Locked;
@@ -73,17 +74,30 @@ struct Owner {
     /// This look wrote the owner (or a pod of it): the desk's read is
     /// stale.
     wrote: bool,
+    /// What this process's surges wrote on owners: the record trusted.
+    memory: Arc<SurgeMemory>,
 }
 
 impl Owner {
     /// Owner `object`, of `kind`, in `namespace`.
-    fn of(client: &Client, namespace: &str, kind: Kind, object: DynamicObject) -> Owner {
+    fn of(
+        client: &Client,
+        namespace: &str,
+        kind: Kind,
+        object: DynamicObject,
+        memory: &Arc<SurgeMemory>,
+    ) -> Owner {
         Owner {
             api: Api::namespaced_with(client.clone(), namespace, &kind.resource()),
             kind,
             object,
             wrote: false,
+            memory: memory.clone(),
         }
+    }
+
+    fn uid(&self) -> String {
+        self.object.uid().unwrap_or_default()
     }
 
     fn shown(&self) -> String {
@@ -94,9 +108,15 @@ impl Owner {
         replicas_of(&self.object.data)
     }
 
-    /// The surge record on the owner, if it is one the host could have
-    /// written.
+    /// The owner's surge record: as this process last wrote it, whatever
+    /// the owner's annotation now says (rewritten or removed by a tool
+    /// that owns annotations, forged); the annotation only when this
+    /// process has written none (a surge resumed after a restart), and
+    /// only if a surge could have written it.
     fn record(&self) -> Option<Record> {
+        if let Some(mine) = self.memory.record(&self.uid()) {
+            return Some(mine);
+        }
         Record::parse(self.object.annotations().get(SURGE_ANNOTATION)?)
     }
 
@@ -169,6 +189,18 @@ impl Owner {
                 self.api.patch(&name, &params, &Patch::Merge(&patch)).await
             }
         };
+        let written = written.map(|object| {
+            self.memory.wrote(
+                &object.uid().unwrap_or_default(),
+                Remembered {
+                    kind: self.kind,
+                    namespace: object.namespace().unwrap_or_default(),
+                    name: object.name_any(),
+                    record: record.cloned().unwrap_or_else(Record::none),
+                },
+            );
+            object
+        });
         self.object = written.map_err(|e| match e {
             // A test that failed: the owner changed since it was read.
             kube::Error::Api(s) if s.code == 422 => kube::Error::Api(
@@ -259,7 +291,12 @@ fn refusal(kind: &str, data: &Value, shown: &str) -> Option<String> {
 
 /// The owner whose replicas to raise for a pod of the ReplicaSet `rs`:
 /// its Deployment, or the ReplicaSet itself.
-async fn owner(client: &Client, namespace: &str, rs: &str) -> kube::Result<Owner> {
+async fn owner(
+    client: &Client,
+    namespace: &str,
+    rs: &str,
+    memory: &Arc<SurgeMemory>,
+) -> kube::Result<Owner> {
     let read = |kind: Kind| {
         Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &kind.resource())
     };
@@ -272,9 +309,9 @@ async fn owner(client: &Client, namespace: &str, rs: &str) -> kube::Result<Owner
     Ok(match deployment {
         Some(name) => {
             let object = read(Kind::Deployment).get(&name).await?;
-            Owner::of(client, namespace, Kind::Deployment, object)
+            Owner::of(client, namespace, Kind::Deployment, object, memory)
         }
-        None => Owner::of(client, namespace, Kind::ReplicaSet, set),
+        None => Owner::of(client, namespace, Kind::ReplicaSet, set, memory),
     })
 }
 
@@ -325,6 +362,9 @@ pub(in crate::controller) async fn replace(
     let Some(("ReplicaSet", rs)) = t.controller.as_ref().map(|(k, n)| (k.as_str(), n)) else {
         return Surged::Evict("no ReplicaSet controls the pod".into());
     };
+    if let Some(why) = &t.unreadable {
+        return Surged::Evict(why.clone());
+    }
     let mut desk: Option<Arc<Desk>> = None;
     let mut _joining: Option<Joining> = None;
     loop {
@@ -333,7 +373,14 @@ pub(in crate::controller) async fn replace(
         }
         let opened = match &desk {
             Some(d) => Ok(d.clone()),
-            None => desks.open(how.client, &t.namespace, rs).await,
+            None => match desks.open(how.client, &t.namespace, rs).await {
+                // No such ReplicaSet (or Deployment above it): nothing to
+                // surge through, and nothing a wait would bring.
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Surged::Evict(format!("its owner cannot be found ({})", e.message));
+                }
+                opened => opened,
+            },
         };
         let (seen, looked) = match opened {
             Ok(d) => {
@@ -342,7 +389,7 @@ pub(in crate::controller) async fn replace(
                     desk = Some(d.clone());
                 }
                 let seen = d.seen();
-                (seen, look_at(how, &d, t).await)
+                (seen, look_at(how, &d, t, state).await)
             }
             Err(e) => (0, Err(e)),
         };
@@ -382,7 +429,7 @@ pub(in crate::controller) async fn replace(
 /// writing over the same read and being refused. A pod whose replacement
 /// is Ready hands over with the others ready at that moment
 /// ([`hand_over`]).
-async fn look_at(how: Removal<'_>, desk: &Desk, t: &Target) -> kube::Result<Step> {
+async fn look_at(how: Removal<'_>, desk: &Desk, t: &Target, state: &Attempt) -> kube::Result<Step> {
     let turn = desk.turn.lock().await;
     // Handed over by another look (in its turn: this one sees it).
     if let Some(step) = handed(how, desk, t) {
@@ -397,9 +444,23 @@ async fn look_at(how: Removal<'_>, desk: &Desk, t: &Target) -> kube::Result<Step
     match looked? {
         Looked::Step(step) => Ok(step),
         Looked::Ready => {
-            // The budgets may hold the pod a while: the other surges of the
-            // owner take their turns meanwhile.
-            let Some(permit) = how.budget_permit(t).await else {
+            // The budgets may hold the pod a while (a hand-over is a
+            // disruption no one else checks: only room the budgets' view
+            // shows lets it go, never a probe): the status says which
+            // budget, and the other surges of the owner take their turns
+            // meanwhile.
+            if let Some(why) = how.budgets.holding(&t.namespace, &t.labels) {
+                state
+                    .waiting_for(
+                        t,
+                        format!(
+                            "surging pod {}: its replacement is Ready; waiting to hand it over: {why}",
+                            t.key()
+                        ),
+                    )
+                    .await;
+            }
+            let Some(permit) = how.budget_permit(Via::HandOver, t).await else {
                 return Ok(Step::Over(Surged::Done));
             };
             // Another look took it meanwhile, with a permit of its own.
@@ -616,6 +677,7 @@ fn adopt<'a>(
                 .iter()
                 .find(|p| p.metadata.uid.as_deref() == Some(&e.uid))?;
             let permit = how.budgets.try_permit(
+                Via::HandOver,
                 pod.metadata.namespace.as_deref().unwrap_or_default(),
                 &pod.name_any(),
                 pod.metadata.labels.as_ref().unwrap_or(&Default::default()),
@@ -644,7 +706,11 @@ fn tell(waiting: Vec<Handing>, claimed: impl Fn(&Entry) -> bool, owner: &str) {
 /// owner, whatever its maintenance, shares one watch of it and one read
 /// per change of it.
 #[derive(Default)]
-pub(crate) struct Desks(std::sync::Mutex<HashMap<(String, String), Slot>>);
+pub(crate) struct Desks {
+    slots: std::sync::Mutex<HashMap<(String, String), Slot>>,
+    /// What the surges of this process wrote on owners.
+    memory: Arc<SurgeMemory>,
+}
 
 /// Where one owner's desk is found: opened by the first surge that needs
 /// it while the others of the owner wait, so a hundred surges starting at
@@ -666,15 +732,20 @@ impl Desks {
         if let Some(open) = desk.upgrade() {
             return Ok(open);
         }
-        let found = owner(client, namespace, rs).await?;
+        let found = owner(client, namespace, rs, &self.memory).await?;
         let open = Arc::new(Desk::watching(client, namespace, &found));
         *desk = Arc::downgrade(&open);
         Ok(open)
     }
 
+    /// What the surges of this process wrote on owners.
+    pub(crate) fn memory(&self) -> &Arc<SurgeMemory> {
+        &self.memory
+    }
+
     /// The slot of `key`; the slots of closed desks no one is opening go.
     fn slot(&self, key: (String, String)) -> Slot {
-        let mut map = self.0.locked();
+        let mut map = self.slots.locked();
         map.retain(|_, slot| {
             Arc::strong_count(slot) > 1 || slot.try_lock().map_or(true, |d| d.strong_count() > 0)
         });
@@ -1320,9 +1391,27 @@ async fn maintenance_alive(client: &Client, name: &str) -> kube::Result<bool> {
 /// Undoes every surge the maintenance `name` holds (it is being deleted,
 /// or its drain ended): each owner with its pods in the record gets their
 /// replicas back (the others' surges go on), or keeps the replicas
-/// someone else set meanwhile.
-pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
+/// someone else set meanwhile. The owners are those this process
+/// remembers surging for it (found by name, whatever was done to their
+/// annotation or label), and those labelled as surged (a surge of an
+/// operator that ran before this one).
+pub async fn release(client: &Client, desks: &Desks, name: &str) -> kube::Result<usize> {
+    let memory = desks.memory();
     let mut undone = 0;
+    let mut seen: Vec<String> = Vec::new();
+    for (uid, r) in memory.holding(name) {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), &r.namespace, &r.kind.resource());
+        match api.get_opt(&r.name).await? {
+            Some(object) if object.uid().as_deref() == Some(uid.as_str()) => {
+                let mut owner = Owner::of(client, &r.namespace, r.kind, object, memory);
+                undone += release_on(&mut owner, name).await?;
+            }
+            // Gone (or another object of its name): nothing to give back.
+            _ => memory.forget(&uid),
+        }
+        seen.push(uid);
+    }
     for kind in [Kind::Deployment, Kind::ReplicaSet] {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &kind.resource());
         for object in api
@@ -1330,26 +1419,34 @@ pub async fn release(client: &Client, name: &str) -> kube::Result<usize> {
             .await?
             .items
         {
+            if seen.contains(&object.uid().unwrap_or_default()) {
+                continue;
+            }
             let ns = object.namespace().unwrap_or_default();
-            let mut owner = Owner::of(client, &ns, kind, object);
-            let Some(mut r) = owner.record() else {
-                continue;
-            };
-            let before = r.expected();
-            let n = r.prune(|e| e.maintenance == name);
-            if n == 0 {
-                continue;
-            }
-            if owner.replicas() == before {
-                owner.write(r.expected(), r.kept()).await?;
-            } else {
-                owner.write(owner.replicas(), None).await?;
-            }
-            undone += n;
-            tracing::info!(logger = "controller", owner = %owner.shown(), replicas = owner.replicas(), nodeMaintenance = %name, "surge undone");
+            let mut owner = Owner::of(client, &ns, kind, object, memory);
+            undone += release_on(&mut owner, name).await?;
         }
     }
     Ok(undone)
+}
+
+/// Undoes the surges of the maintenance `name` on `owner`; how many.
+async fn release_on(owner: &mut Owner, name: &str) -> kube::Result<usize> {
+    let Some(mut r) = owner.record() else {
+        return Ok(0);
+    };
+    let before = r.expected();
+    let n = r.prune(|e| e.maintenance == name);
+    if n == 0 {
+        return Ok(0);
+    }
+    if owner.replicas() == before {
+        owner.write(r.expected(), r.kept()).await?;
+    } else {
+        owner.write(owner.replicas(), None).await?;
+    }
+    tracing::info!(logger = "controller", owner = %owner.shown(), replicas = owner.replicas(), nodeMaintenance = %name, "surge undone");
+    Ok(n)
 }
 
 #[cfg(test)]

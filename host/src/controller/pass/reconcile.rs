@@ -43,11 +43,7 @@ pub async fn reconcile(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Ne
     let Ok(slot) = ctx.slots.clone().acquire_owned().await else {
         return Ok(Next::After(Duration::from_secs(1)));
     };
-    if ctx
-        .health
-        .stopping
-        .load(std::sync::atomic::Ordering::Relaxed)
-    {
+    if ctx.is_stopping() {
         return Ok(Next::After(Duration::from_secs(1)));
     }
     let uid = nm.uid().unwrap_or_default();
@@ -167,8 +163,9 @@ impl Pass {
         started?;
         let outcome = outcome?;
         if outcome.cancelled {
-            // Deleted or moved meanwhile: the change is queued and handled next.
-            tracing::info!("drain stopped: the NodeMaintenance was deleted or moved");
+            // Deleted or moved meanwhile: the change is queued and handled
+            // next. Or the process stops: the next leader resumes it.
+            tracing::info!("{}", self.stopped_why("drain"));
             return Ok(Next::After(Duration::from_millis(100)));
         }
         // A surge the attempt left behind (its pod went another way: the
@@ -574,12 +571,18 @@ impl Pass {
         let uids: Vec<String> = pods.iter().map(|p| p.uid().unwrap_or_default()).collect();
         let now_ms = record.now_ms;
         let workloads = if policy.reads_workloads() {
-            crate::cluster::workloads::read(&self.ctx.client, &self.ctx.drains.reads, &pods)
-                .await
-                .map_err(Error::kube("reading the pods' workloads"))?
+            crate::cluster::workloads::read(
+                &self.ctx.client,
+                &self.ctx.drains.reads,
+                self.ctx.drains.desks.memory(),
+                &pods,
+            )
+            .await
+            .map_err(Error::kube("reading the pods' workloads"))?
         } else {
             crate::policy::Workloads::default()
         };
+        self.say_unread(&workloads).await;
         let plan = crate::policy::decide(Decision::PlanDrain, move || {
             policy.plan_drain_shared(&record, node, pods, history, workloads)
         })
@@ -587,6 +590,35 @@ impl Pass {
         .map_err(Error::from)?;
         ledger.planned(&plan, &uids, now_ms);
         Ok(plan)
+    }
+
+    /// Says which pods have no workload because their owner reference
+    /// cannot be read (a Warning event per pod, once an interval; a log
+    /// line each plan): the policy decides them without one, and the drain
+    /// goes on.
+    async fn say_unread(&self, workloads: &crate::policy::Workloads) {
+        for crate::policy::workloads::Unread { pod, why, .. } in workloads.unread() {
+            tracing::warn!(pod = %pod, reason = %why, "a pod's owner cannot be read; the policy decides it without a workload");
+            if self
+                .ctx
+                .memory
+                .may_say(&self.uid, reasons::WORKLOAD_UNREADABLE, pod)
+            {
+                let message = format!("pod {pod} has no workload for the policy: {why}");
+                self.event(EventType::Warning, reasons::WORKLOAD_UNREADABLE, &message)
+                    .await;
+            }
+        }
+    }
+
+    /// Why a drain step in progress (`what`) stopped: the operator is
+    /// stopping, or the maintenance was deleted or moved.
+    fn stopped_why(&self, what: &str) -> String {
+        if self.ctx.is_stopping() {
+            format!("{what} stopped: the operator is stopping; the next leader resumes it")
+        } else {
+            format!("{what} stopped: the NodeMaintenance was deleted or moved")
+        }
     }
 
     /// The maintenance as the policy sees it.
@@ -755,7 +787,7 @@ impl Pass {
         let left = match waited {
             crate::controller::drain::volumes::Detach::Detached => return Ok(None),
             crate::controller::drain::volumes::Detach::Cancelled => {
-                tracing::info!("volume wait stopped: the NodeMaintenance was deleted or moved");
+                tracing::info!("{}", self.stopped_why("volume wait"));
                 return Ok(Some(Next::After(Duration::from_millis(100))));
             }
             crate::controller::drain::volumes::Detach::Left(left) => left,
@@ -868,16 +900,8 @@ fn lease_failure_text(e: &Error, draining: bool, count: i32) -> String {
     }
 }
 
+/// A name a node can have: a DNS subdomain as the API server validates
+/// it (no limit on one dot-free part but the name's 253 characters).
 fn is_node_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            !label.is_empty()
-                && label.len() <= 63
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
+    crate::policy::workloads::is_dns_subdomain(s)
 }

@@ -80,7 +80,9 @@ pub(in crate::controller) async fn release_surges(
     if !ctx.memory.may_hold_surges(&nm.uid().unwrap_or_default()) {
         return Ok(());
     }
-    match crate::controller::drain::surge::release(&ctx.client, &nm.name_any()).await {
+    match crate::controller::drain::surge::release(&ctx.client, &ctx.drains.desks, &nm.name_any())
+        .await
+    {
         Ok(_) => Ok(()),
         // A cluster without the apps API (or no right to it) holds no
         // surges of ours.
