@@ -433,9 +433,14 @@ async fn decide(
     pods: &[Pod],
 ) -> Result<(policy::Plan, Vec<policy::workloads::Unread>)> {
     let workloads = if selected.policy.reads_workloads() {
-        crate::cluster::workloads::read(client, &Default::default(), &Default::default(), pods)
-            .await
-            .map_err(Error::kube("reading the pods' workloads"))?
+        crate::cluster::workloads::read(
+            client,
+            &Default::default(),
+            (&Default::default(), &|_: &str| false),
+            pods,
+        )
+        .await
+        .map_err(Error::kube("reading the pods' workloads"))?
     } else {
         policy::Workloads::default()
     };

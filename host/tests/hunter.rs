@@ -422,12 +422,25 @@ async fn restored(env: &Env, built: &Built) -> Result<(), String> {
     let deadline = Instant::now() + GONE_BOUND;
     loop {
         let node = env.node("worker-1").await;
+        // Taints as a set: their order in the list means nothing (the
+        // node lifecycle controller adds its own where it likes).
         let spec = |n: &Node| {
             let s = n.spec.clone().unwrap_or_default();
-            (
-                s.unschedulable.unwrap_or(false),
-                s.taints.unwrap_or_default(),
-            )
+            let mut taints: Vec<String> = s
+                .taints
+                .unwrap_or_default()
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{}={}:{}",
+                        t.key,
+                        t.value.clone().unwrap_or_default(),
+                        t.effect
+                    )
+                })
+                .collect();
+            taints.sort();
+            (s.unschedulable.unwrap_or(false), taints)
         };
         let mut wrong = Vec::new();
         if spec(&node) != spec(&built.node_before) {

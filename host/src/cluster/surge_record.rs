@@ -189,14 +189,31 @@ impl SurgeMemory {
 
     /// The replicas an owner (its object, as JSON) has as its own owner
     /// set them: while this process surges it, the count before its
-    /// surges; otherwise `spec.replicas` as it stands, whatever a record on
-    /// the owner says (a record no surge of this process wrote is input,
-    /// not authority).
-    pub(crate) fn replicas_as_set(&self, object: &Value) -> i64 {
-        object["metadata"]["uid"]
+    /// surges. Otherwise `spec.replicas` as it stands, unless a record on
+    /// the owner is one a surge of the operator before a restart left:
+    /// one a surge could have written, whose count matches the owner's
+    /// replicas, and every entry of which names a maintenance that exists
+    /// (`live`). Anything else on the owner is input, not authority: a
+    /// forged record is not read.
+    pub(crate) fn replicas_as_set(
+        &self,
+        object: &Value,
+        live: &(dyn Fn(&str) -> bool + Sync),
+    ) -> i64 {
+        if let Some(mine) = object["metadata"]["uid"]
             .as_str()
             .and_then(|uid| self.record(uid))
-            .map_or_else(|| replicas_of(object), |r| r.replicas)
+        {
+            return mine.replicas;
+        }
+        let replicas = replicas_of(object);
+        object["metadata"]["annotations"][SURGE_ANNOTATION]
+            .as_str()
+            .and_then(Record::parse)
+            .filter(|r| {
+                r.len() > 0 && r.expected() == replicas && r.entries().all(|e| live(&e.maintenance))
+            })
+            .map_or(replicas, |r| r.replicas)
     }
 }
 
@@ -233,5 +250,50 @@ mod tests {
         assert!(Record::parse(&record(2147483647, 1)).is_none());
         assert!(Record::parse(&record(2147483646, 2)).is_none());
         assert!(Record::parse("not json").is_none());
+    }
+
+    /// A policy reads the replicas as the owner set them from the
+    /// operator's own memory; a record on the owner only when a surge
+    /// before a restart could have left it (its count matching, its
+    /// maintenances there); a forged one never.
+    #[test]
+    fn a_record_on_the_owner_is_input_not_authority() {
+        use super::{Kind, Remembered, SurgeMemory};
+        let owner = |replicas: i64, record: &str| {
+            serde_json::json!({"metadata": {"uid": "o1", "annotations": {"nmo.medik8s.io/surge": record}},
+                "spec": {"replicas": replicas}})
+        };
+        let record =
+            r#"{"replicas":1,"serving":0,"surging":[{"pod":"a/b","uid":"u","maintenance":"nm"}]}"#;
+        let memory = SurgeMemory::default();
+        let live = |m: &str| m == "nm";
+        // Left by a surge before a restart: read.
+        assert_eq!(memory.replicas_as_set(&owner(2, record), &live), 1);
+        // Forged: its count does not match, or its maintenance is not there.
+        assert_eq!(memory.replicas_as_set(&owner(3, record), &live), 3);
+        assert_eq!(
+            memory.replicas_as_set(&owner(2, record), &|_: &str| false),
+            2
+        );
+        // This process's own record wins over whatever the owner says.
+        let mine = Record::parse(record).unwrap();
+        memory.wrote(
+            "o1",
+            Remembered {
+                kind: Kind::Deployment,
+                namespace: "a".into(),
+                name: "web".into(),
+                record: Record {
+                    replicas: 4,
+                    ..mine
+                },
+            },
+        );
+        assert_eq!(
+            memory.replicas_as_set(&owner(5, "garbage"), &|_: &str| false),
+            4
+        );
+        memory.forget("o1");
+        assert_eq!(memory.replicas_as_set(&owner(5, "garbage"), &live), 5);
     }
 }

@@ -30,24 +30,19 @@ const READS_AT_ONCE: usize = 8;
 /// 4xx: forbidden, invalid), leaves its pods with kind and name only; an
 /// error that may pass (a 5xx, a 429, a lost connection) fails the read
 /// (the plan is then asked again), so a policy never decides on numbers
-/// it was not given by accident.
+/// it was not given by accident. `live` says whether a maintenance of a
+/// given name exists (see [`SurgeMemory::replicas_as_set`]).
 pub async fn read(
     client: &Client,
     shared: &SharedReads,
-    surges: &SurgeMemory,
+    (surges, live): (&SurgeMemory, &(dyn Fn(&str) -> bool + Sync)),
     pods: &[Pod],
 ) -> kube::Result<Workloads> {
     let mut owners = Owners::default();
-    fetch(
-        client,
-        shared,
-        surges,
-        Owners::controllers_to_read(pods),
-        &mut owners,
-    )
-    .await?;
+    let to_read = Owners::controllers_to_read(pods);
+    fetch(client, shared, (surges, live), to_read, &mut owners).await?;
     let deployments = owners.deployments_to_read();
-    fetch(client, shared, surges, deployments, &mut owners).await?;
+    fetch(client, shared, (surges, live), deployments, &mut owners).await?;
     Ok(owners.resolve(pods))
 }
 
@@ -98,7 +93,7 @@ impl SharedReads {
 async fn fetch(
     client: &Client,
     shared: &SharedReads,
-    surges: &SurgeMemory,
+    (surges, live): (&SurgeMemory, &(dyn Fn(&str) -> bool + Sync)),
     keys: Vec<ObjectKey>,
     owners: &mut Owners,
 ) -> kube::Result<()> {
@@ -108,7 +103,7 @@ async fn fetch(
         .try_collect()
         .await?;
     for mut object in objects.into_iter().flatten() {
-        let replicas = surges.replicas_as_set(&object);
+        let replicas = surges.replicas_as_set(&object, live);
         object["spec"]["replicas"] = replicas.into();
         owners.insert(object);
     }

@@ -302,6 +302,15 @@ impl Context {
         self.health.stopping.load(Ordering::Relaxed)
     }
 
+    /// Whether a maintenance named `name` exists, as the controller's cache
+    /// sees it now.
+    pub(crate) fn maintenance_exists(&self, name: &str) -> bool {
+        self.health.store().is_some_and(|s| {
+            s.get(&kube::runtime::reflector::ObjectRef::new(name))
+                .is_some()
+        })
+    }
+
     /// Whether the maintenance `name` (uid `uid`, on `node`) is, as the
     /// controller's cache sees it now, gone, being deleted, or moved to
     /// another node: a drain in progress for it should stop.

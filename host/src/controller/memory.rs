@@ -54,6 +54,10 @@ pub(super) struct Memory {
     forced: bool,
     /// What its drain has done to each pod so far.
     ledger: std::sync::Arc<super::drain::ledger::Ledger>,
+    /// This process has looked for its surges in the cluster once (and
+    /// undone them): until then a surge of an earlier process (a restart
+    /// mid-surge) may still be there, whatever this process's plans did.
+    surges_checked: bool,
     /// Parked by its policy: the NodeMaintenance as it was then (its
     /// generation and metadata), and when to look again (`None`: only once
     /// it changes).
@@ -172,9 +176,16 @@ impl Memories {
     }
 
     /// Whether the maintenance `uid` may hold surges: a plan of it surged
-    /// a pod, or this process does not know (it restarted).
+    /// a pod, or this process has not looked yet (it restarted: a surge of
+    /// the process before may be there).
     pub(super) fn may_hold_surges(&self, uid: &str) -> bool {
-        self.existing(uid, |m| m.ledger.surged()).unwrap_or(true)
+        self.existing(uid, |m| m.ledger.surged() || !m.surges_checked)
+            .unwrap_or(true)
+    }
+
+    /// This process looked for the surges of `uid` and undid them.
+    pub(super) fn surges_checked(&self, uid: &str) {
+        self.with(uid, |m| m.surges_checked = true);
     }
 
     /// The ledger of the drain of `uid`.

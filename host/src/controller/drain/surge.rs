@@ -112,12 +112,20 @@ impl Owner {
     /// the owner's annotation now says (rewritten or removed by a tool
     /// that owns annotations, forged); the annotation only when this
     /// process has written none (a surge resumed after a restart), and
-    /// only if a surge could have written it.
+    /// only if a surge could have left it so: its count is the owner's
+    /// replicas, and the owner carries the surge label naming one of its
+    /// maintenances. Anything else there is not a surge of ours: a new
+    /// surge starts from the replicas as they stand.
     fn record(&self) -> Option<Record> {
         if let Some(mine) = self.memory.record(&self.uid()) {
             return Some(mine);
         }
-        Record::parse(self.object.annotations().get(SURGE_ANNOTATION)?)
+        let r = Record::parse(self.object.annotations().get(SURGE_ANNOTATION)?)?;
+        let labelled = self.object.labels().get(SURGE_LABEL);
+        let resumable = r.len() > 0
+            && r.expected() == self.replicas()
+            && r.entries().any(|e| Some(&e.maintenance) == labelled);
+        resumable.then_some(r)
     }
 
     fn selector(&self) -> Option<String> {
@@ -1433,6 +1441,18 @@ pub async fn release(client: &Client, desks: &Desks, name: &str) -> kube::Result
 /// Undoes the surges of the maintenance `name` on `owner`; how many.
 async fn release_on(owner: &mut Owner, name: &str) -> kube::Result<usize> {
     let Some(mut r) = owner.record() else {
+        // A record naming the maintenance that no surge could have left so
+        // (its replicas set by someone else since): theirs stand, and the
+        // record and label go.
+        let stale = owner
+            .object
+            .annotations()
+            .get(SURGE_ANNOTATION)
+            .and_then(|t| Record::parse(t))
+            .is_some_and(|r| r.entries().any(|e| e.maintenance == name));
+        if stale {
+            owner.write(owner.replicas(), None).await?;
+        }
         return Ok(0);
     };
     let before = r.expected();

@@ -574,7 +574,9 @@ impl Pass {
             crate::cluster::workloads::read(
                 &self.ctx.client,
                 &self.ctx.drains.reads,
-                self.ctx.drains.desks.memory(),
+                (self.ctx.drains.desks.memory(), &|m: &str| {
+                    self.ctx.maintenance_exists(m)
+                }),
                 &pods,
             )
             .await

@@ -77,13 +77,17 @@ pub(in crate::controller) async fn release_surges(
     ctx: &Context,
     nm: &NodeMaintenance,
 ) -> Result<()> {
-    if !ctx.memory.may_hold_surges(&nm.uid().unwrap_or_default()) {
+    let uid = nm.uid().unwrap_or_default();
+    if !ctx.memory.may_hold_surges(&uid) {
         return Ok(());
     }
     match crate::controller::drain::surge::release(&ctx.client, &ctx.drains.desks, &nm.name_any())
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            ctx.memory.surges_checked(&uid);
+            Ok(())
+        }
         // A cluster without the apps API (or no right to it) holds no
         // surges of ours.
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 403 => {
