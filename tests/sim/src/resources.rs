@@ -336,6 +336,28 @@ pub fn builtin() -> Vec<ResourceType> {
             false,
             None,
         ),
+        // Stored, not enforced: the real API server is where the
+        // operator's write limits are tested (docs/simulator.md).
+        rt(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+            false,
+            &[],
+            false,
+            None,
+        ),
+        rt(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            false,
+            &[],
+            false,
+            None,
+        ),
     ];
     for r in &mut all {
         if matches!(
