@@ -123,7 +123,7 @@ fn enclosing_fn(text: &str, at: usize) -> (String, String) {
     let start = text[..at].rfind("fn ").expect("inside a function");
     let signature = &text[start..start + text[start..].find('{').unwrap_or(0)];
     let name = signature[3..]
-        .split(|c: char| c == '(' || c == '<')
+        .split(['(', '<'])
         .next()
         .unwrap_or_default()
         .trim()

@@ -197,7 +197,7 @@ impl Owner {
                 self.api.patch(&name, &params, &Patch::Merge(&patch)).await
             }
         };
-        let written = written.map(|object| {
+        let written = written.inspect(|object| {
             self.memory.wrote(
                 &object.uid().unwrap_or_default(),
                 Remembered {
@@ -207,7 +207,6 @@ impl Owner {
                     record: record.cloned().unwrap_or_else(Record::none),
                 },
             );
-            object
         });
         self.object = written.map_err(|e| match e {
             // A test that failed: the owner changed since it was read.
