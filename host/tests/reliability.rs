@@ -115,7 +115,14 @@ async fn sigkill_at_random_points_twenty_times() {
     // A human took worker-3 out for bad hardware before any maintenance:
     // every restore of it, killed anywhere, leaves it so.
     cordon_by_hand(&client, "worker-3").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The DaemonSet's pods are placed by the simulated controllers in
+    // their own time: waited for, with a deadline, on a busy machine too.
+    wait_until(
+        "six pods the policy skips",
+        Duration::from_secs(60),
+        || async { skipped_pods(&client).await.len() == 6 },
+    )
+    .await;
     let skipped = skipped_pods(&client).await;
     assert_eq!(skipped.len(), 6, "{skipped:?}");
 
