@@ -5,23 +5,8 @@
 use crate::common;
 
 use common::drain_actions as scenario;
-use common::real::RealEnv;
-use common::*;
-use nmo_control_plane::Options;
+use common::drain_actions::{real, sim};
 use serde_json::json;
-
-async fn sim(workers: usize) -> (tempfile::TempDir, Env) {
-    let (dir, store) = scenario::store();
-    (dir, Env::start_store(workers, store).await)
-}
-
-async fn real(workers: usize) -> (tempfile::TempDir, RealEnv) {
-    let (dir, store) = scenario::store();
-    (
-        dir,
-        RealEnv::start_store(Options::workers(workers), store).await,
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn surge_keeps_a_single_replica_serving_on_nmo_sim() {

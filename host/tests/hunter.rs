@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::api::{Api, DeleteParams};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use nmo::crd::MaintenancePhase;
 use nmo::policy::PolicyStore;
@@ -44,7 +44,7 @@ use serde_json::json;
 
 use crate::common;
 use common::drain_actions::{is_ready, store};
-use common::promises::deployment;
+use common::promises::{annotation_owner, deployment};
 use common::{ClusterOps, Env};
 
 /// Cases in the test command.
@@ -206,35 +206,6 @@ impl Floors {
     }
 }
 
-/// A tool that owns an owner's annotations: every surge record it sees it
-/// rewrites or removes.
-fn meddler(client: &Client, rewrite: bool) -> tokio::task::JoinHandle<()> {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    tokio::spawn(async move {
-        let mut events = watcher(deployments.clone(), watcher::Config::default())
-            .applied_objects()
-            .boxed();
-        let forged = r#"{"replicas":9,"serving":0,"surging":[]}"#;
-        while let Some(Ok(d)) = events.next().await {
-            let Some(record) = d.annotations().get("nmo.medik8s.io/surge") else {
-                continue;
-            };
-            if record == forged {
-                continue;
-            }
-            let value = if rewrite { json!(forged) } else { json!(null) };
-            let patch = json!({"metadata": {"annotations": {"nmo.medik8s.io/surge": value}}});
-            let _ = deployments
-                .patch(
-                    &d.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await;
-        }
-    })
-}
-
 fn pdb(app: &str, budget: Budget) -> Option<serde_json::Value> {
     let spec = match budget {
         Budget::None => return None,
@@ -337,8 +308,8 @@ async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Resul
         built.apps.iter().map(|(a, _, f)| (a.clone(), *f)).collect(),
     );
     let tool = match case.meddling {
-        Meddling::RewriteRecords => Some(meddler(&env.client, true)),
-        Meddling::RemoveRecords => Some(meddler(&env.client, false)),
+        Meddling::RewriteRecords => Some(annotation_owner(&env.client, None, true)),
+        Meddling::RemoveRecords => Some(annotation_owner(&env.client, None, false)),
         _ => None,
     };
     let policy = (case.policy != "default").then_some(case.policy);

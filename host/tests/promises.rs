@@ -5,24 +5,10 @@
 
 use crate::common;
 
-use common::drain_actions as actions;
+use common::drain_actions::{real, sim};
 use common::promises as scenario;
 use common::real::RealEnv;
-use common::*;
 use nmo_control_plane::Options;
-
-async fn sim(workers: usize) -> (tempfile::TempDir, Env) {
-    let (dir, store) = actions::store();
-    (dir, Env::start_store(workers, store).await)
-}
-
-async fn real(workers: usize) -> (tempfile::TempDir, RealEnv) {
-    let (dir, store) = actions::store();
-    (
-        dir,
-        RealEnv::start_store(Options::workers(workers), store).await,
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_owners_hold_no_drain_on_nmo_sim() {

@@ -51,6 +51,24 @@ pub fn store() -> (tempfile::TempDir, Arc<PolicyStore>) {
     (dir, store)
 }
 
+/// nmo-sim with `workers` and the operator running [`store`]'s policies
+/// (the directory is kept with it).
+pub async fn sim(workers: usize) -> (tempfile::TempDir, Env) {
+    let (dir, store) = store();
+    (dir, Env::start_store(workers, store).await)
+}
+
+/// The real control plane with `workers` and the operator running
+/// [`store`]'s policies.
+pub async fn real(workers: usize) -> (tempfile::TempDir, super::real::RealEnv) {
+    let (dir, store) = store();
+    (
+        dir,
+        super::real::RealEnv::start_store(nmo_control_plane::Options::workers(workers), store)
+            .await,
+    )
+}
+
 /// A Deployment of one replica behind a budget that allows none down.
 fn single_replica(name: &str, namespace: &str) -> String {
     format!(

@@ -205,33 +205,40 @@ pub async fn a_budget_allowing_nothing_holds_a_hand_over(env: &impl ClusterOps) 
     );
 }
 
-/// A tool that owns an owner's annotations but not its replicas (a GitOps
-/// self-heal): every surge record it sees it `rewrites` (to one claiming
-/// other replicas and no surge) or removes.
-fn annotation_owner(
-    env: &impl ClusterOps,
-    name: &str,
+/// A tool that owns owners' annotations but not their replicas (a GitOps
+/// self-heal): every surge record it sees on the Deployment `name` (on
+/// every Deployment: `None`) it `rewrites` (to one claiming other replicas
+/// and no surge) or removes.
+pub fn annotation_owner(
+    client: &kube::Client,
+    name: Option<&str>,
     rewrites: bool,
 ) -> tokio::task::JoinHandle<()> {
-    let deployments: Api<Deployment> = Api::namespaced(env.client().clone(), "default");
-    let name = name.to_owned();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let config = match name {
+        Some(n) => watcher::Config::default().fields(&format!("metadata.name={n}")),
+        None => watcher::Config::default(),
+    };
     tokio::spawn(async move {
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let mut events = watcher(deployments.clone(), config)
             .applied_objects()
             .boxed();
+        let forged = r#"{"replicas":7,"serving":0,"surging":[]}"#;
         while let Some(Ok(d)) = events.next().await {
             let Some(record) = d.annotations().get(SURGE) else {
                 continue;
             };
-            let forged = r#"{"replicas":7,"serving":0,"surging":[]}"#;
             if rewrites && record == forged {
                 continue;
             }
             let value = if rewrites { json!(forged) } else { json!(null) };
             let patch = json!({"metadata": {"annotations": {SURGE: value}}});
             let _ = deployments
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &d.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await;
         }
     })
@@ -246,7 +253,7 @@ pub async fn edits_of_the_surge_record_leave_no_replica_raised(env: &impl Cluste
         let app = format!("edited-{round}");
         env.create_value(deployment(&app, 4)).await;
         let node = ready_pods(env, &app, 4).await[0].1.clone();
-        let tool = annotation_owner(env, &app, rewrites);
+        let tool = annotation_owner(env.client(), Some(&app), rewrites);
         let nm = format!("nm-edited-{round}");
         env.create_nm_with_policy(&nm, &node, Some("no-downtime"))
             .await;
