@@ -406,3 +406,51 @@ pub async fn the_operators_token_changes_only_what_it_must(
         .await
         .expect("a surge's raise");
 }
+
+/// The hunter's first find, as a fixed case, first half: a surge under
+/// `single-surge` (a one-replica Deployment) has raised the replicas; the
+/// test then kills and starts the operator ([`a_surge_resumes_after_a_restart`]).
+pub async fn a_surge_is_running(env: &impl ClusterOps) {
+    env.create_value(deployment("resumed", 1)).await;
+    let (_, node) = ready_pods(env, "resumed", 1).await.remove(0);
+    env.create_nm_with_policy("nm-resumed", &node, Some("single-surge"))
+        .await;
+    let deployments: Api<Deployment> = Api::namespaced(env.client().clone(), "default");
+    wait_until("the replicas raised", Duration::from_secs(60), || async {
+        deployments
+            .get("resumed")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.replicas)
+            == Some(2)
+    })
+    .await;
+}
+
+/// Second half: the restarted operator reads the record the surge before
+/// it left (not a forged one: its count matches, its maintenance exists)
+/// as the owner's replicas, resumes the surge, and gives the replica back;
+/// deleting the maintenance leaves the Deployment as it was. (Before: the
+/// restarted operator read 2 replicas, evicted instead, and never gave the
+/// raised replica back.)
+pub async fn a_surge_resumes_after_a_restart(env: &impl ClusterOps) {
+    env.wait_phase("nm-resumed", MaintenancePhase::Succeeded)
+        .await;
+    env.nms()
+        .delete("nm-resumed", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("nm-resumed").await;
+    let d = Api::<Deployment>::namespaced(env.client().clone(), "default")
+        .get("resumed")
+        .await
+        .unwrap();
+    assert_eq!(d.spec.and_then(|s| s.replicas), Some(1));
+    assert!(
+        !d.metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key("nmo.medik8s.io/surging")
+    );
+}
