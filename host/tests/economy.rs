@@ -712,3 +712,68 @@ spec:
     );
     env.stop().await;
 }
+
+/// A tenant heartbeating its pod's handshake ten times a second drives no
+/// stream of writes: the deadline is written back once it has moved by
+/// half an extension (here 15 s), and the status only when what it shows
+/// changes. (Before: a pod patch a second and a status write at every
+/// beat's new deadline, 233 status writes and 57 pod patches a minute.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_heartbeating_ten_times_a_second_drives_few_writes() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+    let (_dir, env) = common::drain_actions::sim(2).await;
+    env.cluster
+        .create(bare(
+            "chatty",
+            "worker-1",
+            json!({"nmo.medik8s.io/handshake": "30s"}),
+            1,
+        ))
+        .unwrap();
+    env.create_nm_with_policy("nm-chatty", "worker-1", Some("no-downtime"))
+        .await;
+    // The tenant's client: its requests are not the operator's.
+    let pods: Api<Pod> = Api::namespaced(test_client(&env).await, "default");
+    wait_until("the application asked", Duration::from_secs(30), || async {
+        pods.get("chatty")
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("nmo.medik8s.io/eviction-requested")
+    })
+    .await;
+    env.cluster.record_audit(true);
+    let start = operator_requests(&env);
+    let started = Instant::now();
+    let mut beats = 0;
+    while started.elapsed() < Duration::from_secs(4) {
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let beat = json!({"metadata": {"annotations": {"nmo.medik8s.io/eviction-heartbeat": now}}});
+        pods.patch("chatty", &PatchParams::default(), &Patch::Merge(&beat))
+            .await
+            .unwrap();
+        beats += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let end = operator_requests(&env);
+    let delta = |k: &str| end.get(k).copied().unwrap_or(0) - start.get(k).copied().unwrap_or(0);
+    let (patches, writes) = (delta("patch pods"), delta("update nodemaintenances/status"));
+    println!(
+        "{beats} heartbeats over {elapsed:.1} s: {patches} pod patches, {writes} status writes"
+    );
+    assert!(patches <= 1, "{patches} pod patches for {beats} heartbeats");
+    assert!(writes <= 2, "{writes} status writes for {beats} heartbeats");
+    // It answers: the drain goes on.
+    let ready = json!({"metadata": {"annotations": {"nmo.medik8s.io/eviction-ready": "true"}}});
+    pods.patch("chatty", &PatchParams::default(), &Patch::Merge(&ready))
+        .await
+        .unwrap();
+    env.wait_phase("nm-chatty", nmo::crd::MaintenancePhase::Succeeded)
+        .await;
+    env.stop().await;
+}
