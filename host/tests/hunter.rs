@@ -56,6 +56,12 @@ const SEED: u64 = 0x6e6d_6f2d_6875_6e74;
 const DRAIN_BOUND: Duration = Duration::from_secs(45);
 /// How long a deleted maintenance may take to go.
 const GONE_BOUND: Duration = Duration::from_secs(10);
+/// The most writes the operator may make in one case (status updates,
+/// node patches, pod patches, evictions and deletions, events): a drain of
+/// at most 14 pods takes a few dozen; a loop writing without bound
+/// (a status rewritten at every heartbeat, a retry with no floor) passes
+/// this within seconds.
+const WRITES_BOUND: usize = 400;
 
 /// A budget over a Deployment's pods.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -313,6 +319,7 @@ async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Resul
         _ => None,
     };
     let policy = (case.policy != "default").then_some(case.policy);
+    env.cluster.record_audit(true);
     env.create_nm_with_policy("nm-hunt", "worker-1", policy)
         .await;
     let started = Instant::now();
@@ -376,6 +383,12 @@ async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Resul
         t.abort();
     }
     restored(env, &built).await?;
+    let writes = operator_writes(env);
+    if writes > WRITES_BOUND {
+        return Err(format!(
+            "the operator wrote {writes} times in one case (bound {WRITES_BOUND})"
+        ));
+    }
     let broken = floors.stop();
     if let Some(first) = broken.first() {
         return Err(format!(
@@ -384,6 +397,24 @@ async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Resul
         ));
     }
     Ok(())
+}
+
+/// The operator's writes since the audit began: status updates, node and
+/// pod patches, evictions, deletions of pods, events (the test's own
+/// writes are to maintenances and Deployments, and not counted).
+fn operator_writes(env: &Env) -> usize {
+    env.cluster
+        .audit()
+        .iter()
+        .filter(|r| r.user_agent == nmo::client::USER_AGENT)
+        .filter(|r| matches!(r.verb.as_str(), "create" | "update" | "patch" | "delete"))
+        .filter(|r| {
+            matches!(
+                (r.resource.as_str(), r.subresource.as_str()),
+                ("nodemaintenances", "status") | ("nodes", _) | ("pods", _) | ("events", _)
+            )
+        })
+        .count()
 }
 
 /// The node as the human left it, and every Deployment's replicas as they
