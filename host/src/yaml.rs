@@ -17,8 +17,14 @@ use serde::de::DeserializeOwned;
 /// Nesting depth of any document (the policy set's and a scenario's are a
 /// handful deep; a Pod list saved from kubectl, about 15).
 pub(crate) const MAX_DEPTH: usize = 64;
-/// Nodes (maps, lists and scalars) of one input.
+/// Nodes (maps, lists and scalars) of one data input (a Pod list saved
+/// from kubectl).
 pub(crate) const MAX_NODES: usize = 2_000_000;
+/// Nodes of one configuration document (`policies.yaml` has a few
+/// hundred; a ConfigMap's 1 MiB of plain keys, about this many). An alias
+/// bomb is refused once its expansion reaches it: a twentieth of the work
+/// the data budget allowed it (3.7 s of CPU before).
+pub(crate) const MAX_CONFIG_NODES: usize = 100_000;
 
 /// Why YAML could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -36,14 +42,20 @@ pub enum YamlError {
     Parse(String),
 }
 
-fn options() -> serde_saphyr::Options {
+/// Parse options under a budget of `nodes` nodes.
+fn options_for(nodes: usize) -> serde_saphyr::Options {
     let mut budget = serde_saphyr::Budget::default();
     budget.max_depth = MAX_DEPTH;
-    budget.max_nodes = MAX_NODES;
-    budget.max_events = MAX_NODES * 2;
+    budget.max_nodes = nodes;
+    budget.max_events = nodes * 2;
     let mut options = serde_saphyr::Options::default();
     options.budget = Some(budget);
     options
+}
+
+/// Options for data files (and multi-document streams).
+fn options() -> serde_saphyr::Options {
+    options_for(MAX_NODES)
 }
 
 /// A parse error in words (no source snippet).
@@ -84,11 +96,13 @@ fn redacted_error(e: &serde_saphyr::Error) -> YamlError {
     }
 }
 
-/// One document. The budget is checked on the document as plain data
-/// first: a typed parse that breaches it mid-way may report a confusing
-/// error of its own (an `Option` field trying another shape), the plain
-/// one says what was exceeded.
+/// One configuration document, under the configuration budget
+/// ([`MAX_CONFIG_NODES`]). The budget is checked on the document as plain
+/// data first: a typed parse that breaches it mid-way may report a
+/// confusing error of its own (an `Option` field trying another shape),
+/// the plain one says what was exceeded.
 pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, YamlError> {
+    let options = || options_for(MAX_CONFIG_NODES);
     serde_saphyr::from_str_with_options::<serde_json::Value>(text, options())
         .map_err(|e| parse_error(&e))?;
     serde_saphyr::from_str_with_options(text, options()).map_err(|e| parse_error(&e))
@@ -160,6 +174,29 @@ mod tests {
             .map(|i| format!("{}- \n", "  ".repeat(i)))
             .collect();
         assert!(from_str::<serde_json::Value>(&block).is_err());
+    }
+
+    /// A billion laughs: nine anchors, each nine aliases of the one
+    /// before (9^9 scalars once expanded).
+    fn alias_bomb() -> String {
+        let mut text = String::from("a0: &a0 [lol]\n");
+        for i in 1..=9 {
+            let prev = format!("*a{}", i - 1);
+            text.push_str(&format!("a{i}: &a{i} [{}]\n", vec![prev; 9].join(", ")));
+        }
+        text.push_str("policies: []\n");
+        text
+    }
+
+    #[test]
+    fn an_alias_bomb_in_configuration_is_refused_within_its_budget() {
+        let e = from_str::<serde_json::Value>(&alias_bomb()).unwrap_err();
+        assert!(e.to_string().contains("budget"), "{e}");
+        // A configuration of the budget's size is read.
+        let big: String = (0..MAX_CONFIG_NODES / 3)
+            .map(|i| format!("k{i}: v\n"))
+            .collect();
+        assert!(from_str::<serde_json::Value>(&big).is_ok());
     }
 
     #[test]

@@ -6,11 +6,13 @@
 //! four replicas, each behind a budget or not (`minAvailable`,
 //! `maxUnavailable: 0`), some with a forged surge record or a
 //! `maxUnavailable` past any range, bare pods whose owner reference
-//! cannot be read, a node a human cordoned first; runs a maintenance of
+//! cannot be read, a pod that asks for an hour's handshake and never
+//! answers, a node a human cordoned first; runs a maintenance of
 //! `worker-1` under a policy that evicts, surges, waits or forces; and
 //! meanwhile a tenant's tool rewrites or removes surge records, or the
-//! operator is killed and started again, or the maintenance is deleted
-//! mid-drain. After every change it sees, and at the end, it checks:
+//! operator is killed and started again, or stopped (SIGTERM) and another
+//! started, or the maintenance is deleted mid-drain (mid-wait where there
+//! is one). After every change it sees, and at the end, it checks:
 //!
 //! - no budget ever has fewer serving pods than it promises (surges
 //!   included);
@@ -18,8 +20,11 @@
 //!   every owner its replicas as they were;
 //! - nothing a tenant wrote holds the drain: when every budget allows a
 //!   disruption, the maintenance succeeds within its bound;
-//! - a deleted maintenance is gone within its bound;
-//! - the operator never panics.
+//! - a deleted maintenance is gone within its bound, a wait included (the
+//!   wait is an hour's);
+//! - a stopped operator ends within its pod's grace period, a wait
+//!   included;
+//! - the operator never panics, and its writes are bounded.
 //!
 //! The test command runs [`CASES`] cases from a fixed seed; a long run:
 //! `NMO_HUNT_CASES=500 cargo test -p nmo --test suite hunter::hunt_long --
@@ -39,6 +44,7 @@ use kube::{Client, ResourceExt};
 use nmo::crd::MaintenancePhase;
 use nmo::policy::PolicyStore;
 use proptest::prelude::*;
+use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use serde_json::json;
 
@@ -48,14 +54,31 @@ use common::promises::{annotation_owner, deployment};
 use common::{ClusterOps, Env};
 
 /// Cases in the test command.
-const CASES: u32 = 24;
+const CASES: u32 = 300;
+/// Cases run at once (each its own nmo-sim and operator; they mostly
+/// wait, for pods to go and for the drains' bounds).
+const AT_ONCE: usize = 8;
+/// The most runs spent shrinking a counterexample.
+const MAX_SHRINK_RUNS: u32 = 32;
 /// The seed of the test command's cases.
 const SEED: u64 = 0x6e6d_6f2d_6875_6e74;
 /// How long a maintenance every budget lets drain may take (real time, on
 /// a busy machine; the drains here take a second or two).
 const DRAIN_BOUND: Duration = Duration::from_secs(45);
-/// How long a deleted maintenance may take to go.
+/// How long a deleted maintenance may take to go in the test command (a
+/// busy machine; the long run holds it to [`WAIT_END_GOAL`]).
 const GONE_BOUND: Duration = Duration::from_secs(10);
+/// The promise: a wait ends within 1 s of its maintenance's deletion
+/// (the long run, a benchmark, checks it; the test command checks
+/// [`GONE_BOUND`], still far below the hour the wait would take).
+const WAIT_END_GOAL: Duration = Duration::from_secs(1);
+/// The operator pod's grace period (deploy/manager/manager.yaml): a
+/// stopped operator's run ends within it.
+const GRACE_PERIOD: Duration = Duration::from_secs(10);
+/// How long a drain that cannot end is watched past its meddling.
+const WATCHED: Duration = Duration::from_secs(2);
+/// The handshake the waiting pod asks for, which it never answers.
+const HANDSHAKE: &str = "1h";
 /// The most writes the operator may make in one case (status updates,
 /// node patches, pod patches, evictions and deletions, events): a drain of
 /// at most 14 pods takes a few dozen; a loop writing without bound
@@ -93,6 +116,9 @@ enum Meddling {
     RemoveRecords,
     /// The operator is killed and started again once the drain runs.
     Restart,
+    /// The operator is stopped (what SIGTERM does) once the drain runs,
+    /// mid-wait where there is one; the next one is started.
+    Stop,
     /// The maintenance is deleted once the drain runs.
     DeleteMidway,
 }
@@ -103,6 +129,8 @@ struct Case {
     workloads: Vec<Workload>,
     /// Bare pods on the node whose controller reference cannot be read.
     unreadable: u8,
+    /// A bare pod asking for an hour's handshake, never answering.
+    handshake: bool,
     cordoned_by_hand: bool,
     meddling: Meddling,
 }
@@ -140,20 +168,23 @@ fn case() -> impl Strategy<Value = Case> {
         ],
         proptest::collection::vec(workload(), 1..=3),
         0u8..=2,
+        proptest::bool::weighted(0.3),
         proptest::bool::weighted(0.25),
         prop_oneof![
             Just(Meddling::Nothing),
             Just(Meddling::RewriteRecords),
             Just(Meddling::RemoveRecords),
             Just(Meddling::Restart),
+            Just(Meddling::Stop),
             Just(Meddling::DeleteMidway),
         ],
     )
         .prop_map(
-            |(policy, workloads, unreadable, cordoned_by_hand, meddling)| Case {
+            |(policy, workloads, unreadable, handshake, cordoned_by_hand, meddling)| Case {
                 policy,
                 workloads,
                 unreadable,
+                handshake,
                 cordoned_by_hand,
                 meddling,
             },
@@ -272,6 +303,14 @@ async fn build(env: &Env, case: &Case) -> Built {
                 "containers": [{"name": "c", "image": "i"}]}}))
             .await;
     }
+    if case.handshake {
+        env.create_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "asks", "namespace": "default",
+                "annotations": {"nmo.medik8s.io/handshake": HANDSHAKE}},
+            "spec": {"nodeName": "worker-1", "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "c", "image": "i"}]}}))
+            .await;
+    }
     if case.cordoned_by_hand {
         common::cordon_by_hand(&env.client, "worker-1").await;
     }
@@ -282,23 +321,70 @@ async fn build(env: &Env, case: &Case) -> Built {
 /// Whether every budget of the case lets its pods go at some point under
 /// the case's policy: then the drain must end.
 fn drainable(case: &Case) -> bool {
-    case.workloads.iter().all(|w| match w.budget {
-        Budget::None => true,
-        Budget::Nothing => false,
-        // A surge brings the replacement first: the budget then allows
-        // one. An eviction needs room above the floor now.
-        Budget::MinAvailable(n) => {
-            n < w.replicas
-                || case.policy == "no-downtime"
-                || (case.policy == "single-surge" && w.replicas == 1 && !w.forged)
-        }
+    !waits(case)
+        && case.workloads.iter().all(|w| match w.budget {
+            Budget::None => true,
+            Budget::Nothing => false,
+            // A surge brings the replacement first: the budget then allows
+            // one. An eviction needs room above the floor now.
+            Budget::MinAvailable(n) => {
+                n < w.replicas
+                    || case.policy == "no-downtime"
+                    || (case.policy == "single-surge" && w.replicas == 1 && !w.forged)
+            }
+        })
+}
+
+/// Whether the case's drain waits (an hour) for the handshake.
+fn waits(case: &Case) -> bool {
+    case.handshake && matches!(case.policy, "no-downtime" | "single-surge")
+}
+
+/// Whether the drain waits for the handshake now: the operator has asked
+/// the pod to leave (its deadline is on the pod).
+async fn waiting(env: &Env) -> bool {
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    pods.get_opt("asks").await.ok().flatten().is_some_and(|p| {
+        p.annotations()
+            .contains_key("nmo.medik8s.io/eviction-deadline")
     })
 }
 
+/// What the cases measured of the timing promises.
+#[derive(Default)]
+struct Timings {
+    /// A maintenance deleted mid-wait: how long it took to go.
+    gone_mid_wait: Vec<Duration>,
+    /// A stopped operator: how long its run took to end.
+    stopped: Vec<Duration>,
+}
+
+impl Timings {
+    fn summary(&self) -> String {
+        let max = |v: &[Duration]| v.iter().max().copied().unwrap_or_default();
+        format!(
+            "{} deletion(s) mid-wait, gone within {:?} at most; {} stop(s), ended within {:?} at most",
+            self.gone_mid_wait.len(),
+            max(&self.gone_mid_wait),
+            self.stopped.len(),
+            max(&self.stopped)
+        )
+    }
+}
+
+/// How a case is run: the policies, where its timings go, and the bound a
+/// maintenance deleted mid-wait must be gone within.
+#[derive(Clone)]
+struct Hunt {
+    policies: Arc<PolicyStore>,
+    timings: Arc<Mutex<Timings>>,
+    gone_mid_wait: Duration,
+}
+
 /// Runs one case; `Err` names the promise broken.
-async fn run(case: Case, policies: Arc<PolicyStore>) -> Result<(), String> {
-    let mut env = Env::start_store(3, policies.clone()).await;
-    let result = run_in(&mut env, &case, policies).await;
+async fn run(case: Case, hunt: Hunt) -> Result<(), String> {
+    let mut env = Env::start_store(3, hunt.policies.clone()).await;
+    let result = run_in(&mut env, &case, &hunt).await;
     let panicked = env.controller.is_finished();
     env.stop().await;
     match result {
@@ -307,7 +393,7 @@ async fn run(case: Case, policies: Arc<PolicyStore>) -> Result<(), String> {
     }
 }
 
-async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Result<(), String> {
+async fn run_in(env: &mut Env, case: &Case, hunt: &Hunt) -> Result<(), String> {
     let built = build(env, case).await;
     let floors = Floors::watch(
         &env.client,
@@ -328,9 +414,14 @@ async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Resul
             .and_then(|n| n.status.as_ref())
             .and_then(|s| s.phase)
     };
-    let midway = matches!(case.meddling, Meddling::Restart | Meddling::DeleteMidway);
+    let midway = matches!(
+        case.meddling,
+        Meddling::Restart | Meddling::Stop | Meddling::DeleteMidway
+    );
     let mut meddled = !midway;
     let mut succeeded = false;
+    let mut mid_wait = false;
+    let mut meddled_at = started;
     while started.elapsed() < DRAIN_BOUND {
         let nm = env
             .nms()
@@ -341,21 +432,35 @@ async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Resul
             succeeded = true;
             break;
         }
-        if !meddled && phase(&nm) == Some(MaintenancePhase::Running) {
+        // Where the drain waits, the meddling comes mid-wait.
+        let ripe = if waits(case) {
+            waiting(env).await
+        } else {
+            phase(&nm) == Some(MaintenancePhase::Running)
+        };
+        if !meddled && ripe {
             meddled = true;
+            meddled_at = Instant::now();
+            mid_wait = waits(case);
             match case.meddling {
                 Meddling::Restart => {
                     env.controller.abort();
                     let _ = (&mut env.controller).await;
-                    env.controller =
-                        common::start_controller_tuned(&env.client, policies.clone(), |_| {}).1;
+                    restart(env, hunt);
+                }
+                Meddling::Stop => {
+                    let took = stop(env).await?;
+                    hunt.timings.lock().unwrap().stopped.push(took);
+                    restart(env, hunt);
                 }
                 Meddling::DeleteMidway => break,
                 _ => {}
             }
         }
-        // Not a drain that can end: looked at for a while, then given up.
-        if !drainable(case) && started.elapsed() > Duration::from_secs(6) {
+        // Not a drain that can end: looked at for a while past the
+        // meddling (a drain here takes well under a second), then given
+        // up.
+        if !drainable(case) && meddled && meddled_at.elapsed() > WATCHED {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -371,13 +476,26 @@ async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Resul
         .delete("nm-hunt", &DeleteParams::default())
         .await
         .map_err(|e| e.to_string())?;
+    let bound = if mid_wait && case.meddling == Meddling::DeleteMidway {
+        hunt.gone_mid_wait
+    } else {
+        GONE_BOUND
+    };
     while env.nms().get_opt("nm-hunt").await.ok().flatten().is_some() {
-        if deleted.elapsed() > GONE_BOUND {
+        if deleted.elapsed() > bound {
             return Err(format!(
-                "the deleted maintenance was not gone within {GONE_BOUND:?}"
+                "the deleted maintenance was not gone within {bound:?}{}",
+                if mid_wait { " (deleted mid-wait)" } else { "" }
             ));
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    if mid_wait && case.meddling == Meddling::DeleteMidway {
+        hunt.timings
+            .lock()
+            .unwrap()
+            .gone_mid_wait
+            .push(deleted.elapsed());
     }
     if let Some(t) = tool {
         t.abort();
@@ -397,6 +515,28 @@ async fn run_in(env: &mut Env, case: &Case, policies: Arc<PolicyStore>) -> Resul
         ));
     }
     Ok(())
+}
+
+/// Stops the operator as SIGTERM does; how long its run took to end (at
+/// most the grace period, or the promise is broken).
+async fn stop(env: &mut Env) -> Result<Duration, String> {
+    let ctx = env.ctx.as_ref().ok_or("no context to stop")?;
+    let asked = Instant::now();
+    ctx.stop();
+    match tokio::time::timeout(GRACE_PERIOD, &mut env.controller).await {
+        Ok(_) => Ok(asked.elapsed()),
+        Err(_) => Err(format!(
+            "the stopped operator was still running after its {GRACE_PERIOD:?} grace period"
+        )),
+    }
+}
+
+/// Starts the next operator (its context the env's).
+fn restart(env: &mut Env, hunt: &Hunt) {
+    let (ctx, controller) =
+        common::start_controller_tuned(&env.client, hunt.policies.clone(), |_| {});
+    env.ctx = Some(ctx);
+    env.controller = controller;
 }
 
 /// The operator's writes since the audit began: status updates, node and
@@ -469,42 +609,83 @@ async fn restored(env: &Env, built: &Built) -> Result<(), String> {
     }
 }
 
-/// Runs `cases` cases from `seed`; the first counterexample, shrunk.
-fn hunt(cases: u32, seed: u64) -> Result<u32, String> {
+/// Runs `cases` cases from `seed`, [`AT_ONCE`] at a time, a maintenance
+/// deleted mid-wait to be gone within `gone_mid_wait`; the first
+/// counterexample (in the order drawn), shrunk one run at a time.
+fn hunt(cases: u32, seed: u64, gone_mid_wait: Duration) -> Result<u32, String> {
     let (_dir, policies) = store();
-    let config = Config {
-        cases,
-        max_shrink_iters: 32,
-        failure_persistence: None,
-        ..Config::default()
+    let hunt = Hunt {
+        policies,
+        timings: Arc::default(),
+        gone_mid_wait,
     };
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let mut runner = TestRunner::new_with_rng(
-        config,
+        Config::default(),
         TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
     );
-    let tried = Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let counted = tried.clone();
+    let strategy = case();
+    let mut trees = (0..cases)
+        .map(|_| strategy.new_tree(&mut runner))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let outcome = runner.run(&case(), move |c| {
-        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let shown = format!("{c:?}");
-        rt.block_on(run(c, policies.clone()))
-            .map_err(|why| TestCaseError::fail(format!("{why}\n  case: {shown}")))
-    });
-    let tried = tried.load(std::sync::atomic::Ordering::Relaxed);
-    println!("hunter: {tried} case(s) run (seed {seed:#x})");
-    outcome.map(|()| tried).map_err(|e| e.to_string())
+    let outcomes: Vec<Result<(), String>> = rt.block_on(
+        futures::stream::iter(trees.iter().map(|t| run(t.current(), hunt.clone())))
+            .buffered(AT_ONCE)
+            .collect(),
+    );
+    println!("hunter: {cases} case(s) run (seed {seed:#x})");
+    println!("hunter: {}", hunt.timings.lock().unwrap().summary());
+    match outcomes.into_iter().position(|o| o.is_err()) {
+        None => Ok(cases),
+        Some(first) => Err(shrink(&rt, trees.swap_remove(first), &hunt)),
+    }
+}
+
+/// Shrinks a failing case as proptest does (simplify while it fails,
+/// complicate when it passes), one run at a time; the smallest failure
+/// and why.
+fn shrink(
+    rt: &tokio::runtime::Runtime,
+    mut tree: impl ValueTree<Value = Case>,
+    hunt: &Hunt,
+) -> String {
+    let failing = |c: Case| rt.block_on(run(c, hunt.clone())).err();
+    let mut shown = format!("{:?}", tree.current());
+    let Some(mut why) = failing(tree.current()) else {
+        return format!("a case failed once and passed again (a flake?): {shown}");
+    };
+    let mut runs = 0;
+    if tree.simplify() {
+        while runs < MAX_SHRINK_RUNS {
+            runs += 1;
+            match failing(tree.current()) {
+                Some(w) => {
+                    (why, shown) = (w, format!("{:?}", tree.current()));
+                    if !tree.simplify() {
+                        break;
+                    }
+                }
+                None => {
+                    if !tree.complicate() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    format!("{why}\n  case: {shown} ({runs} shrinking run(s))")
 }
 
 #[test]
 fn the_hunter_finds_no_broken_promise() {
-    if let Err(first) = hunt(CASES, SEED) {
+    if let Err(first) = hunt(CASES, SEED, GONE_BOUND) {
         panic!("the hunter found a broken promise (shrunk): {first}");
     }
 }
@@ -524,7 +705,7 @@ fn hunt_long() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(SEED, |d| d.as_secs())
         });
-    match hunt(cases, seed) {
+    match hunt(cases, seed, WAIT_END_GOAL) {
         Ok(tried) => println!("hunter: {tried} case(s), no broken promise"),
         Err(first) => panic!("hunter: first counterexample (shrunk): {first}"),
     }

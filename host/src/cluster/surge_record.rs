@@ -16,6 +16,9 @@ use crate::sync::Locked;
 
 /// On an owner while one of its pods is surged: what to undo.
 pub(crate) const SURGE_ANNOTATION: &str = "nmo.medik8s.io/surge";
+/// The label a surge puts on the owner: the maintenance whose surge wrote
+/// the record last (what the operator lists owners by).
+pub(crate) const SURGE_LABEL: &str = "nmo.medik8s.io/surging";
 /// One surged pod in the owner's [`Record`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -187,34 +190,60 @@ impl SurgeMemory {
             .collect()
     }
 
-    /// The replicas an owner (its object, as JSON) has as its own owner
-    /// set them: while this process surges it, the count before its
-    /// surges. Otherwise `spec.replicas` as it stands, unless a record on
-    /// the owner is one a surge of the operator before a restart left:
-    /// one a surge could have written, whose count matches the owner's
-    /// replicas, and every entry of which names a maintenance that exists
-    /// (`live`). Anything else on the owner is input, not authority: a
-    /// forged record is not read.
+    /// The surge record of an owner, as far as it is trusted: this process's own memory of what it wrote, whatever
+    /// the owner says now; else the record on the owner only if a surge
+    /// of the operator before a restart could have left it: entries in
+    /// it, its count matching the owner's replicas, the owner's label
+    /// naming one of its maintenances, and every one of those
+    /// maintenances `live` (exists, as far as the caller knows).
+    /// Anything else on the owner is input, not authority: a forged or
+    /// edited record is never read. The one rule the drain (resuming a
+    /// surge) and a policy's reads go by.
+    pub(crate) fn trusted(
+        &self,
+        owner: Found<'_>,
+        live: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Option<Record> {
+        if let Some(mine) = self.record(owner.uid) {
+            return Some(mine);
+        }
+        let r = Record::parse(owner.annotation?)?;
+        let resumable = r.len() > 0
+            && r.expected() == owner.replicas
+            && r.entries()
+                .any(|e| Some(e.maintenance.as_str()) == owner.label)
+            && r.entries().all(|e| live(&e.maintenance));
+        resumable.then_some(r)
+    }
+
+    /// The replicas an owner has as its own owner set them: while a surge
+    /// runs (its [`SurgeMemory::trusted`] record), the count before the
+    /// surges; otherwise `spec.replicas` as it stands.
     pub(crate) fn replicas_as_set(
         &self,
         object: &Value,
         live: &(dyn Fn(&str) -> bool + Sync),
     ) -> i64 {
-        if let Some(mine) = object["metadata"]["uid"]
-            .as_str()
-            .and_then(|uid| self.record(uid))
-        {
-            return mine.replicas;
-        }
+        let meta = &object["metadata"];
         let replicas = replicas_of(object);
-        object["metadata"]["annotations"][SURGE_ANNOTATION]
-            .as_str()
-            .and_then(Record::parse)
-            .filter(|r| {
-                r.len() > 0 && r.expected() == replicas && r.entries().all(|e| live(&e.maintenance))
-            })
-            .map_or(replicas, |r| r.replicas)
+        let found = Found {
+            uid: meta["uid"].as_str().unwrap_or_default(),
+            annotation: meta["annotations"][SURGE_ANNOTATION].as_str(),
+            label: meta["labels"][SURGE_LABEL].as_str(),
+            replicas,
+        };
+        self.trusted(found, live).map_or(replicas, |r| r.replicas)
     }
+}
+
+/// What an owner shows of a surge: its uid, its record and label, its
+/// replicas.
+#[derive(Clone, Copy)]
+pub(crate) struct Found<'a> {
+    pub uid: &'a str,
+    pub annotation: Option<&'a str>,
+    pub label: Option<&'a str>,
+    pub replicas: i64,
 }
 
 #[cfg(test)]
@@ -260,7 +289,8 @@ mod tests {
     fn a_record_on_the_owner_is_input_not_authority() {
         use super::{Kind, Remembered, SurgeMemory};
         let owner = |replicas: i64, record: &str| {
-            serde_json::json!({"metadata": {"uid": "o1", "annotations": {"nmo.medik8s.io/surge": record}},
+            serde_json::json!({"metadata": {"uid": "o1", "annotations": {"nmo.medik8s.io/surge": record},
+                "labels": {"nmo.medik8s.io/surging": "nm"}},
                 "spec": {"replicas": replicas}})
         };
         let record =
@@ -269,8 +299,12 @@ mod tests {
         let live = |m: &str| m == "nm";
         // Left by a surge before a restart: read.
         assert_eq!(memory.replicas_as_set(&owner(2, record), &live), 1);
-        // Forged: its count does not match, or its maintenance is not there.
+        // Forged: its count does not match, or its maintenance is not there,
+        // or the label does not name it.
         assert_eq!(memory.replicas_as_set(&owner(3, record), &live), 3);
+        let mut unlabelled = owner(2, record);
+        unlabelled["metadata"]["labels"] = serde_json::json!({});
+        assert_eq!(memory.replicas_as_set(&unlabelled, &live), 2);
         assert_eq!(
             memory.replicas_as_set(&owner(2, record), &|_: &str| false),
             2

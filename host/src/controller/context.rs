@@ -155,8 +155,9 @@ pub(super) struct Health {
     /// Asked to stop (SIGTERM): no pass starts work, every drain and
     /// wait ends as if its maintenance were gone, so the process ends (and
     /// the leader lock is given up) within moments; the next leader
-    /// resumes from what is in the API.
-    pub stopping: AtomicBool,
+    /// resumes from what is in the API. The controller's run ends on it
+    /// too (kube-runtime's graceful shutdown).
+    pub stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl Health {
@@ -182,7 +183,7 @@ impl Default for Health {
             watch_ok: AtomicBool::new(true),
             watch_failed_at: Mutex::new(None),
             crd_missing: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
+            stopping: tokio::sync::watch::Sender::new(false),
         }
     }
 }
@@ -299,7 +300,15 @@ impl Context {
     /// Whether the process is stopping (a drain in progress ends, and the
     /// next leader resumes it).
     pub(crate) fn is_stopping(&self) -> bool {
-        self.health.stopping.load(Ordering::Relaxed)
+        *self.health.stopping.borrow()
+    }
+
+    /// Ends when [`Context::stop`] is called (at once if it was).
+    pub(crate) fn stopped(&self) -> impl std::future::Future<Output = ()> + Send + Sync + 'static {
+        let mut asked = self.health.stopping.subscribe();
+        async move {
+            let _ = asked.wait_for(|stopping| *stopping).await;
+        }
     }
 
     /// Whether a maintenance named `name` exists, as the controller's cache
@@ -374,10 +383,10 @@ impl Context {
         })
     }
 
-    /// Stops the work in progress: every drain and wait ends (see
-    /// [`Context::stopping`]).
+    /// Stops the work in progress: every drain and wait ends, and so does
+    /// the controller's run once its passes have (what SIGTERM does).
     pub fn stop(&self) {
-        if !self.health.stopping.swap(true, Ordering::Relaxed) {
+        if !self.health.stopping.send_replace(true) {
             tracing::info!(
                 "stopping: drains in progress end here and are resumed by the next leader"
             );

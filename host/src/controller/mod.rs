@@ -358,13 +358,9 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
         // removing pods, holds none.
         .with_config(ControllerConfig::default().concurrency(0))
         .reconcile_on(recheck_rx);
-    let controller = if ctx.settings.stop_on_signal {
-        controller.shutdown_on_signal()
-    } else {
-        controller
-    };
     // kube-runtime's shutdown waits for the passes in progress: on the
-    // same signal, their drains and waits end at once.
+    // same stop, their drains and waits end at once.
+    let controller = controller.graceful_shutdown_on(ctx.stopped());
     let _stop = ctx.settings.stop_on_signal.then(|| {
         let ctx = ctx.clone();
         crate::task::spawn(async move {

@@ -42,14 +42,16 @@ use tokio::time::Instant;
 
 use super::attempt::{Attempt, Note, Removal, Target};
 use super::budgets::Via;
-use crate::cluster::surge_record::{Entry, Record, Remembered, SURGE_ANNOTATION, SurgeMemory};
+use crate::cluster::surge_record::{
+    Entry, Found, Record, Remembered, SURGE_ANNOTATION, SurgeMemory,
+};
 use crate::cluster::workloads::Kind;
 use crate::policy::workloads::{deployment_max_surge, replicas_of};
 use crate::sync::Locked;
 
 /// On an owner while a maintenance surges one of its pods: the
 /// maintenance's name (so its deletion finds them).
-pub(crate) const SURGE_LABEL: &str = "nmo.medik8s.io/surging";
+pub(crate) use crate::cluster::surge_record::SURGE_LABEL;
 /// The ReplicaSet controller removes the pods with the lowest cost first.
 pub(crate) const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 /// How often a surge looks at the replacement.
@@ -96,10 +98,6 @@ impl Owner {
         }
     }
 
-    fn uid(&self) -> String {
-        self.object.uid().unwrap_or_default()
-    }
-
     fn shown(&self) -> String {
         format!("{}/{}", self.kind, self.object.name_any())
     }
@@ -116,16 +114,21 @@ impl Owner {
     /// replicas, and the owner carries the surge label naming one of its
     /// maintenances. Anything else there is not a surge of ours: a new
     /// surge starts from the replicas as they stand.
+    /// The owner's surge record, as far as it is trusted
+    /// ([`SurgeMemory::trusted`]; a record naming a maintenance since
+    /// deleted is still one to undo, so every name counts as live here).
     fn record(&self) -> Option<Record> {
-        if let Some(mine) = self.memory.record(&self.uid()) {
-            return Some(mine);
-        }
-        let r = Record::parse(self.object.annotations().get(SURGE_ANNOTATION)?)?;
-        let labelled = self.object.labels().get(SURGE_LABEL);
-        let resumable = r.len() > 0
-            && r.expected() == self.replicas()
-            && r.entries().any(|e| Some(&e.maintenance) == labelled);
-        resumable.then_some(r)
+        let found = Found {
+            uid: self.object.metadata.uid.as_deref().unwrap_or_default(),
+            annotation: self
+                .object
+                .annotations()
+                .get(SURGE_ANNOTATION)
+                .map(String::as_str),
+            label: self.object.labels().get(SURGE_LABEL).map(String::as_str),
+            replicas: self.replicas(),
+        };
+        self.memory.trusted(found, &|_: &str| true)
     }
 
     fn selector(&self) -> Option<String> {
