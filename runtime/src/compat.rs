@@ -1,8 +1,8 @@
 //! Contract 0.3 policies in this 0.4 host: the 0.3 `types` interface
 //! answered by the 0.4 accessors on the same `pod` and `node` resources
-//! (0.4 only added a pod's `workload`), its records converted field for
-//! field. A 0.3 policy's exports have the same types in both versions, so
-//! once this interface is linked it runs through the 0.4 bindings as is.
+//! (0.4 only added a pod's `workload`), and the records its exports take
+//! and answer converted field for field ([`To`]), for its own binding
+//! (`exports.rs`).
 
 use wasmtime::component::{HasSelf, Linker, Resource};
 
@@ -15,14 +15,92 @@ pub(super) fn add_to_linker(linker: &mut Linker<HostState>) -> wasmtime::Result<
     v3::add_to_linker::<HostState, HasSelf<HostState>>(linker, |s| s)
 }
 
-fn key_values(list: Vec<v4::KeyValue>) -> Vec<v3::KeyValue> {
-    list.into_iter()
-        .map(|kv| v3::KeyValue {
-            key: kv.key,
-            value: kv.value,
-        })
-        .collect()
+/// A value of one contract's type as the same value of another's (the
+/// records of two versions, field for field).
+pub(crate) trait To<T> {
+    fn to(self) -> T;
 }
+
+impl<A: To<B>, B> To<Vec<B>> for Vec<A> {
+    fn to(self) -> Vec<B> {
+        self.into_iter().map(To::to).collect()
+    }
+}
+
+impl<A: To<B>, B> To<Option<B>> for Option<A> {
+    fn to(self) -> Option<B> {
+        self.map(To::to)
+    }
+}
+
+/// Types both versions share as they are.
+macro_rules! same {
+    ($($t:ty),*) => { $(impl To<$t> for $t { fn to(self) -> $t { self } })* };
+}
+same!(String, bool, u32, u64, i64, Resource<v4::Node>);
+
+/// A record: every field converted.
+macro_rules! record {
+    ($a:path => $b:path { $($f:ident),* $(,)? }) => {
+        impl To<$b> for $a {
+            fn to(self) -> $b {
+                use $b as Target;
+                Target { $($f: self.$f.to()),* }
+            }
+        }
+    };
+}
+
+/// An enum or a variant: every case, with its payload converted.
+macro_rules! cases {
+    ($a:path => $b:path { $($c:ident),* $(,)? } { $($d:ident),* $(,)? }) => {
+        impl To<$b> for $a {
+            fn to(self) -> $b {
+                use $a as From;
+                use $b as Target;
+                match self {
+                    $(From::$c => Target::$c,)*
+                    $(From::$d(x) => Target::$d(x.to()),)*
+                }
+            }
+        }
+    };
+}
+
+// What 0.3's exports take: the current records, down.
+record!(v4::KeyValue => v3::KeyValue { key, value });
+record!(v4::Maintenance => v3::Maintenance {
+    name, node_name, reason, labels, annotations, phase, drain_progress,
+    error_on_lease_count, attempt, elapsed_ms, now_ms, created_ms,
+});
+cases!(v4::MaintenancePhase => v3::MaintenancePhase { Running, Succeeded, Failed } {});
+record!(v4::Fleet => v3::Fleet { nodes, maintenances, etcd, history });
+record!(v4::FleetMaintenance => v3::FleetMaintenance {
+    name, node_name, phase, admitted, parked, since_ms, created_ms,
+});
+record!(v4::EtcdGuard => v3::EtcdGuard { budgets, disruptions_allowed, guard_ready_on_node });
+record!(v4::EndedMaintenance => v3::EndedMaintenance { name, node_name, started_ms, ended_ms, outcome });
+cases!(v4::Outcome => v3::Outcome { Succeeded, Failed, Cancelled } {});
+cases!(v4::Failure => v3::Failure { NodeNotFound } {
+    LeaseHeld, LeaseError, DrainIncomplete, ApiError, VolumesAttached,
+});
+record!(v4::DrainReport => v3::DrainReport { pending, pdb_blocked, blocked, waited, timed_out, message });
+record!(v4::PodRef => v3::PodRef { namespace, name });
+
+// What 0.3's exports answer: up to the current records.
+cases!(v3::Admission => v4::Admission { Admit } { Wait, Deny });
+record!(v3::Waiting => v4::Waiting { reason, recheck_after_ms });
+record!(v3::DrainPlan => v4::DrainPlan {
+    decisions, attempt_timeout_ms, max_concurrent_evictions, volume_detach_timeout_ms,
+});
+record!(v3::PodDecision => v4::PodDecision { pod, action, order });
+cases!(v3::PodAction => v4::PodAction {} { Evict, Delete, Skip, Block, Surge, Notify, Wait });
+record!(v3::Removal => v4::Removal { grace_period_seconds, rule });
+record!(v3::Notice => v4::Notice { timeout_ms, heartbeat_ms, then, removal });
+cases!(v3::RemovalMethod => v4::RemovalMethod { Evict, Delete } {});
+record!(v3::Completion => v4::Completion { timeout_ms, reason });
+cases!(v3::Verdict => v4::Verdict { RetryWithBackoff } { RetryAfterMs, Fail, Park });
+record!(v3::Parking => v4::Parking { reason, recheck_after_ms });
 
 impl v3::Host for HostState {}
 
@@ -43,10 +121,10 @@ impl v3::HostPod for HostState {
         HostPod::annotation(self, pod, key)
     }
     fn labels(&mut self, pod: Resource<v3::Pod>) -> Vec<v3::KeyValue> {
-        key_values(HostPod::labels(self, pod))
+        HostPod::labels(self, pod).to()
     }
     fn annotations(&mut self, pod: Resource<v3::Pod>) -> Vec<v3::KeyValue> {
-        key_values(HostPod::annotations(self, pod))
+        HostPod::annotations(self, pod).to()
     }
     fn owners(&mut self, pod: Resource<v3::Pod>) -> Vec<v3::Owner> {
         HostPod::owners(self, pod)
@@ -121,10 +199,10 @@ impl v3::HostNode for HostState {
         HostNode::annotation(self, node, key)
     }
     fn labels(&mut self, node: Resource<v3::Node>) -> Vec<v3::KeyValue> {
-        key_values(HostNode::labels(self, node))
+        HostNode::labels(self, node).to()
     }
     fn annotations(&mut self, node: Resource<v3::Node>) -> Vec<v3::KeyValue> {
-        key_values(HostNode::annotations(self, node))
+        HostNode::annotations(self, node).to()
     }
     fn taints(&mut self, node: Resource<v3::Node>) -> Vec<v3::Taint> {
         HostNode::taints(self, node)

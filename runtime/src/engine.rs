@@ -11,11 +11,12 @@ use wasmtime::component::{Component, HasSelf, Linker, Resource};
 use wasmtime::{Engine, PoolingAllocationConfig, Store, Trap};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtxBuilder};
 
-use super::bindings::{DrainPolicy, DrainPolicyPre};
+use super::bindings::DrainPolicy;
 use super::cache::PolicyCache;
 use super::compile::{self, CompileLimits, wasm_config};
 use super::digest::hex_digest;
 use super::error::{Error, Result};
+use super::exports::{Bound, Exports};
 use super::inputs::{Fleet, History, HostState, Inputs, Settings};
 use super::output::{CappedOutput, MAX_LOG_LINE_BYTES, RateWindow, Records};
 use super::validate::{self, Admission, Plan, Verdict};
@@ -311,7 +312,8 @@ impl PolicyEngine {
             .linker
             .instantiate_pre(&component)
             .map_err(wrong_world)?;
-        let pre = DrainPolicyPre::new(instance_pre).map_err(wrong_world)?;
+        let contract = contract_of(&self.inner.engine, &component);
+        let pre = Bound::new(instance_pre, contract.as_deref()).map_err(wrong_world)?;
         let reads_workloads = reads_workloads(&self.inner.engine, &component);
         Ok(Policy {
             inner: Arc::new(PolicyInner {
@@ -447,6 +449,23 @@ fn check_contract(name: &str, engine: &Engine, component: &Component) -> Result<
     Ok(())
 }
 
+/// The contract version a component was built against, from the names
+/// of the contract's interfaces it imports or exports.
+fn contract_of(engine: &Engine, component: &Component) -> Option<String> {
+    let ty = component.component_type();
+    let names: Vec<String> = ty
+        .imports(engine)
+        .map(|(n, _)| n.to_owned())
+        .chain(ty.exports(engine).map(|(n, _)| n.to_owned()))
+        .collect();
+    Interface {
+        imports: names,
+        exports: Vec::new(),
+    }
+    .contract()
+    .map(str::to_owned)
+}
+
 /// Whether the component imports a pod's `workload` accessor (a
 /// component imports only the functions it calls).
 fn reads_workloads(engine: &Engine, component: &Component) -> bool {
@@ -465,7 +484,7 @@ fn reads_workloads(engine: &Engine, component: &Component) -> bool {
 
 /// Semver compatibility as the component model uses it for 0.x versions:
 /// the same major and minor.
-fn same_minor(a: &str, b: &str) -> bool {
+pub(crate) fn same_minor(a: &str, b: &str) -> bool {
     let mm = |v: &str| -> Option<(u64, u64)> {
         let mut parts = v.split(['.', '-', '+']);
         Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
@@ -493,7 +512,7 @@ pub struct Policy {
 struct PolicyInner {
     name: String,
     digest: String,
-    pre: DrainPolicyPre<HostState>,
+    pre: Bound,
     /// The policy calls a pod's `workload` (0.4): its plans need the
     /// workloads read.
     reads_workloads: bool,
@@ -542,11 +561,16 @@ impl Policy {
     /// What the policy's component imports and exports.
     pub fn interface(&self) -> Interface {
         let engine = &self.inner.engine.inner.engine;
-        let ty = self.inner.pre.instance_pre().component().component_type();
+        let ty = self.bound().instance_pre().component().component_type();
         Interface {
             imports: ty.imports(engine).map(|(n, _)| n.to_owned()).collect(),
             exports: ty.exports(engine).map(|(n, _)| n.to_owned()).collect(),
         }
+    }
+
+    /// The policy's exports, bound by its contract version.
+    pub(crate) fn bound(&self) -> &Bound {
+        &self.inner.pre
     }
 
     /// Whether the policy reads pods' workloads: a plan for it needs them
@@ -663,7 +687,7 @@ impl Policy {
             async |policy, store| {
                 // The `settings` import answers what is being checked.
                 store.data_mut().inputs.settings = Settings::from_pairs(settings);
-                policy.call_validate_settings(&mut *store, settings).await
+                policy.validate_settings(&mut *store, settings).await
             },
             |raw| validate::settings(&self.inner.name, raw),
         )
@@ -693,9 +717,7 @@ impl Policy {
                     history: fleet.history.clone(),
                 };
                 let node = Resource::new_own(node as u32);
-                policy
-                    .call_admit(&mut *store, maintenance, node, &record)
-                    .await
+                policy.admit(&mut *store, maintenance, node, record).await
             },
             |raw| validate::admission(&self.inner.name, raw),
         )
@@ -744,7 +766,7 @@ impl Policy {
                 let handles: Vec<Resource<types::Pod>> =
                     (0..count).map(|i| Resource::new_own(i as u32)).collect();
                 policy
-                    .call_plan_drain(&mut *store, maintenance, Resource::new_own(0), &handles)
+                    .plan_drain(&mut *store, maintenance, Resource::new_own(0), &handles)
                     .await
             },
             |raw| validate::plan(&self.inner.name, &pods, raw),
@@ -756,11 +778,7 @@ impl Policy {
         self.decide(
             Decision::OnFailure,
             self.inputs_without_objects(),
-            async |policy, store| {
-                policy
-                    .call_on_failure(&mut *store, maintenance, failure)
-                    .await
-            },
+            async |policy, store| policy.on_failure(&mut *store, maintenance, failure).await,
             |raw| validate::verdict(&self.inner.name, raw),
         )
     }
@@ -772,7 +790,7 @@ impl Policy {
         &self,
         decision: Decision,
         inputs: Inputs,
-        f: impl AsyncFnOnce(&DrainPolicy, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&Exports, &mut Store<HostState>) -> wasmtime::Result<R>,
         check: impl FnOnce(R) -> Result<T>,
     ) -> Result<T> {
         let started = std::time::Instant::now();
@@ -794,7 +812,7 @@ impl Policy {
         &self,
         decision: Decision,
         inputs: Inputs,
-        f: impl AsyncFnOnce(&DrainPolicy, &mut Store<HostState>) -> wasmtime::Result<R>,
+        f: impl AsyncFnOnce(&Exports, &mut Store<HostState>) -> wasmtime::Result<R>,
     ) -> Result<R> {
         let function = decision.name();
         let engine = &self.inner.engine.inner;
@@ -827,7 +845,7 @@ impl Policy {
         store.set_hostcall_fuel(config.output_limit_bytes);
 
         let work = async {
-            let policy = self.inner.pre.instantiate_async(&mut store).await?;
+            let policy = self.inner.pre.instantiate(&mut store).await?;
             f(&policy, &mut store).await
         };
         let timed = async { tokio::time::timeout(config.deadline, work).await };

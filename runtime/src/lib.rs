@@ -38,6 +38,7 @@ mod decision;
 pub mod digest;
 mod engine;
 mod error;
+mod exports;
 mod inputs;
 #[cfg(feature = "native")]
 pub mod native;
