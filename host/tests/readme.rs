@@ -221,6 +221,54 @@ fn a_demo_whose_drain_cannot_finish_says_so_and_fails() {
     assert!(plan < created);
 }
 
+/// Runs `nmo demo --nodes 3 --pods 12 --policy POLICY`; its exit code and
+/// output.
+fn demo_with(policy: &str) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["demo", "--nodes", "3", "--pods", "12", "--policy", policy])
+        .output()
+        .expect("nmo runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// The demo shows what `give-up` and `escalate` change, with a pod no
+/// eviction moves (a singleton behind `minAvailable: 1`): give-up fails
+/// the maintenance and gives the node back; escalate deletes the pod,
+/// bypassing the budget, says so, and succeeds.
+#[test]
+fn the_demo_shows_what_give_up_and_escalate_change() {
+    let (code, stdout) = demo_with("give-up");
+    assert_eq!(code, Some(1), "{stdout}");
+    for expected in [
+        "== what to watch for: shop/singleton's budget never allows its eviction",
+        "Policy:               give-up@sha256:",
+        "gave up after 20s: 1 pods still on the node (shop/singleton-",
+        "FailedMaintenance",
+        "node worker-1 restored: unschedulable=false",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "give-up: missing {expected:?} in:\n{stdout}"
+        );
+    }
+    let (code, stdout) = demo_with("escalate");
+    assert_eq!(code, Some(0), "{stdout}");
+    for expected in [
+        "Policy:      escalate (sha256",
+        "ForcedPodRemoval",
+        "deleted, bypassing PodDisruptionBudgets (rule: escalate: pending",
+        "Phase:                Succeeded",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "escalate: missing {expected:?} in:\n{stdout}"
+        );
+    }
+}
+
 /// SIGTERM (as Ctrl-C) in the middle of the drain ends the demo promptly,
 /// with the maintenance ended and the node restored, exit code 130.
 #[test]

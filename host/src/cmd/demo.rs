@@ -282,6 +282,11 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     let began = Instant::now();
     let mut interrupt = Interrupt::listen();
     let engine = PolicyEngine::new(EngineConfig::default())?;
+    // What the demo adds for a shipped policy whose difference needs it.
+    let scene = match (&opts.policy_dir, &opts.policy) {
+        (None, Some(path)) => super::scene::scene(&policy_name(path), std::time::SystemTime::now()),
+        _ => None,
+    };
     let (store, files) = match (&opts.policy_dir, &opts.policy) {
         (Some(dir), _) => {
             let store = nmo::policy::PolicyStore::from_dir(engine.clone(), dir, None)?;
@@ -293,16 +298,34 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
             (store, Some(directory_files(dir)?))
         }
         (None, Some(path)) => {
-            let policy = engine.load_file(path)?.alone()?;
+            // Named as the cluster names it (`never-force`, not its file).
+            let name = policy_name(path);
+            let bytes =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let loaded = engine.load(&name, &bytes)?;
+            let policy = match &scene {
+                Some(s) if !s.settings.is_empty() => {
+                    loaded.with_settings(nmo::policy::Settings::from_map(&s.settings))?
+                }
+                _ => loaded.alone()?,
+            };
             outln!(
                 "== nmo demo: policy {} (sha256 {})",
                 policy.name(),
                 &policy.digest()[..12]
             );
-            (
-                nmo::policy::PolicyStore::single(policy),
-                Some(single_file(path)?),
-            )
+            let settings = scene
+                .as_ref()
+                .map(|s| s.settings.clone())
+                .unwrap_or_default();
+            let files = [
+                (format!("{name}.wasm"), bytes),
+                (
+                    "policies.yaml".to_owned(),
+                    super::scene::policies_yaml(&name, &settings).into_bytes(),
+                ),
+            ];
+            (nmo::policy::PolicyStore::single(policy), Some(files.into()))
         }
         (None, None) => {
             let policy = engine.default_policy()?;
@@ -314,7 +337,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
             (nmo::policy::PolicyStore::single(policy), None)
         }
     };
-    let cluster = start_cluster(&opts).await?;
+    let cluster = start_cluster(&opts, scene.as_ref()).await?;
     let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig()).await?;
     if let Some(files) = files {
         publish_policies(&client, files).await?;
@@ -334,7 +357,7 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     );
     let operator = tokio::spawn(controller::run(ctx));
     let outcome = tokio::select! {
-        r = maintain(&client, &opts, &engine) => r?,
+        r = maintain(&client, &opts, &engine, scene.as_ref()) => r?,
         () = interrupt.wait() => Outcome::Interrupted,
     };
     // With --keep-running, Ctrl-C is how the demo ends, and the
@@ -351,26 +374,17 @@ pub async fn run(opts: DemoOptions) -> anyhow::Result<Outcome> {
     Ok(outcome)
 }
 
-/// The policies ConfigMap's files for one policy file: the policy, named
-/// after the file (a built one without its `nmo_policy_` prefix), as the
-/// default.
-fn single_file(path: &std::path::Path) -> anyhow::Result<BTreeMap<String, Vec<u8>>> {
+/// The name of the policy in a file, as the cluster names it: the file's
+/// stem, a built one without its `nmo_policy_` prefix and with `-` for
+/// `_` (`nmo_policy_never_force.wasm`: `never-force`).
+fn policy_name(path: &std::path::Path) -> String {
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "demo".into());
-    let policy = stem
-        .strip_prefix("nmo_policy_")
+    stem.strip_prefix("nmo_policy_")
         .map(|s| s.replace('_', "-"))
-        .unwrap_or(stem);
-    Ok([
-        (format!("{policy}.wasm"), std::fs::read(path)?),
-        (
-            "policies.yaml".to_owned(),
-            format!("default: {policy}\n").into_bytes(),
-        ),
-    ]
-    .into())
+        .unwrap_or(stem)
 }
 
 /// The policies ConfigMap's files for a policy directory: its regular
@@ -469,7 +483,10 @@ pub fn policy_path(given: &std::path::Path) -> anyhow::Result<PathBuf> {
 
 /// The simulated cluster with its workload placed: controllers' pods
 /// spread over every node, then the pods put on worker-1 by hand.
-async fn start_cluster(opts: &DemoOptions) -> anyhow::Result<SimCluster> {
+async fn start_cluster(
+    opts: &DemoOptions,
+    scene: Option<&super::scene::Scene>,
+) -> anyhow::Result<SimCluster> {
     let cluster = SimCluster::start(SimOptions {
         time_scale: 10.0,
         ..SimOptions::default()
@@ -489,6 +506,9 @@ async fn start_cluster(opts: &DemoOptions) -> anyhow::Result<SimCluster> {
             opts.pods.min(20) - 3
         }
     };
+    if let Some(extra) = scene.map(|s| s.objects).filter(|o| !o.is_empty()) {
+        cluster.apply_yaml(extra)?;
+    }
     let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig()).await?;
     let pods_api = Api::<Pod>::all(client.clone());
     let started = Instant::now();
@@ -560,17 +580,24 @@ async fn maintain(
     client: &Client,
     opts: &DemoOptions,
     engine: &PolicyEngine,
+    scene: Option<&super::scene::Scene>,
 ) -> anyhow::Result<Outcome> {
     print_pods(client, "worker-1").await?;
     let plan = show_plan(client, opts, engine).await?;
     let nms: Api<NodeMaintenance> = Api::all(client.clone());
-    let nm = NodeMaintenance::new(
+    let mut nm = NodeMaintenance::new(
         NM,
         NodeMaintenanceSpec {
             node_name: "worker-1".into(),
             reason: Some("kernel upgrade".into()),
         },
     );
+    if let Some(scene) = scene {
+        outln!("== what to watch for: {}", scene.says);
+        if !scene.annotations.is_empty() {
+            nm.metadata.annotations = Some(scene.annotations.clone());
+        }
+    }
     nms.create(&PostParams::default(), &nm)
         .await
         .context("creating the NodeMaintenance")?;
@@ -624,7 +651,15 @@ async fn show_plan(
 ) -> anyhow::Result<nmo::plan::Report> {
     let source = match (&opts.policy_dir, &opts.policy) {
         (Some(dir), _) => nmo::plan::Source::Dir(dir.clone()),
-        (None, Some(path)) => nmo::plan::Source::File(path.clone()),
+        // The ConfigMap the demo published: the policy with the settings
+        // the demo's operator runs it with.
+        (None, Some(_)) => {
+            let (namespace, name) = nmo::plan::DEFAULT_CONFIGMAP;
+            nmo::plan::Source::ConfigMap {
+                namespace: namespace.into(),
+                name: name.into(),
+            }
+        }
         (None, None) => nmo::plan::Source::Embedded,
     };
     let report = nmo::plan::plan(

@@ -24,6 +24,8 @@ mod kubectl;
 mod output;
 mod policy;
 #[cfg(feature = "demo")]
+mod scene;
+#[cfg(feature = "demo")]
 mod workload;
 
 pub use kubectl::{Plugin, invoked_as_plugin, run_plugin};

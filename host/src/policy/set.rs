@@ -384,7 +384,8 @@ impl PolicySet {
             policies.insert(name.to_owned(), loaded?);
         }
         let known = |name: &str, what: &str| -> Result<()> {
-            if policies.contains_key(name) {
+            let builtin = name == nmo_policy_runtime::DEFAULT_POLICY_NAME;
+            if policies.contains_key(name) || builtin {
                 Ok(())
             } else {
                 Err(Error::Set(format!(
@@ -395,6 +396,11 @@ impl PolicySet {
             }
         };
         let default = match config.default {
+            Some(d)
+                if d == nmo_policy_runtime::DEFAULT_POLICY_NAME && !policies.contains_key(&d) =>
+            {
+                BUILTIN.to_owned()
+            }
             Some(d) => {
                 known(&d, "default")?;
                 d
@@ -478,8 +484,20 @@ impl PolicySet {
         pick(&self.default, "default".to_owned())
     }
 
+    /// The name a policy goes by in the set: `default` names the
+    /// embedded default (as it is called outside a set) unless the set
+    /// has a policy of that name.
+    fn resolve<'a>(&self, name: &'a str) -> &'a str {
+        if name == nmo_policy_runtime::DEFAULT_POLICY_NAME && !self.policies.contains_key(name) {
+            BUILTIN
+        } else {
+            name
+        }
+    }
+
     /// The policy called `name`.
     fn named(&self, name: &str, why: String) -> Result<Selected> {
+        let name = self.resolve(name);
         match self.policies.get(name) {
             Some(p) => Ok(Selected {
                 policy: p.clone(),
@@ -536,7 +554,7 @@ impl PolicySet {
 
     /// Whether the set has a policy of this name.
     pub fn contains(&self, name: &str) -> bool {
-        self.policies.contains_key(name)
+        self.policies.contains_key(self.resolve(name))
     }
 
     /// The default policy's name.

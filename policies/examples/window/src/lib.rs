@@ -184,12 +184,14 @@ pub fn admit_at(rules: &Rules, now_ms: u64) -> Admission {
         Err(opens) => {
             let wait_ms = ((opens - t) * MINUTE_MS - (now_ms as i64).rem_euclid(MINUTE_MS)).max(1);
             let weekday = DAY_NAMES[(opens.div_euclid(DAY_MIN) + 4).rem_euclid(7) as usize];
+            // No countdown in the text: it stays the same for the whole
+            // wait, so the wait is one event and one status write, not
+            // one a minute.
             Admission::wait(
                 format!(
-                    "outside the maintenance window ({}); it opens {weekday} {} (in {})",
+                    "outside the maintenance window ({}); it opens {weekday} {}",
                     rules.describe(),
                     show_time(opens.rem_euclid(DAY_MIN)),
-                    show_ms(wait_ms as u64 / MINUTE_MS as u64 * MINUTE_MS as u64)
                 ),
                 Some((wait_ms as u64).min(24 * 3_600_000)),
             )
