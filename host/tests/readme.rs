@@ -269,6 +269,31 @@ fn the_demo_shows_what_give_up_and_escalate_change() {
     }
 }
 
+/// The demo shows what the fleet policies change, with more maintenances
+/// created just after worker-1's: max-unavailable and rate hold the
+/// others back; one-per-zone holds only the one of worker-1's zone.
+#[test]
+fn the_demo_shows_what_the_fleet_policies_change() {
+    for policy in ["max-unavailable", "rate", "one-per-zone"] {
+        let (code, stdout) = demo_with(policy);
+        assert_eq!(code, Some(0), "{policy}: {stdout}");
+        assert!(
+            stdout.contains("== worker-2-maintenance: waiting for admission: "),
+            "{policy}: worker-2's maintenance is held in:\n{stdout}"
+        );
+    }
+    let (_, stdout) = demo_with("one-per-zone");
+    assert!(
+        stdout.contains("(worker-1-maintenance) of zone zone-a")
+            || stdout.contains("of zone zone-a is in maintenance (worker-1-maintenance)"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("== worker-3-maintenance: waiting"),
+        "worker-3 is in another zone: {stdout}"
+    );
+}
+
 /// SIGTERM (as Ctrl-C) in the middle of the drain ends the demo promptly,
 /// with the maintenance ended and the node restored, exit code 130.
 #[test]

@@ -499,6 +499,17 @@ async fn start_cluster(
     for i in 1..=opts.nodes {
         cluster.add_node(&format!("worker-{i}"))?;
     }
+    for (node, key, value) in scene.map_or(&[][..], |s| s.labels) {
+        if cluster.get("v1", "Node", None, node).is_ok() {
+            cluster.patch(
+                "v1",
+                "Node",
+                None,
+                node,
+                &serde_json::json!({"metadata": {"labels": {*key: value}}}),
+            )?;
+        }
+    }
     let placed = match &opts.workload {
         Some(own) => create_own(&cluster, own)?,
         None => {
@@ -598,12 +609,15 @@ async fn maintain(
             nm.metadata.annotations = Some(scene.annotations.clone());
         }
     }
+    let others = scene.map_or(&[][..], |s| s.others);
     nms.create(&PostParams::default(), &nm)
         .await
         .context("creating the NodeMaintenance")?;
     outln!("== kubectl apply: NodeMaintenance {NM} (node worker-1, reason \"kernel upgrade\")");
+    let others = create_others(client, others, opts.nodes).await?;
     let done = follow(client, &nms, &plan).await?;
     describe(&done, &events_for(client, NM).await);
+    show_others(&nms, &others).await?;
     let node = Api::<Node>::all(client.clone()).get("worker-1").await?;
     outln!("== node worker-1 in maintenance: {}", node_line(&node));
     print_pods(client, "worker-1").await?;
@@ -623,6 +637,58 @@ async fn maintain(
     } else {
         Outcome::NotSucceeded
     })
+}
+
+/// Creates the maintenances of `nodes` the cluster has (of `count`) just
+/// after worker-1's; their names.
+async fn create_others(
+    client: &Client,
+    nodes: &[&str],
+    count: usize,
+) -> anyhow::Result<Vec<String>> {
+    let nms: Api<NodeMaintenance> = Api::all(client.clone());
+    let mut names = Vec::new();
+    for node in nodes {
+        let index = node
+            .strip_prefix("worker-")
+            .and_then(|i| i.parse::<usize>().ok())
+            .unwrap_or(usize::MAX);
+        if index > count {
+            continue;
+        }
+        let name = format!("{node}-maintenance");
+        let nm = NodeMaintenance::new(
+            &name,
+            NodeMaintenanceSpec {
+                node_name: (*node).to_owned(),
+                reason: Some("kernel upgrade".into()),
+            },
+        );
+        nms.create(&PostParams::default(), &nm)
+            .await
+            .with_context(|| format!("creating the NodeMaintenance of {node}"))?;
+        outln!("== kubectl apply: NodeMaintenance {name} (node {node})");
+        names.push(name);
+    }
+    Ok(names)
+}
+
+/// What became of the other maintenances meanwhile: each one's phase, or
+/// why the policy holds it back.
+async fn show_others(nms: &Api<NodeMaintenance>, names: &[String]) -> anyhow::Result<()> {
+    for name in names {
+        let Some(nm) = nms.get_opt(name).await? else {
+            continue;
+        };
+        let s = nm.status.unwrap_or_default();
+        let shown = match (&s.phase, &s.waiting) {
+            (_, Some(w)) => format!("waiting for admission: {}", w.reason),
+            (Some(p), None) => format!("{} ({}% drained)", p.as_str(), s.drain_progress),
+            (None, None) => "not looked at yet".into(),
+        };
+        outln!("== {name}: {shown}");
+    }
+    Ok(())
 }
 
 /// `--keep-running`: leaves the cluster up, with its own kubeconfig, until
@@ -837,9 +903,11 @@ async fn finish(client: &Client, outcome: Outcome, hurry: bool) -> anyhow::Resul
     if interrupted {
         outln!("\n== interrupted: ending the maintenance");
     }
-    if nms.get_opt(NM).await?.is_some() {
-        nms.delete(NM, &DeleteParams::default()).await?;
-        outln!("== kubectl delete nm {NM}");
+    // Worker-1's, and any other the demo made (a policy's scene).
+    for nm in nms.list(&ListParams::default()).await?.items {
+        let name = nm.name_any();
+        nms.delete(&name, &DeleteParams::default()).await?;
+        outln!("== kubectl delete nm {name}");
     }
     let limit = if hurry {
         RESTORE_LIMIT

@@ -1,8 +1,9 @@
 //! What `nmo demo --policy NAME` adds to its cluster for a shipped policy
 //! whose difference from the default shows only with it: a pod that never
 //! goes (`give-up`, `escalate`), a window that opens while the demo runs
-//! (`window`), the settings and annotations that make each act within a
-//! minute.
+//! (`window`), more maintenances at once, so that admission differs
+//! (`rate`, `max-unavailable`, `one-per-zone`, with zones), and the
+//! settings and annotations that make each act within a minute.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -39,6 +40,11 @@ pub(super) struct Scene {
     pub annotations: BTreeMap<String, String>,
     /// What to watch for, said before the maintenance starts.
     pub says: String,
+    /// Nodes whose maintenances are created just after worker-1's (those
+    /// the demo's cluster has).
+    pub others: &'static [&'static str],
+    /// Labels put on nodes first: (node, key, value).
+    pub labels: &'static [(&'static str, &'static str, &'static str)],
 }
 
 fn pairs(list: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -79,9 +85,41 @@ pub(super) fn scene(name: &str, now: SystemTime) -> Option<Scene> {
                 ..Scene::default()
             })
         }
+        "max-unavailable" => Some(Scene {
+            others: &["worker-2", "worker-3"],
+            says: "maintenances of worker-2 and worker-3 are created just after worker-1's; \
+                   max-unavailable lets one node of the pool (its default, 1) be unavailable at \
+                   once, so they wait, touching nothing, while worker-1's holds its node"
+                .into(),
+            ..Scene::default()
+        }),
+        "rate" => Some(Scene {
+            settings: pairs(&[("max", "1"), ("history-window", "1h")]),
+            others: &["worker-2"],
+            says: "a maintenance of worker-2 is created just after worker-1's; rate starts at \
+                   most 1 maintenance an hour (its settings), so worker-2's waits"
+                .into(),
+            ..Scene::default()
+        }),
+        "one-per-zone" => Some(Scene {
+            others: &["worker-2", "worker-3"],
+            labels: &[
+                ("worker-1", ZONE, "zone-a"),
+                ("worker-2", ZONE, "zone-a"),
+                ("worker-3", ZONE, "zone-b"),
+            ],
+            says: "worker-1 and worker-2 are in zone-a, worker-3 in zone-b; maintenances of \
+                   worker-2 and worker-3 are created just after worker-1's: one-per-zone holds \
+                   worker-2's (worker-1 has zone-a) and lets worker-3's run beside worker-1's"
+                .into(),
+            ..Scene::default()
+        }),
         _ => None,
     }
 }
+
+/// The zone label one-per-zone reads.
+const ZONE: &str = "topology.kubernetes.io/zone";
 
 /// A window from the next whole minute (UTC) to an hour later, as
 /// `HH:MM`.
