@@ -406,6 +406,7 @@ impl Context {
     pub(super) fn stand_by(&self) {
         self.health.start_over(None);
         self.memory.forget_all();
+        self.writers.recorder.stop();
     }
 
     /// Whether the controller's cache has synced.

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use kube::{Client, Resource, ResourceExt};
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
@@ -69,12 +69,40 @@ pub(crate) const EVENT_MESSAGE_MAX_BYTES: usize = 1024;
 pub(crate) const QUEUE: usize = 1000;
 
 /// Writes events, in the order recorded, from a task of its own (as
-/// client-go's recorder does): a reconcile never waits for an event.
+/// client-go's recorder does): a reconcile never waits for an event. The
+/// task is owned: [`Recorder::stop`] (a replica losing leadership) ends
+/// it, and the next event starts another.
 #[derive(Clone)]
 pub(crate) struct Recorder {
     client: Client,
     instance: String,
-    queue: Arc<OnceLock<mpsc::Sender<(Event, String)>>>,
+    queue: Arc<Mutex<Option<Writer>>>,
+}
+
+/// The writer's queue, and its task.
+struct Writer {
+    tx: mpsc::Sender<(Event, String)>,
+    _task: crate::task::Owned<()>,
+}
+
+/// Writes one event, logging it (or why it could not be written).
+async fn write(client: &Client, event: Event, object: &str) {
+    let namespace = event.metadata.namespace.clone().unwrap_or_default();
+    match Api::<Event>::namespaced(client.clone(), &namespace)
+        .create(&PostParams::default(), &event)
+        .await
+    {
+        Ok(_) => tracing::info!(
+            object = %object,
+            reason = event.reason.as_deref().unwrap_or_default(),
+            "{}",
+            event.message.as_deref().unwrap_or_default()
+        ),
+        Err(e) => {
+            let e = Error::kube("recording an event")(e);
+            tracing::warn!(error = %e, "could not record an event");
+        }
+    }
 }
 
 impl Recorder {
@@ -82,37 +110,32 @@ impl Recorder {
         Recorder {
             client,
             instance: instance.into(),
-            queue: Arc::new(OnceLock::new()),
+            queue: Arc::default(),
         }
     }
 
     /// The writer's queue, its task started on first use.
-    fn queue(&self) -> &mpsc::Sender<(Event, String)> {
-        self.queue.get_or_init(|| {
+    fn queue(&self) -> mpsc::Sender<(Event, String)> {
+        use crate::sync::Locked;
+        let mut writer = self.queue.locked();
+        let writer = writer.get_or_insert_with(|| {
             let (tx, mut rx) = mpsc::channel::<(Event, String)>(QUEUE);
             let client = self.client.clone();
-            tokio::spawn(async move {
+            let task = crate::task::spawn(async move {
                 while let Some((event, object)) = rx.recv().await {
-                    let namespace = event.metadata.namespace.clone().unwrap_or_default();
-                    match Api::<Event>::namespaced(client.clone(), &namespace)
-                        .create(&PostParams::default(), &event)
-                        .await
-                    {
-                        Ok(_) => tracing::info!(
-                            object = %object,
-                            reason = event.reason.as_deref().unwrap_or_default(),
-                            "{}",
-                            event.message.as_deref().unwrap_or_default()
-                        ),
-                        Err(e) => {
-                            let e = Error::kube("recording an event")(e);
-                            tracing::warn!(error = %e, "could not record an event");
-                        }
-                    }
+                    write(&client, event, &object).await;
                 }
             });
-            tx
-        })
+            Writer { tx, _task: task }
+        });
+        writer.tx.clone()
+    }
+
+    /// Ends the writer (the events still queued are dropped: a replica
+    /// that lost leadership says nothing more).
+    pub(crate) fn stop(&self) {
+        use crate::sync::Locked;
+        self.queue.locked().take();
     }
 
     /// Records an event about `obj`: queued for the writer. `Err` when it
