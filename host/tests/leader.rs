@@ -47,9 +47,31 @@ async fn only_one_replica_leads_and_the_other_takes_over() {
                 .await
         })
     };
+    let holder = |c: &SimCluster| {
+        c.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("default"),
+            "135b1886.medik8s.io",
+        )
+        .map(|l| {
+            l["spec"]["holderIdentity"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .unwrap_or_default()
+    };
     let a = spawn("replica-a");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A leads first (its term has begun) before B stands.
+    let started = std::time::Instant::now();
+    while leading.load(Ordering::SeqCst) == 0 || holder(&c) != "replica-a" {
+        assert!(started.elapsed() < Duration::from_secs(10), "A never led");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let b = spawn("replica-b");
+    // B stands for the lock for a while (several of its retry periods):
+    // never two leaders (`max_leading`, checked at the end).
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(leading.load(Ordering::SeqCst), 1, "exactly one leader");
     let lease = c
@@ -83,8 +105,15 @@ async fn only_one_replica_leads_and_the_other_takes_over() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(leading.load(Ordering::SeqCst), 1);
+    // A's term has ended (aborted), B's has begun.
+    let started = std::time::Instant::now();
+    while leading.load(Ordering::SeqCst) != 1 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "B's term never began"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(
         max_leading.load(Ordering::SeqCst),
         1,

@@ -289,6 +289,23 @@ fn a_configmap_update_is_reloaded_and_a_bad_one_keeps_the_last_good_set() {
     assert_eq!(reload_ok(&store), 1);
 }
 
+/// Makes a change (`change`) until `seen` holds, again every 2 s, for at
+/// most 30 s; `never` says what did not happen.
+async fn changed_until(change: impl Fn(), seen: impl Fn() -> bool, never: &str) {
+    let started = Instant::now();
+    loop {
+        change();
+        let made = Instant::now();
+        while made.elapsed() < Duration::from_secs(2) {
+            if seen() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{never}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_directory_is_picked_up_without_a_restart() {
     let root = tempfile::tempdir().unwrap();
@@ -306,21 +323,22 @@ async fn a_changed_directory_is_picked_up_without_a_restart() {
             .clone()
             .watch(Duration::from_millis(100), Duration::from_secs(3600)),
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    configmap_update(
-        &dir,
-        2,
-        &[("stateful-last.wasm", built_policy("stateful_last"))],
-    );
-    let started = Instant::now();
-    while store.current().names() != ["builtin", "stateful-last"] {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "never reloaded: {}",
-            store.readiness()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    // The watch may not be registered yet when the first change comes (a
+    // busy machine): the change is made again, as a ConfigMap's next
+    // update would, until it is seen; only inotify can see it.
+    let version = std::sync::atomic::AtomicU32::new(2);
+    changed_until(
+        || {
+            configmap_update(
+                &dir,
+                version.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                &[("stateful-last.wasm", built_policy("stateful_last"))],
+            )
+        },
+        || store.current().names() == ["builtin", "stateful-last"],
+        &format!("never reloaded: {}", store.readiness()),
+    )
+    .await;
     // A plain directory works too.
     let plain = root.path().join("plain");
     std::fs::create_dir(&plain).unwrap();
@@ -331,16 +349,12 @@ async fn a_changed_directory_is_picked_up_without_a_restart() {
             .clone()
             .watch(Duration::from_millis(100), Duration::from_secs(3600)),
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    std::fs::write(plain.join("never-force.wasm"), built_policy("never_force")).unwrap();
-    let started = Instant::now();
-    while !store2.current().contains("never-force") {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "plain directory never reloaded"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    changed_until(
+        || std::fs::write(plain.join("never-force.wasm"), built_policy("never_force")).unwrap(),
+        || store2.current().contains("never-force"),
+        "plain directory never reloaded",
+    )
+    .await;
     watcher.abort();
     watcher2.abort();
 }

@@ -409,7 +409,15 @@ async fn a_paused_kubelet_leaves_pods_pending_and_terminating() {
     }))
     .unwrap();
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until("scheduled", || async {
+        pods.get("p")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.node_name)
+            .is_some()
+    })
+    .await;
     let p = pods.get("p").await.unwrap();
     assert_eq!(
         p.spec.unwrap().node_name.as_deref(),

@@ -316,6 +316,7 @@ async fn drain_waits_for_the_disruption_budget() {
         .await;
 
     // The PDB allows no disruption: the drain retries its eviction...
+    c.record_audit(true);
     let drain = {
         let kubeconfig = k.kubeconfig.clone();
         let cache = k.cache.clone();
@@ -339,7 +340,19 @@ async fn drain_waits_for_the_disruption_budget() {
                 .expect("kubectl drain")
         })
     };
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its eviction is refused (429) at least once: the budget holds it.
+    let started = std::time::Instant::now();
+    while !c
+        .audit()
+        .iter()
+        .any(|r| r.subresource == "eviction" && r.code == 429)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "kubectl drain never tried an eviction"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert!(!drain.is_finished(), "drain must wait for the PDB");
     // ...until a third replica is Ready elsewhere.
     k.ok(&["scale", "deploy", "web", "--replicas=3"]).await;
