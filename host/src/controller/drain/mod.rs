@@ -119,7 +119,13 @@ impl NodePods {
                 source: e,
             })? {
                 watcher::Event::Init => pods.clear(),
-                watcher::Event::InitApply(p) => pods.push(p),
+                watcher::Event::InitApply(mut p) => {
+                    // Kept for the whole drain, and nothing reads them:
+                    // often half a pod's size, times every pod of every
+                    // node in maintenance at once.
+                    p.metadata.managed_fields = None;
+                    pods.push(p);
+                }
                 watcher::Event::InitDone => break,
                 watcher::Event::Apply(_) | watcher::Event::Delete(_) => {}
             }
