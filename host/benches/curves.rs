@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    create_nms, measure, proc_status_kib, seed_kwok_pods, seen, start_binary, stop_binary,
-    wait_nms, wait_running, wait_succeeded,
+    create_nms, measure, proc_status_kib, seed_kwok_pods, seed_pods, seen, start_binary,
+    stop_binary, wait_nms, wait_running, wait_succeeded,
 };
 use kube::api::Api;
 use nmo::controller::{self, Context, Settings};
@@ -31,7 +31,6 @@ use nmo::fixtures;
 use nmo::policy::{Decision, EngineConfig, PolicyEngine, PolicyStore, selfcheck};
 use nmo_control_plane::{ControlPlane, NodeSpec, Options};
 use nmo_sim::{SimCluster, SimOptions};
-use serde_json::json;
 
 /// One measured line of a curve.
 struct Series {
@@ -81,17 +80,6 @@ fn sim_options() -> SimOptions {
     SimOptions {
         time_scale: 1.0,
         ..SimOptions::default()
-    }
-}
-
-fn seed_pods(c: &SimCluster, node: &str, count: usize) {
-    for i in 0..count {
-        c.create(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("{node}-p{i:04}"), "namespace": "default"},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
-        }))
-        .unwrap();
     }
 }
 

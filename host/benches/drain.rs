@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{cpu_ticks, create_nms, floor, proc_status_kib, start_binary, wait_succeeded};
+use common::{
+    cpu_ticks, create_nms, floor, proc_status_kib, seed_pods, start_binary, wait_succeeded,
+};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
@@ -41,17 +43,6 @@ use nmo_sim::{SimCluster, SimOptions};
 use serde_json::json;
 
 const PODS: usize = 1_000;
-
-fn seed_pods(c: &SimCluster, node: &str, count: usize) {
-    for i in 0..count {
-        c.create(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("{node}-p{i:04}"), "namespace": "default", "labels": {"app": "bench"}},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
-        }))
-        .unwrap();
-    }
-}
 
 /// Requests the operator made so far (by its User-Agent).
 fn operator_requests(c: &SimCluster) -> usize {

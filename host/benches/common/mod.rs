@@ -369,3 +369,16 @@ pub fn measure(budget: Duration, least: usize, mut f: impl FnMut()) -> (Duration
     let p95 = samples[(samples.len() * 95 / 100).min(samples.len() - 1)];
     (samples[samples.len() / 2], p95)
 }
+
+/// `count` bare pods on `node` of the simulated cluster `c`
+/// (`<node>-p0000`...), labelled `app: bench`.
+pub fn seed_pods(c: &nmo_sim::SimCluster, node: &str, count: usize) {
+    for i in 0..count {
+        c.create(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{node}-p{i:04}"), "namespace": "default", "labels": {"app": "bench"}},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        }))
+        .unwrap();
+    }
+}
