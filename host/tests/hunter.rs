@@ -9,7 +9,8 @@
 //! cannot be read, a pod that asks for an hour's handshake and never
 //! answers, a node a human cordoned first; runs a maintenance of
 //! `worker-1` under a policy that evicts, surges, waits or forces; and
-//! meanwhile a tenant's tool rewrites or removes surge records, or the
+//! meanwhile a tenant's tool rewrites or removes surge records, or an
+//! autoscaler sets the replicas, or the
 //! operator is killed and started again, or stopped (SIGTERM) and another
 //! started, or the maintenance is deleted mid-drain (mid-wait where there
 //! is one). After every change it sees, and at the end, it checks:
@@ -17,7 +18,8 @@
 //! - no budget ever has fewer serving pods than it promises (surges
 //!   included);
 //! - a deleted maintenance gives the node back as the human left it, and
-//!   every owner its replicas as they were;
+//!   every owner its replicas as they were (the autoscaler's, where one
+//!   wrote);
 //! - nothing a tenant wrote holds the drain: when every budget allows a
 //!   disruption, the maintenance succeeds within its bound;
 //! - a deleted maintenance is gone within its bound, a wait included (the
@@ -121,6 +123,10 @@ enum Meddling {
     Stop,
     /// The maintenance is deleted once the drain runs.
     DeleteMidway,
+    /// An autoscaler sets every Deployment's replicas two above what
+    /// they were, once the drain runs (two: a surge raises by at most
+    /// one here, so its value is never one a surge could have written).
+    Autoscale,
 }
 
 #[derive(Clone, Debug)]
@@ -177,6 +183,7 @@ fn case() -> impl Strategy<Value = Case> {
             Just(Meddling::Restart),
             Just(Meddling::Stop),
             Just(Meddling::DeleteMidway),
+            Just(Meddling::Autoscale),
         ],
     )
         .prop_map(
@@ -257,7 +264,8 @@ fn pdb(app: &str, budget: Budget) -> Option<serde_json::Value> {
     )
 }
 
-/// The cluster of a case, as built: its apps with their replicas and
+/// The cluster of a case, as built: its apps with their replicas (as
+/// their owners last set them: the autoscaler's, once it wrote) and
 /// floors, and the node as the human left it.
 struct Built {
     apps: Vec<(String, u32, usize)>,
@@ -394,7 +402,7 @@ async fn run(case: Case, hunt: Hunt) -> Result<(), String> {
 }
 
 async fn run_in(env: &mut Env, case: &Case, hunt: &Hunt) -> Result<(), String> {
-    let built = build(env, case).await;
+    let mut built = build(env, case).await;
     let floors = Floors::watch(
         &env.client,
         built.apps.iter().map(|(a, _, f)| (a.clone(), *f)).collect(),
@@ -416,7 +424,7 @@ async fn run_in(env: &mut Env, case: &Case, hunt: &Hunt) -> Result<(), String> {
     };
     let midway = matches!(
         case.meddling,
-        Meddling::Restart | Meddling::Stop | Meddling::DeleteMidway
+        Meddling::Restart | Meddling::Stop | Meddling::DeleteMidway | Meddling::Autoscale
     );
     let mut meddled = !midway;
     let mut succeeded = false;
@@ -454,6 +462,7 @@ async fn run_in(env: &mut Env, case: &Case, hunt: &Hunt) -> Result<(), String> {
                     restart(env, hunt);
                 }
                 Meddling::DeleteMidway => break,
+                Meddling::Autoscale => autoscale(env, &mut built).await?,
                 _ => {}
             }
         }
@@ -513,6 +522,25 @@ async fn run_in(env: &mut Env, case: &Case, hunt: &Hunt) -> Result<(), String> {
             "a budget was passed: {first} ({} times)",
             broken.len()
         ));
+    }
+    Ok(())
+}
+
+/// Sets every Deployment's replicas two above what they were, as an
+/// autoscaler would (a merge patch of `spec.replicas`); what they must end
+/// as is then the autoscaler's value.
+async fn autoscale(env: &Env, built: &mut Built) -> Result<(), String> {
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), "default");
+    for (app, replicas, _) in &mut built.apps {
+        *replicas += 2;
+        deployments
+            .patch(
+                app,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"replicas": *replicas}})),
+            )
+            .await
+            .map_err(|e| format!("the autoscaler's write: {e}"))?;
     }
     Ok(())
 }
