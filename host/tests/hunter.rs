@@ -670,9 +670,13 @@ fn hunt(cases: u32, seed: u64, gone_mid_wait: Duration) -> Result<u32, String> {
     );
     println!("hunter: {cases} case(s) run (seed {seed:#x})");
     println!("hunter: {}", hunt.timings.lock().unwrap().summary());
-    match outcomes.into_iter().position(|o| o.is_err()) {
+    match outcomes
+        .into_iter()
+        .enumerate()
+        .find_map(|(i, o)| o.err().map(|e| (i, e)))
+    {
         None => Ok(cases),
-        Some(first) => Err(shrink(&rt, trees.swap_remove(first), &hunt)),
+        Some((first, why)) => Err(shrink(&rt, trees.swap_remove(first), why, &hunt)),
     }
 }
 
@@ -682,12 +686,13 @@ fn hunt(cases: u32, seed: u64, gone_mid_wait: Duration) -> Result<u32, String> {
 fn shrink(
     rt: &tokio::runtime::Runtime,
     mut tree: impl ValueTree<Value = Case>,
+    first: String,
     hunt: &Hunt,
 ) -> String {
     let failing = |c: Case| rt.block_on(run(c, hunt.clone())).err();
     let mut shown = format!("{:?}", tree.current());
     let Some(mut why) = failing(tree.current()) else {
-        return format!("a case failed once and passed again (a flake?): {shown}");
+        return format!("a case failed once ({first}) and passed again (a flake?): {shown}");
     };
     let mut runs = 0;
     if tree.simplify() {
