@@ -128,14 +128,6 @@ fn policies_yaml_picks_by_annotation_then_rule_then_default() {
     std::fs::remove_file(dir.path().join("policies.yaml")).unwrap();
     let set = PolicySet::load(&engine(), &Snapshot::read(dir.path()).unwrap(), None).unwrap();
     assert_eq!(set.default_name(), "builtin");
-    std::fs::write(dir.path().join("policies.yaml"), "default: default\n").unwrap();
-    let set = PolicySet::load(&engine(), &Snapshot::read(dir.path()).unwrap(), None).unwrap();
-    assert_eq!(
-        set.default_name(),
-        "builtin",
-        "`default: default` is the embedded one"
-    );
-    std::fs::remove_file(dir.path().join("policies.yaml")).unwrap();
     std::fs::write(dir.path().join("default.wasm"), built_policy("give_up")).unwrap();
     let set = PolicySet::load(&engine(), &Snapshot::read(dir.path()).unwrap(), None).unwrap();
     assert_eq!(set.default_name(), "default");

@@ -383,9 +383,11 @@ impl PolicySet {
         for (name, loaded) in wasm.iter().map(|w| w.0).zip(load_all(engine, &wasm, cache)) {
             policies.insert(name.to_owned(), loaded?);
         }
+        // policies.yaml names the embedded default `builtin`: a `default`
+        // there names a policy file, so removing that file is refused
+        // rather than quietly falling back to the embedded one.
         let known = |name: &str, what: &str| -> Result<()> {
-            let builtin = name == nmo_policy_runtime::DEFAULT_POLICY_NAME;
-            if policies.contains_key(name) || builtin {
+            if policies.contains_key(name) {
                 Ok(())
             } else {
                 Err(Error::Set(format!(
@@ -396,11 +398,6 @@ impl PolicySet {
             }
         };
         let default = match config.default {
-            Some(d)
-                if d == nmo_policy_runtime::DEFAULT_POLICY_NAME && !policies.contains_key(&d) =>
-            {
-                BUILTIN.to_owned()
-            }
             Some(d) => {
                 known(&d, "default")?;
                 d
@@ -484,8 +481,9 @@ impl PolicySet {
         pick(&self.default, "default".to_owned())
     }
 
-    /// The name a policy goes by in the set: `default` names the
-    /// embedded default (as it is called outside a set) unless the set
+    /// The name a policy goes by in the set: in a maintenance's
+    /// annotation (and wherever one is looked up by name), `default` names
+    /// the embedded default, as it is called outside a set, unless the set
     /// has a policy of that name.
     fn resolve<'a>(&self, name: &'a str) -> &'a str {
         if name == nmo_policy_runtime::DEFAULT_POLICY_NAME && !self.policies.contains_key(name) {
