@@ -110,6 +110,10 @@ pub struct Validator {
     metrics: Option<WebhookMetrics>,
     /// Where the node leases and the maintenance history are.
     lease_namespace: String,
+    /// What the process follows (the nodes, the NodeMaintenances, the
+    /// leases, other tools' claims): read instead of a list per request
+    /// once each watch has listed.
+    watched: Option<Arc<crate::admission::Watched>>,
 }
 
 impl Validator {
@@ -122,7 +126,68 @@ impl Validator {
             policies: None,
             metrics: None,
             lease_namespace: crate::node_lease::DEFAULT_NAMESPACE.to_owned(),
+            watched: None,
         }
+    }
+
+    /// Reads the cluster from `watched`'s caches (the caller follows the
+    /// fleet and the NodeMaintenances for as long as the webhook serves),
+    /// falling back to the API server while a watch has not listed.
+    pub fn with_watched(mut self, watched: Arc<crate::admission::Watched>) -> Self {
+        self.watched = Some(watched);
+        self
+    }
+
+    /// The node `name`: the watch's when it shows it, else the API
+    /// server's (a node created a moment ago is not refused for the
+    /// watch's lag).
+    async fn node(&self, name: &str) -> std::result::Result<Option<Node>, String> {
+        if let Some(node) = self.watched.as_ref().and_then(|w| w.nodes.get(name)) {
+            return Ok(Some(node));
+        }
+        Api::<Node>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("could not check the node: {e}"))
+    }
+
+    /// Whether another NodeMaintenance than `nm` names its node: from the
+    /// watch once it has listed (as the Go operator's webhook reads its
+    /// cache), else listed.
+    async fn node_taken(&self, nm: &NodeMaintenance) -> std::result::Result<bool, String> {
+        let taken = |o: &NodeMaintenance| {
+            o.spec.node_name == nm.spec.node_name && o.name_any() != nm.name_any()
+        };
+        if let Some(all) = self
+            .watched
+            .as_ref()
+            .and_then(|w| w.maintenances.snapshot())
+        {
+            return Ok(all.iter().any(|o| taken(o)));
+        }
+        let others = Api::<NodeMaintenance>::all(self.client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| format!("could not list NodeMaintenances: {e}"))?;
+        Ok(others.items.iter().any(taken))
+    }
+
+    /// The fleet around `nm`: from the watches once they have listed, else
+    /// listed.
+    async fn around(&self, nm: &NodeMaintenance) -> crate::error::Result<crate::admission::Around> {
+        if let Some(watched) = &self.watched
+            && let Some(around) = crate::admission::from_watches(
+                watched,
+                &self.client,
+                nm,
+                self.openshift,
+                &self.lease_namespace,
+            )
+            .await?
+        {
+            return Ok(around);
+        }
+        crate::admission::listed(&self.client, nm, self.openshift, &self.lease_namespace).await
     }
 
     /// Also refuses a NodeMaintenance whose
@@ -169,10 +234,7 @@ impl Validator {
         {
             return Err(why);
         }
-        let node = Api::<Node>::all(self.client.clone())
-            .get_opt(&nm.spec.node_name)
-            .await
-            .map_err(|e| format!("could not check the node: {e}"))?;
+        let node = self.node(&nm.spec.node_name).await?;
         if let Some(node) = &node
             && let Some(why) = access.node_refused(who, &nm.spec.node_name, node.labels())
         {
@@ -185,22 +247,10 @@ impl Validator {
     /// policy's); `Err(message)` refuses.
     pub async fn validate_create(&self, nm: &NodeMaintenance) -> std::result::Result<(), String> {
         let node_name = &nm.spec.node_name;
-        let node = Api::<Node>::all(self.client.clone())
-            .get_opt(node_name)
-            .await
-            .map_err(|e| format!("could not check the node: {e}"))?;
-        let Some(node) = node else {
+        let Some(node) = self.node(node_name).await? else {
             return Err(messages::node_not_found(node_name));
         };
-        let others = Api::<NodeMaintenance>::all(self.client.clone())
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| format!("could not list NodeMaintenances: {e}"))?;
-        if others
-            .items
-            .iter()
-            .any(|o| o.spec.node_name == *node_name && o.name_any() != nm.name_any())
-        {
+        if self.node_taken(nm).await? {
             return Err(messages::already_exists(node_name));
         }
         if let (Some(policies), Some(name)) = (
@@ -243,9 +293,8 @@ impl Validator {
         if selected.is_none() && !(self.openshift && is_control_plane(node)) {
             return Ok(None);
         }
-        let read =
-            crate::admission::listed(&self.client, nm, self.openshift, &self.lease_namespace);
-        let around = read
+        let around = self
+            .around(nm)
             .await
             .map_err(|e| format!("could not read the cluster for admission: {e}"))?;
         let Some(selected) = selected else {

@@ -657,3 +657,99 @@ async fn admission_goes_on_without_a_history_it_may_not_read() {
     assert_eq!(validator.validate_create(&nm).await, Ok(()));
     cluster.stop().await;
 }
+
+/// The webhook's lists of nodes and NodeMaintenances so far (the audit's).
+fn webhook_lists(env: &Env) -> usize {
+    env.cluster
+        .audit()
+        .iter()
+        .filter(|r| r.verb == "list" && (r.resource == "nodes" || r.resource == "nodemaintenances"))
+        .count()
+}
+
+/// A webhook that follows the cluster (as `nmo` serves it, on both
+/// replicas) answers a create from its watches: 5,000 maintenances created
+/// at once cost the API server no list of 5,000 nodes and 5,000
+/// maintenances each, and the webhook's memory one copy of them. Its
+/// answers are the same: one maintenance per node, a node that does not
+/// exist, a node created a moment ago.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_that_follows_the_cluster_lists_nothing_per_create() {
+    let env = Env::start(3).await;
+    env.cluster.record_audit(true);
+    let watched = Arc::new(nmo::admission::Watched::default());
+    let _following = [
+        watched.follow_fleet(&env.client, "medik8s-leases", Duration::from_secs(300)),
+        watched.follow_maintenances(&env.client),
+    ];
+    let validator = nmo::webhook::Validator::new(env.client.clone())
+        .await
+        .with_policies(policy_store(None))
+        .with_watched(watched.clone());
+    let nm = |name: &str, node: &str| {
+        nmo::crd::NodeMaintenance::new(
+            name,
+            nmo::crd::NodeMaintenanceSpec {
+                node_name: node.into(),
+                reason: None,
+            },
+        )
+    };
+    let api = kube::Api::<nmo::crd::NodeMaintenance>::all(env.client.clone());
+    api.create(&Default::default(), &nm("held", "worker-1"))
+        .await
+        .unwrap();
+    wait_until("the watches listed", Duration::from_secs(10), || {
+        let watched = &watched;
+        async move { watched.has_listed() }
+    })
+    .await;
+    // The watch shows the maintenance a moment after it was created.
+    let taken = Err(nmo::webhook::messages::already_exists("worker-1"));
+    wait_until(
+        "the watch shows the maintenance",
+        Duration::from_secs(10),
+        || {
+            let validator = &validator;
+            let taken = &taken;
+            async move { validator.validate_create(&nm("again", "worker-1")).await == *taken }
+        },
+    )
+    .await;
+    let before = webhook_lists(&env);
+    for i in 0..20 {
+        let node = format!("worker-{}", 2 + i % 2);
+        assert_eq!(
+            validator
+                .validate_create(&nm(&format!("m{i}"), &node))
+                .await,
+            Ok(())
+        );
+    }
+    assert_eq!(
+        validator.validate_create(&nm("again", "worker-1")).await,
+        taken
+    );
+    assert_eq!(
+        validator.validate_create(&nm("ghost", "ghost")).await,
+        Err(nmo::webhook::messages::node_not_found("ghost"))
+    );
+    env.cluster.create(nmo_sim::node("new-node")).unwrap();
+    assert_eq!(
+        validator.validate_create(&nm("new", "new-node")).await,
+        Ok(())
+    );
+    assert_eq!(
+        webhook_lists(&env) - before,
+        0,
+        "no list per create once the watches have listed"
+    );
+    // Without the watches, each create lists (what the test above would
+    // see if the webhook did not read them).
+    let plain = nmo::webhook::Validator::new(env.client.clone())
+        .await
+        .with_policies(policy_store(None));
+    let before = webhook_lists(&env);
+    assert_eq!(plain.validate_create(&nm("m", "worker-2")).await, Ok(()));
+    assert!(webhook_lists(&env) > before);
+}

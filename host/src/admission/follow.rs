@@ -17,7 +17,18 @@ pub(super) enum Change {
 
 /// Follows `api`'s objects until the task is dropped, handing each change
 /// to `on`; a failure is logged (naming `what`) and retried.
-pub(super) async fn follow(api: Api<DynamicObject>, what: &str, mut on: impl FnMut(Change)) {
+pub(super) async fn follow(api: Api<DynamicObject>, what: &str, on: impl FnMut(Change)) {
+    follow_synced(api, what, on, || {}).await
+}
+
+/// [`follow`], calling `failed` at each failure (until the next listing,
+/// the cache may miss changes).
+pub(super) async fn follow_synced(
+    api: Api<DynamicObject>,
+    what: &str,
+    mut on: impl FnMut(Change),
+    mut failed: impl FnMut(),
+) {
     let mut events = watcher(
         api,
         watcher::Config::default().timeout(crate::client::WATCH_TIMEOUT_SECS),
@@ -33,6 +44,7 @@ pub(super) async fn follow(api: Api<DynamicObject>, what: &str, mut on: impl FnM
             Ok(watcher::Event::Apply(o)) => on(Change::Applied(o)),
             Ok(watcher::Event::Delete(o)) => on(Change::Deleted(o)),
             Err(e) => {
+                failed();
                 tracing::debug!(watch = what, error = %e, "a watch failed; retrying");
             }
         }

@@ -1,11 +1,13 @@
 //! Admission: the fleet a policy's `admit` sees around one maintenance,
 //! and where it is read from. The controller, the webhook and `nmo plan`
 //! use it as peers. Its two sources: **watched** ([`Watched`]: the nodes,
-//! the medik8s node leases and other tools' claims, followed while the
-//! controller runs, so a decision costs no request) and **listed**
-//! ([`listed`]: the same read from the API server per decision, for the
-//! webhook and `nmo plan`, which run no watch). `history.rs` keeps the
-//! maintenances that ended (the fleet's `history`).
+//! the medik8s node leases, other tools' claims and, for the webhook, the
+//! NodeMaintenances, followed while the controller runs and, on a replica
+//! that serves the webhook, while the process runs, so a decision costs no
+//! request) and **listed** ([`listed`]: the same read from the API server
+//! per decision, for `nmo plan`, which runs no watch, and for the webhook
+//! until its watches have listed). `history.rs` keeps the maintenances
+//! that ended (the fleet's `history`).
 //!
 //! The fleet around a maintenance, as the policy's `admit` sees it: every
 //! node, the other NodeMaintenances that hold (or wait for) a node, who
@@ -16,7 +18,11 @@ pub mod claims;
 mod follow;
 pub mod history;
 pub mod leases;
+pub mod maintenances;
 pub(crate) mod nodes;
+mod watched;
+
+pub use watched::{Following, Watched};
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -291,24 +297,36 @@ pub(crate) fn etcd_can_lose_one(g: &EtcdGuard) -> bool {
     g.budgets == 1 && (g.disruptions_allowed > 0 || !g.guard_ready_on_node)
 }
 
-/// The watched source: what the controller follows for admission.
-#[derive(Default)]
-pub(crate) struct Watched {
-    /// The nodes: admission's fleet.
-    pub nodes: std::sync::Arc<nodes::Nodes>,
-    /// The medik8s node leases: who else holds a node.
-    pub leases: std::sync::Arc<leases::Leases>,
-    /// Other tools' objects claiming nodes.
-    pub claims: std::sync::Arc<claims::ToolClaims>,
-}
-
-impl Watched {
-    /// Adds to `around` who else holds each node's lease and other tools'
-    /// claims, as the watches have them now.
-    pub(crate) fn complete(&self, around: &mut Around) {
-        around.fleet.lease_holders = std::sync::Arc::new(self.leases.holders(&around.fleet.nodes));
-        around.fleet.tool_claims = std::sync::Arc::new(self.claims.by_node());
-    }
+/// The watched source, for the webhook: the fleet around `nm` from what
+/// `watched` follows (the nodes and the NodeMaintenances, the leases and
+/// other tools' claims), with the history and the etcd guard read;
+/// `None` while the nodes' or the NodeMaintenances' watch has not listed
+/// (or fails): read [`listed`] then.
+pub async fn from_watches(
+    watched: &Watched,
+    client: &Client,
+    nm: &NodeMaintenance,
+    openshift: bool,
+    lease_namespace: &str,
+) -> Result<Option<Around>> {
+    let (Some(nodes), Some(all)) = (watched.nodes.snapshot(), watched.maintenances.snapshot())
+    else {
+        return Ok(None);
+    };
+    let etcd = etcd(client, nm, openshift).await?;
+    let mut around = assemble(
+        nodes,
+        all.iter().map(|a| a.as_ref()),
+        nm,
+        etcd,
+        crate::crd::is_admitted,
+    );
+    watched.complete(&mut around);
+    let ended = history::read_for_admission(client, lease_namespace)
+        .await
+        .map_err(Error::kube("reading the maintenance history for admission"))?;
+    around.ended = history::wit(&ended);
+    Ok(Some(around))
 }
 
 /// The listed source: the fleet around `nm` read from the API server, with

@@ -604,11 +604,28 @@ async fn start_servers(
     }
     if let Some(addr) = server::parse_bind(&cli.webhook_bind_address)? {
         let cert_dir = webhook_cert_dir(cli);
+        // Both replicas answer the webhook: each follows what it reads
+        // (the controller's run shares these watches while it leads), so
+        // a create costs the API server no list.
+        let watched = ctx.watched();
+        let following = [
+            watched.follow_fleet(
+                client,
+                &ctx.settings.lease_namespace,
+                ctx.settings.tool_api_recheck,
+            ),
+            watched.follow_maintenances(client),
+        ];
+        background.spawn("watches", async move {
+            let _following = following;
+            std::future::pending::<()>().await
+        });
         let validator = nmo::webhook::Validator::new(client.clone())
             .await
             .with_policies(ctx.policies.clone())
             .with_lease_namespace(&ctx.settings.lease_namespace)
-            .with_metrics(metrics.webhook.clone());
+            .with_metrics(metrics.webhook.clone())
+            .with_watched(watched);
         if has_webhook_cert(&cert_dir) {
             background.spawn("webhook", bind_webhook(addr, cert_dir, validator).await?);
         } else {

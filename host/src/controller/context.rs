@@ -119,8 +119,9 @@ pub struct Context {
     pub(super) health: Health,
     pub(crate) admission: Admission,
     /// The nodes, the medik8s leases and other tools' claims, watched
-    /// while the controller runs: admission's fleet.
-    pub(super) watched: crate::admission::Watched,
+    /// while the controller runs (and while the webhook serves, which
+    /// shares them): admission's fleet.
+    pub(super) watched: Arc<crate::admission::Watched>,
     pub(super) drains: drain::Shared,
     /// What is remembered about each maintenance between passes.
     pub(super) memory: Memories,
@@ -239,6 +240,12 @@ impl Context {
             },
             watched: Default::default(),
         })
+    }
+
+    /// What admission follows, to share with the webhook (one set of
+    /// watches for both).
+    pub fn watched(&self) -> Arc<crate::admission::Watched> {
+        self.watched.clone()
     }
 
     /// The nodes for an admission: the node watch's, once it has listed

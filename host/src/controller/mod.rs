@@ -383,24 +383,23 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     }
 }
 
-/// Starts every watch the passes read, each in a span naming it; they end
-/// when the returned handles are dropped (with the controller's run).
-fn start_watches(ctx: &Context) -> [crate::task::Owned<()>; 4] {
+/// Starts every watch the passes read, each in a span naming it: the
+/// budgets', and admission's fleet (the nodes, the leases, other tools'
+/// claims) unless the process follows it already (for the webhook). They
+/// end when the returned handles are dropped (with the controller's run).
+fn start_watches(ctx: &Context) -> (crate::task::Owned<()>, Arc<crate::admission::Following>) {
     use tracing::Instrument;
-    let client = &ctx.client;
-    let span = |of: &'static str| tracing::error_span!("watch", of);
-    let (budgets, nodes) = (ctx.drains.budgets.clone(), ctx.watched.nodes.clone());
-    let (leases, claims) = (ctx.watched.leases.clone(), ctx.watched.claims.clone());
-    let namespace = ctx.settings.lease_namespace.clone();
-    let again = ctx.settings.tool_api_recheck;
-    let (b, n) = (client.clone(), client.clone());
-    let (l, c) = (client.clone(), client.clone());
-    [
-        crate::task::spawn(async move { budgets.watch(b).await }.instrument(span("budgets"))),
-        crate::task::spawn(async move { nodes.watch(n).await }.instrument(span("nodes"))),
+    let budgets = ctx.drains.budgets.clone();
+    let client = ctx.client.clone();
+    (
         crate::task::spawn(
-            async move { leases.watch(l, namespace).await }.instrument(span("leases")),
+            async move { budgets.watch(client).await }
+                .instrument(tracing::error_span!("watch", of = "budgets")),
         ),
-        crate::task::spawn(async move { claims.watch(c, again).await }.instrument(span("claims"))),
-    ]
+        ctx.watched.follow_fleet(
+            &ctx.client,
+            &ctx.settings.lease_namespace,
+            ctx.settings.tool_api_recheck,
+        ),
+    )
 }
