@@ -5,6 +5,13 @@
 //!   would break etcd quorum;
 //! - update: `spec.nodeName` is immutable.
 //!
+//! Beyond the Go operator, at [`CRD_GUARD_PATH`]: the NodeMaintenance CRD
+//! is not deleted while NodeMaintenances exist. Deleting it deletes them
+//! all at once, and when the operator goes with it (`kubectl delete -k`
+//! of the whole install) their nodes stay cordoned and tainted with no
+//! one to restore them, and the CRD stays half-deleted until a reinstall
+//! finishes the deletion under the new operator.
+//!
 //! The certificate and key are read from a directory (`tls.crt`,
 //! `tls.key`, as cert-manager and controller-runtime lay them out) and
 //! read again whenever they change on disk.
@@ -29,6 +36,8 @@ use crate::error::Result;
 
 /// The path the Go operator's webhook is registered at.
 pub const PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
+/// Where the CRD deletion guard is registered.
+pub const CRD_GUARD_PATH: &str = "/validate-nodemaintenance-crd-deletion";
 /// Largest AdmissionReview accepted (the servers' default body limit).
 pub use crate::server::MAX_BODY;
 
@@ -41,6 +50,15 @@ pub mod messages {
         format!("invalid nodeName, a NodeMaintenance for node {node} already exists")
     }
     pub const NODE_NAME_IMMUTABLE: &str = "updating spec.NodeName isn't allowed";
+    /// nmo's own: the CRD deletion guard's refusal, naming some of the
+    /// maintenances that hold it (`more`: there are others).
+    pub fn crd_in_use(held: &[String], more: bool) -> String {
+        format!(
+            "NodeMaintenances exist ({}{}): deleting their CRD would delete them all, and with the operator gone their nodes would stay cordoned and tainted. Delete them first (kubectl delete nodemaintenances --all) and wait until they are gone, or uninstall keeping them (kubectl delete -k deploy/uninstall; helm uninstall keeps the CRD)",
+            held.join(", "),
+            if more { ", ..." } else { "" }
+        )
+    }
     pub(crate) fn etcd_quorum(node: &str) -> String {
         format!(
             "can not put master/control-plane node into maintenance at this moment, disrupting node {node} will violate etcd quorum"
@@ -351,6 +369,42 @@ impl Validator {
         Ok(())
     }
 
+    /// The CRD deletion guard: the NodeMaintenance CRD (`name`) is not
+    /// deleted while any NodeMaintenance exists, one being deleted
+    /// included (its node is not restored yet). Read from the API server,
+    /// not a cache: a deletion is rare, and a stale "none" would lose
+    /// them.
+    async fn crd_deletion(&self, name: &str) -> std::result::Result<(), String> {
+        use kube::Resource;
+        let ours = format!(
+            "{}.{}",
+            NodeMaintenance::plural(&()),
+            NodeMaintenance::group(&())
+        );
+        if name != ours {
+            return Ok(());
+        }
+        const SHOWN: u32 = 5;
+        let some = Api::<NodeMaintenance>::all(self.client.clone())
+            .list(&ListParams::default().limit(SHOWN))
+            .await
+            .map_err(|e| format!("could not check for NodeMaintenances: {e}"))?;
+        if some.items.is_empty() {
+            return Ok(());
+        }
+        let held: Vec<String> = some
+            .items
+            .iter()
+            .map(|nm| format!("{} on node {}", nm.name_any(), nm.spec.node_name))
+            .collect();
+        let more = some
+            .metadata
+            .continue_
+            .as_deref()
+            .is_some_and(|c| !c.is_empty());
+        Err(messages::crd_in_use(&held, more))
+    }
+
     /// Answers one AdmissionReview body: the HTTP status and the body.
     ///
     /// The review is read with kube's admission types; the objects in it
@@ -387,7 +441,11 @@ impl Validator {
             username: request.user_info.username.clone().unwrap_or_default(),
             groups: request.user_info.groups.clone().unwrap_or_default(),
         };
+        let crd_deletion = request.resource.group == "apiextensions.k8s.io"
+            && request.resource.resource == "customresourcedefinitions";
         let verdict = match request.operation {
+            Operation::Delete if crd_deletion => self.crd_deletion(&request.name).await,
+            _ if crd_deletion => Ok(()),
             Operation::Create => match parse(&object) {
                 Ok(nm) => self.validate_create_by(&nm, &who).await,
                 Err(e) => Err(e),
@@ -481,7 +539,7 @@ async fn handle(
     if let Some(g) = &in_flight {
         g.inc();
     }
-    let (code, body) = if req.uri().path() != PATH {
+    let (code, body) = if req.uri().path() != PATH && req.uri().path() != CRD_GUARD_PATH {
         (
             StatusCode::NOT_FOUND,
             error_body(&format!("no webhook at {}", req.uri().path())),

@@ -88,8 +88,8 @@ fn when(condition: &str, lines: &[&str]) -> Vec<String> {
     out
 }
 
-/// The Deployment's values: image, replicas, metrics security, and the
-/// registry credentials of pulled policies.
+/// The Deployment's values: image, replicas, the priority class, metrics
+/// security, and the registry credentials of pulled policies.
 fn template_deployment(
     o: &mut Value,
     directive: &mut impl FnMut(String) -> Value,
@@ -97,6 +97,9 @@ fn template_deployment(
 ) {
     o["spec"]["replicas"] = directive("{{ .Values.replicas }}".into());
     let pod = &mut o["spec"]["template"]["spec"];
+    if pod.get("priorityClassName").is_some() {
+        pod["priorityClassName"] = directive("{{ .Values.priorityClassName | quote }}".into());
+    }
     for c in pod["containers"].as_array_mut().into_iter().flatten() {
         if c["image"] != IMAGE {
             continue;

@@ -416,3 +416,79 @@ async fn a_leader_cut_off_stands_again_and_leads_when_it_may() {
     a.abort();
     c.stop().await;
 }
+
+/// The lease names its holder's pod as its owner: when the install is
+/// deleted (the pods with it) and the stopping leader could not release
+/// the lease (its Role went first), the garbage collector deletes the
+/// lease with the pod, and a reinstalled operator leads at once instead
+/// of waiting for the old lease to expire. A candidate that takes the
+/// lease names its own pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lease_goes_with_its_holders_pod() {
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+        .await
+        .unwrap();
+    let pod = |name: &str| {
+        c.create(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "manager", "image": "nmo"}]}
+        }))
+        .unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let lease = || {
+        c.get(
+            "coordination.k8s.io/v1",
+            "Lease",
+            Some("default"),
+            "135b1886.medik8s.io",
+        )
+        .ok()
+    };
+    let owner = |l: &serde_json::Value| {
+        l["metadata"]["ownerReferences"][0]["name"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    // A long lease: only its deletion lets another lead at once.
+    let slow = Timings {
+        lease_duration: Duration::from_secs(300),
+        renew_deadline: Duration::from_secs(20),
+        retry_period: Duration::from_millis(200),
+    };
+    let a_uid = pod("nmo-a");
+    let a = Elector::new(client.clone(), "default", "replica-a", slow.clone())
+        .owned_by_pod("nmo-a", &a_uid);
+    assert!(a.try_acquire_or_renew().await.unwrap());
+    assert_eq!(lease().as_ref().and_then(owner).as_deref(), Some("nmo-a"));
+    let b_uid = pod("nmo-b");
+    let b = Elector::new(client.clone(), "default", "replica-b", slow.clone())
+        .owned_by_pod("nmo-b", &b_uid);
+    assert!(
+        !b.try_acquire_or_renew().await.unwrap(),
+        "the lease is held"
+    );
+    // The holder's pod is deleted without a release: the lease goes too.
+    c.delete("v1", "Pod", Some("default"), "nmo-a").unwrap();
+    let deleted = std::time::Instant::now();
+    while lease().is_some() {
+        assert!(
+            deleted.elapsed() < Duration::from_secs(10),
+            "the lease outlived its holder's pod"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(b.try_acquire_or_renew().await.unwrap(), "b leads at once");
+    assert_eq!(lease().as_ref().and_then(owner).as_deref(), Some("nmo-b"));
+    // A lease taken over (released, or expired) names the new holder.
+    b.release().await;
+    let a_again = Elector::new(client.clone(), "default", "replica-a2", slow)
+        .owned_by_pod("nmo-a2", &pod("nmo-a2"));
+    assert!(a_again.try_acquire_or_renew().await.unwrap());
+    assert_eq!(lease().as_ref().and_then(owner).as_deref(), Some("nmo-a2"));
+    c.stop().await;
+}

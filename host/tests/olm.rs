@@ -68,10 +68,15 @@ fn unnamespaced(o: &Value) -> Value {
 }
 
 /// The Deployment's spec without the cert-manager volume (OLM mounts its
-/// own certificate at the same path).
+/// own certificate at the same path), and without the priority class:
+/// OpenShift, where OLM installs, admits the `system-*` classes only in
+/// `kube-system` and `openshift-*` namespaces.
 fn deployment_spec(d: &Value) -> Value {
     let mut spec = d["spec"].clone();
     let pod = &mut spec["template"]["spec"];
+    if let Some(pod) = pod.as_object_mut() {
+        pod.remove("priorityClassName");
+    }
     if let Some(volumes) = pod["volumes"].as_array_mut() {
         volumes.retain(|v| v["secret"]["secretName"] != "webhook-server-cert");
     }
@@ -104,10 +109,15 @@ fn csv(objects: &[Value]) -> Value {
         "ValidatingWebhookConfiguration",
         "validating-webhook-configuration",
     );
+    // OLM's webhook definitions carry no matchConditions: the CRD
+    // deletion guard would be asked about every CRD's deletion, and with
+    // the operator down none could be deleted. OLM keeps the CRD when the
+    // operator is uninstalled, which is what the guard is for.
     let webhooks: Vec<Value> = vwc["webhooks"]
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|w| w["matchConditions"].is_null())
         .map(|w| {
             json!({
                 "type": "ValidatingAdmissionWebhook",

@@ -119,9 +119,22 @@ fn helm(cp: &ControlPlane, args: &[&str]) -> String {
     )
 }
 
-/// Installs the operator as a user does and takes one maintenance through
-/// it.
-async fn one_maintenance_through(install: Install) {
+/// The operator installed as a user installs it, run as a local process
+/// with its Deployment's args, env and ServiceAccount, Ready.
+struct Running {
+    cp: ControlPlane,
+    admin: kube::Client,
+    operator: tokio::process::Child,
+    log: std::path::PathBuf,
+    overlay: &'static str,
+    /// The install registers the webhook.
+    registered: bool,
+    /// Keeps the certificate and policy files.
+    _files: tempfile::TempDir,
+}
+
+/// Installs as a user does (`install`) and starts the operator.
+async fn install_and_run(install: Install) -> Running {
     let overlay = match install {
         Install::Kustomize(overlay) => overlay,
         Install::Helm => "the Helm chart",
@@ -263,7 +276,7 @@ async fn one_maintenance_through(install: Install) {
     )
     .await
     .unwrap();
-    let mut operator =
+    let operator =
         common::deployment_process(&container, &ports, &policy_dir, certs.path(), &kc, NS)
             .stderr(std::process::Stdio::from(
                 std::fs::File::create(cp.dir().join("operator.log")).unwrap(),
@@ -284,6 +297,29 @@ async fn one_maintenance_through(install: Install) {
         );
     }
 
+    Running {
+        cp,
+        admin,
+        operator,
+        log,
+        overlay,
+        registered,
+        _files: certs,
+    }
+}
+
+/// Installs the operator as a user does and takes one maintenance through
+/// it.
+async fn one_maintenance_through(install: Install) {
+    let Running {
+        cp,
+        admin,
+        mut operator,
+        log,
+        overlay,
+        registered,
+        _files,
+    } = install_and_run(install).await;
     let nm = |name: &str| {
         format!(
             "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata: {{name: {name}}}\nspec: {{nodeName: worker-1, reason: deploy test}}\n"
@@ -429,6 +465,80 @@ async fn one_maintenance_through(install: Install) {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .any(|l| l["msg"] == "became leader"),
         "{overlay}: no leadership line in the operator's log:\n{text}"
+    );
+    cp.stop();
+}
+
+/// `kubectl delete -k deploy/default` of the whole install while a node is
+/// in maintenance: the webhook refuses to delete the CRD (which would
+/// delete every maintenance with the operator gone, leaving the node
+/// cordoned and the CRD stuck deleting until a reinstall finished the
+/// deletion under the new operator), saying what to do instead; the rest
+/// is deleted; nothing is lost, and a reinstall finds the CRD and the
+/// maintenance as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_whole_install_mid_maintenance_keeps_the_crd_and_the_maintenance() {
+    let Running {
+        cp,
+        admin,
+        mut operator,
+        _files,
+        ..
+    } = install_and_run(Install::Kustomize("default")).await;
+    kubectl_ok(
+        &cp,
+        &["create", "-f", "-"],
+        Some("apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata: {name: nm-1}\nspec: {nodeName: worker-1}\n"),
+    )
+    .await;
+    let nms: Api<nmo::crd::NodeMaintenance> = Api::all(admin.clone());
+    common::wait_succeeded(&nms, "nm-1", Duration::from_secs(90)).await;
+    let dir = common::real::deploy_dir().join("default");
+    let (ok, out) = nmo_control_plane::kubectl_with(
+        &cp.kubeconfig_path(),
+        &["delete", "-k", &dir.display().to_string(), "--timeout=120s"],
+        None,
+    )
+    .await
+    .unwrap();
+    assert!(
+        !ok && out.contains("crd-guard.nodemaintenance.medik8s.io")
+            && out.contains(&nmo::webhook::messages::crd_in_use(
+                &["nm-1 on node worker-1".into()],
+                false
+            )),
+        "the CRD's deletion refused, saying why: {out}"
+    );
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(admin.clone());
+    let crd_name = "nodemaintenances.nodemaintenance.medik8s.io";
+    let intact = async || {
+        let crd = crds.get(crd_name).await.expect("the CRD is there");
+        assert!(
+            crd.metadata.deletion_timestamp.is_none(),
+            "the CRD is not being deleted"
+        );
+        let nm = nms.get("nm-1").await.expect("the maintenance is there");
+        assert!(nm.metadata.deletion_timestamp.is_none());
+    };
+    intact().await;
+    // The rest of the install went (the webhook with it).
+    let vwcs: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    assert!(
+        vwcs.get_opt("node-maintenance-operator-validating-webhook-configuration")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    operator.kill().await.unwrap();
+    // The reinstall: the same CRD, the maintenance still there.
+    Install::Kustomize("default").install(&cp).await;
+    intact().await;
+    let node = Api::<Node>::all(admin).get("worker-1").await.unwrap();
+    assert_eq!(
+        node.spec.and_then(|s| s.unschedulable),
+        Some(true),
+        "still in maintenance: nothing restored it behind the user's back"
     );
     cp.stop();
 }

@@ -753,3 +753,68 @@ async fn a_webhook_that_follows_the_cluster_lists_nothing_per_create() {
     assert_eq!(plain.validate_create(&nm("m", "worker-2")).await, Ok(()));
     assert!(webhook_lists(&env) > before);
 }
+
+/// The CRD deletion guard, as the API server asks it: the NodeMaintenance
+/// CRD is not deleted while a NodeMaintenance exists (the message names
+/// it and says what to do instead); another CRD's deletion, and this one's
+/// once no maintenance is left, pass. (`real_deploy.rs` runs it through the
+/// real API server's matchConditions and `kubectl delete -k`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crd_is_not_deleted_while_maintenances_exist() {
+    let env = Env::start(1).await;
+    let validator = nmo::webhook::Validator::new(env.client.clone()).await;
+    let review = |name: &str| {
+        json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "7", "name": name, "operation": "DELETE",
+                "kind": {"group": "apiextensions.k8s.io", "version": "v1", "kind": "CustomResourceDefinition"},
+                "resource": {"group": "apiextensions.k8s.io", "version": "v1", "resource": "customresourcedefinitions"},
+                "userInfo": {"username": "admin"},
+                "oldObject": {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": name}},
+                "object": null
+            }
+        })
+        .to_string()
+    };
+    let answer = async |name: &str| {
+        let (code, body) = validator.review(review(name).as_bytes()).await;
+        assert_eq!(code, 200, "{body}");
+        (
+            body["response"]["allowed"] == true,
+            body["response"]["status"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    const OURS: &str = "nodemaintenances.nodemaintenance.medik8s.io";
+    assert_eq!(answer(OURS).await, (true, String::new()), "no maintenance");
+    let nms = kube::Api::<nmo::crd::NodeMaintenance>::all(env.client.clone());
+    nms.create(
+        &Default::default(),
+        &nmo::crd::NodeMaintenance::new(
+            "nm-1",
+            nmo::crd::NodeMaintenanceSpec {
+                node_name: "worker-1".into(),
+                reason: None,
+            },
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        answer(OURS).await,
+        (
+            false,
+            nmo::webhook::messages::crd_in_use(&["nm-1 on node worker-1".into()], false)
+        )
+    );
+    assert_eq!(
+        answer("widgets.example.com").await,
+        (true, String::new()),
+        "another CRD"
+    );
+    nms.delete("nm-1", &Default::default()).await.unwrap();
+    assert_eq!(answer(OURS).await, (true, String::new()), "none left");
+}
