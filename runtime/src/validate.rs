@@ -536,3 +536,228 @@ pub fn settings(policy: &str, raw: std::result::Result<(), String>) -> Result<()
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use types::{Completion, Notice as RawNotice, Parking, PodDecision, RemovalMethod, Waiting};
+
+    fn pod(name: &str, extra: serde_json::Value) -> k8s::Pod {
+        let mut v = json!({"metadata": {"namespace": "ns", "name": name}});
+        if let (Some(meta), Some(more)) = (v["metadata"].as_object_mut(), extra.as_object()) {
+            meta.extend(more.clone());
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn owned_by(kind: &str) -> serde_json::Value {
+        json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": kind, "name": "o", "uid": "u", "controller": true}]})
+    }
+
+    fn evict() -> PodAction {
+        PodAction::Evict(types::Removal {
+            grace_period_seconds: None,
+            rule: String::new(),
+        })
+    }
+
+    fn decide(pod: u32, action: PodAction, order: u32) -> PodDecision {
+        PodDecision { pod, action, order }
+    }
+
+    fn raw(decisions: Vec<PodDecision>) -> DrainPlan {
+        DrainPlan {
+            decisions,
+            attempt_timeout_ms: 60_000,
+            max_concurrent_evictions: None,
+            volume_detach_timeout_ms: None,
+        }
+    }
+
+    /// The reason an answer was refused for.
+    fn refused<T: std::fmt::Debug>(r: Result<T>) -> String {
+        match r {
+            Err(Error::InvalidDecision { reason, .. }) => reason,
+            other => panic!("not refused as invalid: {other:?}"),
+        }
+    }
+
+    fn two() -> Vec<k8s::Pod> {
+        vec![pod("a", json!({})), pod("b", json!({}))]
+    }
+
+    #[test]
+    fn a_plan_names_every_pod_once_and_is_ordered_by_wave_then_position() {
+        let plan = plan(
+            "p",
+            &two(),
+            raw(vec![decide(1, evict(), 0), decide(0, evict(), 1)]),
+        )
+        .unwrap();
+        let order: Vec<_> = plan.steps.iter().map(|s| (s.order, s.name.as_str())).collect();
+        assert_eq!(order, [(0, "b"), (1, "a")]);
+        assert_eq!(plan.waves().count(), 2);
+        let twice = raw(vec![decide(0, evict(), 0), decide(0, evict(), 0)]);
+        assert_eq!(refused(super::plan("p", &two(), twice)), "pod ns/a is decided more than once");
+        assert_eq!(
+            refused(super::plan("p", &two(), raw(vec![decide(0, evict(), 0)]))),
+            "no decision for pod ns/b (1 pod(s) left out)"
+        );
+        assert!(refused(super::plan("p", &two(), raw(vec![decide(7, evict(), 0)])))
+            .starts_with("decision for pod #7 but only 2 pod(s) were given"));
+    }
+
+    #[test]
+    fn what_the_kubelet_or_a_daemonset_puts_back_is_never_removed_and_only_a_replicaset_pod_surges() {
+        let mirror = vec![pod("m", json!({"annotations": {"kubernetes.io/config.mirror": "x"}}))];
+        assert!(refused(plan("p", &mirror, raw(vec![decide(0, evict(), 0)]))).contains("mirror"));
+        let skip = PodAction::Skip("static".into());
+        assert!(plan("p", &mirror, raw(vec![decide(0, skip, 0)])).is_ok());
+        let ds = vec![pod("d", owned_by("DaemonSet"))];
+        let delete = PodAction::Delete(types::Removal {
+            grace_period_seconds: None,
+            rule: String::new(),
+        });
+        assert!(refused(plan("p", &ds, raw(vec![decide(0, delete, 0)]))).contains("DaemonSet"));
+        let surge = || {
+            PodAction::Surge(types::Removal {
+                grace_period_seconds: None,
+                rule: String::new(),
+            })
+        };
+        let bare = vec![pod("b", json!({}))];
+        assert!(refused(plan("p", &bare, raw(vec![decide(0, surge(), 0)])))
+            .contains("none (a bare pod)"));
+        let rs = vec![pod("r", owned_by("ReplicaSet"))];
+        let plan = plan("p", &rs, raw(vec![decide(0, surge(), 0)])).unwrap();
+        assert_eq!(plan.steps[0].action.verb(), "surge");
+    }
+
+    #[test]
+    fn every_number_must_be_possible() {
+        let one = vec![pod("a", json!({}))];
+        let with = |f: &dyn Fn(&mut DrainPlan)| {
+            let mut r = raw(vec![decide(0, evict(), 0)]);
+            f(&mut r);
+            plan("p", &one, r)
+        };
+        assert!(refused(with(&|r| r.attempt_timeout_ms = 0)).contains("attempt-timeout-ms 0"));
+        assert!(refused(with(&|r| r.attempt_timeout_ms = MAX_DURATION_MS + 1))
+            .contains("outside 1..="));
+        assert!(refused(with(&|r| r.max_concurrent_evictions = Some(0))).contains("is 0"));
+        assert!(refused(with(&|r| r.volume_detach_timeout_ms = Some(0)))
+            .contains("volume-detach-timeout-ms"));
+        let grace = |g: i64| {
+            let action = PodAction::Evict(types::Removal {
+                grace_period_seconds: Some(g),
+                rule: String::new(),
+            });
+            plan("p", &one, raw(vec![decide(0, action, 0)]))
+        };
+        assert!(refused(grace(-1)).contains("grace period -1 s"));
+        assert!(refused(grace(MAX_GRACE_PERIOD_SECONDS + 1)).contains("grace period"));
+        let forced = grace(0).unwrap();
+        assert!(forced.steps[0].action.removal().unwrap().forced(false));
+        let notify = |timeout_ms: u64, heartbeat_ms: Option<u64>| {
+            let action = PodAction::Notify(RawNotice {
+                timeout_ms,
+                heartbeat_ms,
+                then: RemovalMethod::Delete,
+                removal: types::Removal {
+                    grace_period_seconds: None,
+                    rule: "r".into(),
+                },
+            });
+            plan("p", &one, raw(vec![decide(0, action, 0)]))
+        };
+        assert!(refused(notify(0, None)).contains("notify timeout-ms"));
+        assert!(refused(notify(1000, Some(0))).contains("notify heartbeat-ms"));
+        let ok = notify(1000, Some(100)).unwrap();
+        assert_eq!(ok.steps[0].action.timeout(), Some(Duration::from_secs(1)));
+        let wait = |timeout_ms: u64, reason: &str| {
+            let action = PodAction::Wait(Completion {
+                timeout_ms,
+                reason: reason.into(),
+            });
+            plan("p", &one, raw(vec![decide(0, action, 0)]))
+        };
+        assert!(refused(wait(0, "job")).contains("wait timeout-ms"));
+        assert!(refused(wait(1000, " ")).contains("the wait reason for pod ns/a is empty"));
+    }
+
+    #[test]
+    fn words_are_bounded_and_cleaned() {
+        let one = vec![pod("a", json!({}))];
+        let long = "x".repeat(MAX_MESSAGE_BYTES + 1);
+        let skip = |reason: &str| {
+            plan("p", &one, raw(vec![decide(0, PodAction::Skip(reason.into()), 0)]))
+        };
+        assert!(refused(skip("")).contains("empty"));
+        assert!(refused(skip(&long)).contains("more than the 1024 allowed"));
+        let rule = PodAction::Evict(types::Removal {
+            grace_period_seconds: None,
+            rule: long.clone(),
+        });
+        assert!(refused(plan("p", &one, raw(vec![decide(0, rule, 0)]))).contains("the rule for pod ns/a"));
+        let cleaned = skip("two\nlines\u{7}").unwrap();
+        let reason = cleaned.steps[0].action.reason().unwrap();
+        assert!(!reason.contains('\n') && !reason.contains('\u{7}'), "{reason:?}");
+    }
+
+    #[test]
+    fn a_verdict_cannot_hammer_or_say_nothing() {
+        assert_eq!(
+            verdict("p", types::Verdict::RetryAfterMs(0)).unwrap(),
+            Verdict::RetryAfter(MIN_RETRY)
+        );
+        assert!(refused(verdict("p", types::Verdict::RetryAfterMs(MAX_DURATION_MS + 1)))
+            .contains("retry-after-ms"));
+        assert!(refused(verdict("p", types::Verdict::Fail("  ".into()))).contains("empty"));
+        let park = |recheck: Option<u64>| {
+            verdict(
+                "p",
+                types::Verdict::Park(Parking {
+                    reason: "held".into(),
+                    recheck_after_ms: recheck,
+                }),
+            )
+        };
+        assert_eq!(
+            park(Some(5)).unwrap(),
+            Verdict::Park {
+                reason: "held".into(),
+                recheck_after: Some(MIN_RETRY)
+            }
+        );
+        assert!(refused(park(Some(0))).contains("park recheck-after-ms"));
+    }
+
+    #[test]
+    fn an_admission_waits_at_least_a_second_and_a_refusal_says_why() {
+        let wait = |recheck: Option<u64>, reason: &str| {
+            admission(
+                "p",
+                types::Admission::Wait(Waiting {
+                    reason: reason.into(),
+                    recheck_after_ms: recheck,
+                }),
+            )
+        };
+        assert_eq!(
+            wait(Some(10), "busy").unwrap(),
+            Admission::Wait {
+                reason: "busy".into(),
+                recheck_after: Some(MIN_RETRY)
+            }
+        );
+        assert!(refused(wait(Some(0), "busy")).contains("recheck-after-ms 0"));
+        assert!(refused(wait(None, "")).contains("the wait reason is empty"));
+        assert!(refused(admission("p", types::Admission::Deny(String::new())))
+            .contains("the deny message is empty"));
+        match settings("p", Err(" ".into())) {
+            Err(Error::Settings { reason, .. }) => assert_eq!(reason, "(no reason given)"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
