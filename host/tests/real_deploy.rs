@@ -479,7 +479,7 @@ async fn one_maintenance_through(install: Install) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_whole_install_mid_maintenance_keeps_the_crd_and_the_maintenance() {
     let Running {
-        cp,
+        mut cp,
         admin,
         mut operator,
         _files,
@@ -531,7 +531,26 @@ async fn deleting_the_whole_install_mid_maintenance_keeps_the_crd_and_the_mainte
             .is_none()
     );
     operator.kill().await.unwrap();
-    // The reinstall: the same CRD, the maintenance still there.
+    // The reinstall, once the namespaces the delete took are gone (until
+    // then the API server refuses new content in them): the same CRD, the
+    // maintenance still there.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    cp.wait_for(
+        "the deleted namespaces gone",
+        Duration::from_secs(180),
+        || {
+            let namespaces = namespaces.clone();
+            async move {
+                let mut gone = true;
+                for ns in [NS, "medik8s-leases"] {
+                    gone &= matches!(namespaces.get_opt(ns).await, Ok(None));
+                }
+                gone
+            }
+        },
+    )
+    .await
+    .unwrap();
     Install::Kustomize("default").install(&cp).await;
     intact().await;
     let node = Api::<Node>::all(admin).get("worker-1").await.unwrap();

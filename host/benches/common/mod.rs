@@ -172,17 +172,25 @@ pub async fn start_binary(
 ) -> (tokio::process::Child, Duration) {
     let port = free_port();
     let t = Instant::now();
+    // NMO_BENCH_BINARY: another build of nmo (an older release) to run
+    // instead, side by side.
+    let binary = std::env::var("NMO_BENCH_BINARY")
+        .ok()
+        .filter(|b| !b.is_empty())
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_nmo").to_owned());
     // NMO_BENCH_WRAP: a profiler to run the binary under (`heaptrack`);
     // the figures are then the profiler's process's.
     let mut command = match std::env::var("NMO_BENCH_WRAP") {
         Ok(wrap) if !wrap.is_empty() => {
             let mut c = tokio::process::Command::new(wrap);
-            c.arg(env!("CARGO_BIN_EXE_nmo"));
+            c.arg(&binary);
             c
         }
-        _ => tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo")),
+        _ => tokio::process::Command::new(&binary),
     };
-    command.arg("--webhook-bind-address=0");
+    if !args.iter().any(|a| a.starts_with("--webhook-bind-address")) {
+        command.arg("--webhook-bind-address=0");
+    }
     if !args.iter().any(|a| a.starts_with("--zap-log-level")) {
         command.arg("--zap-log-level=error");
     }
