@@ -433,6 +433,49 @@ async fn start_node(
     make_cgroups(&cgroup)?;
     let socket = base.join("containerd.sock");
 
+    write_cni(&base, i, name)?;
+
+    let config = base.join("containerd.toml");
+    std::fs::write(&config, containerd_config(&base, &socket)).map_err(|e| io(&config, e))?;
+    let mut containerd = Process::spawn(
+        &format!("containerd-{name}"),
+        Path::new("containerd"),
+        &["--config".to_owned(), config.display().to_string()],
+        w.dir,
+    )?;
+    wait_socket(&mut containerd, &socket).await?;
+    let images = std::iter::once(pause).chain(w.images.iter().map(PathBuf::as_path));
+    import_images(&socket, images)?;
+
+    let kubelet_config = base.join("kubelet.yaml");
+    let text = kubelet_config_text(&base, &socket, &cgroup, &address, i);
+    std::fs::write(&kubelet_config, text).map_err(|e| io(&kubelet_config, e))?;
+    let kubelet = Process::spawn(
+        &format!("kubelet-{name}"),
+        &w.bin.path("kubelet"),
+        &[
+            format!("--config={}", kubelet_config.display()),
+            format!("--kubeconfig={}", w.kubelet_kubeconfig.display()),
+            format!("--root-dir={}/kubelet", base.display()),
+            format!("--hostname-override={name}"),
+            format!("--node-ip={address}"),
+            "--node-labels=nmo.medik8s.io/test-node=real".to_owned(),
+            "--v=1".to_owned(),
+        ],
+        w.dir,
+    )?;
+    Ok(Node {
+        name: name.to_owned(),
+        base,
+        socket,
+        cgroup,
+        containerd,
+        kubelet: Some(kubelet),
+    })
+}
+
+/// The node's CNI network: a bridge of its own, its pod range.
+fn write_cni(base: &Path, i: usize, name: &str) -> Result<(), ControlPlaneError> {
     let cni = base.join("cni/10-bridge.conflist");
     std::fs::write(
         &cni,
@@ -452,14 +495,15 @@ async fn start_node(
         })
         .to_string(),
     )
-    .map_err(|e| io(&cni, e))?;
+    .map_err(|e| ControlPlaneError::io(&cni, e))
+}
 
-    let config = base.join("containerd.toml");
+/// The node's containerd configuration: its own root, state and socket,
+/// the CRI plugin with the CNI network above.
+fn containerd_config(base: &Path, socket: &Path) -> String {
     let b = base.display();
-    std::fs::write(
-        &config,
-        format!(
-            r#"version = 2
+    format!(
+        r#"version = 2
 root = "{b}/containerd/root"
 state = "{b}/containerd/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.internal.v1.tracing"]
@@ -495,18 +539,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   [plugins."io.containerd.grpc.v1.cri".registry]
     config_path = "{b}/containerd/certs.d"
 "#,
-            sock = socket.display()
-        ),
+        sock = socket.display()
     )
-    .map_err(|e| io(&config, e))?;
-    let mut containerd = Process::spawn(
-        &format!("containerd-{name}"),
-        Path::new("containerd"),
-        &["--config".to_owned(), config.display().to_string()],
-        w.dir,
-    )?;
-    wait_socket(&mut containerd, &socket).await?;
-    for image in std::iter::once(pause).chain(w.images.iter().map(PathBuf::as_path)) {
+}
+
+/// Imports the image archives into the node's containerd.
+fn import_images<'a>(
+    socket: &Path,
+    images: impl Iterator<Item = &'a Path>,
+) -> Result<(), ControlPlaneError> {
+    for image in images {
         run(
             "ctr",
             &[
@@ -523,11 +565,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         )?;
     }
 
-    let kubelet_config = base.join("kubelet.yaml");
-    std::fs::write(
-        &kubelet_config,
-        format!(
-            r#"apiVersion: kubelet.config.k8s.io/v1beta1
+    Ok(())
+}
+
+/// The kubelet's configuration for node `i`.
+fn kubelet_config_text(
+    base: &Path,
+    socket: &Path,
+    cgroup: &str,
+    address: &str,
+    i: usize,
+) -> String {
+    let b = base.display();
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
 cgroupDriver: cgroupfs
@@ -557,33 +608,9 @@ evictionHard:
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
 "#,
-            sock = socket.display(),
-            cidr = pod_cidr(i),
-        ),
+        sock = socket.display(),
+        cidr = pod_cidr(i),
     )
-    .map_err(|e| io(&kubelet_config, e))?;
-    let kubelet = Process::spawn(
-        &format!("kubelet-{name}"),
-        &w.bin.path("kubelet"),
-        &[
-            format!("--config={}", kubelet_config.display()),
-            format!("--kubeconfig={}", w.kubelet_kubeconfig.display()),
-            format!("--root-dir={b}/kubelet"),
-            format!("--hostname-override={name}"),
-            format!("--node-ip={address}"),
-            "--node-labels=nmo.medik8s.io/test-node=real".to_owned(),
-            "--v=1".to_owned(),
-        ],
-        w.dir,
-    )?;
-    Ok(Node {
-        name: name.to_owned(),
-        base,
-        socket,
-        cgroup,
-        containerd,
-        kubelet: Some(kubelet),
-    })
 }
 
 fn start_proxy(w: &Wiring<'_>, name: &str) -> Result<Process, ControlPlaneError> {

@@ -627,32 +627,7 @@ impl Sim {
         let Some(old) = store.get(&rt.storage, &key) else {
             return Err(ApiError::not_found(rt, name));
         };
-        if let Some(uid) = &opts.precondition_uid
-            && old["metadata"]["uid"].as_str() != Some(uid)
-        {
-            return Err(ApiError::conflict(
-                rt,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    old["metadata"]["uid"].as_str().unwrap_or_default()
-                ),
-            ));
-        }
-        if let Some(rv) = &opts.precondition_rv
-            && old["metadata"]["resourceVersion"].as_str() != Some(rv)
-        {
-            return Err(ApiError::conflict(
-                rt,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    old["metadata"]["resourceVersion"]
-                        .as_str()
-                        .unwrap_or_default()
-                ),
-            ));
-        }
+        preconditions(rt, name, &old, opts)?;
         if opts.dry_run {
             return Ok((present(rt, &old), None));
         }
@@ -663,66 +638,9 @@ impl Sim {
             .as_array()
             .is_some_and(|f| !f.is_empty());
         let is_pod = rt.group.is_empty() && rt.plural == "pods";
-        let grace = if is_pod {
-            let own = old["spec"]["terminationGracePeriodSeconds"]
-                .as_i64()
-                .unwrap_or(30);
-            let g = opts.grace_period_seconds.unwrap_or(own).max(0);
-            let scheduled = old["spec"]["nodeName"]
-                .as_str()
-                .is_some_and(|n| !n.is_empty());
-            let finished = matches!(
-                old["status"]["phase"].as_str(),
-                Some("Succeeded" | "Failed")
-            );
-            if scheduled && !finished { g } else { 0 }
-        } else {
-            0
-        };
+        let grace = if is_pod { pod_grace(&old, opts) } else { 0 };
         if is_pod && grace > 0 {
-            let uid = old["metadata"]["uid"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
-            let now = self.clock.now();
-            let mut terminating = self.terminating.lock().unwrap_or_else(|p| p.into_inner());
-            let already = old["metadata"]["deletionGracePeriodSeconds"].as_i64();
-            // A shorter grace period on a second delete shortens the wait.
-            if already.is_none_or(|a| grace < a) {
-                let started = terminating.get(&uid).map_or(now, |t| t.started);
-                let deadline = terminating
-                    .get(&uid)
-                    .map_or(now + grace as f64, |t| t.deadline.min(now + grace as f64));
-                let first = !terminating.contains_key(&uid);
-                let ends = crate::cluster::termination_ends(&old, started, deadline);
-                terminating.insert(
-                    uid.clone(),
-                    Termination {
-                        started,
-                        deadline,
-                        ends,
-                    },
-                );
-                drop(terminating);
-                if first {
-                    for c in old["spec"]["containers"].as_array().into_iter().flatten() {
-                        let name = c["name"].as_str().unwrap_or_default();
-                        self.logs.append(
-                            &uid,
-                            name,
-                            &format!("[nmo-sim] {name}: received SIGTERM, grace period {grace}s"),
-                        );
-                    }
-                }
-                let mut new = (*old).clone();
-                let at = Timestamp::now() + jiff::SignedDuration::from_secs(grace);
-                new["metadata"]["deletionTimestamp"] =
-                    json!(at.round(jiff::Unit::Second).unwrap_or(at).to_string());
-                new["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-                let stored = store.put(&rt.storage, new);
-                return Ok((present(rt, &stored), None));
-            }
-            return Ok((present(rt, &old), None));
+            return Ok((self.terminate(store, rt, &old, grace), None));
         }
         if has_finalizers {
             if old["metadata"]["deletionTimestamp"].is_null() {
@@ -739,6 +657,55 @@ impl Sim {
             remove_namespace_contents(store, name);
         }
         Ok((present(rt, &last), Some((*last).clone())))
+    }
+
+    /// A pod deleted with a grace period: terminating until its
+    /// containers stop or the period ends (a shorter grace period on a
+    /// second delete shortens the wait). The answer.
+    fn terminate(&self, store: &mut Store, rt: &ResourceType, old: &Value, grace: i64) -> Value {
+        let uid = old["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let now = self.clock.now();
+        let mut terminating = self.terminating.lock().unwrap_or_else(|p| p.into_inner());
+        let already = old["metadata"]["deletionGracePeriodSeconds"].as_i64();
+        // A shorter grace period on a second delete shortens the wait.
+        if already.is_none_or(|a| grace < a) {
+            let started = terminating.get(&uid).map_or(now, |t| t.started);
+            let deadline = terminating
+                .get(&uid)
+                .map_or(now + grace as f64, |t| t.deadline.min(now + grace as f64));
+            let first = !terminating.contains_key(&uid);
+            let ends = crate::cluster::termination_ends(old, started, deadline);
+            terminating.insert(
+                uid.clone(),
+                Termination {
+                    started,
+                    deadline,
+                    ends,
+                },
+            );
+            drop(terminating);
+            if first {
+                for c in old["spec"]["containers"].as_array().into_iter().flatten() {
+                    let name = c["name"].as_str().unwrap_or_default();
+                    self.logs.append(
+                        &uid,
+                        name,
+                        &format!("[nmo-sim] {name}: received SIGTERM, grace period {grace}s"),
+                    );
+                }
+            }
+            let mut new = old.clone();
+            let at = Timestamp::now() + jiff::SignedDuration::from_secs(grace);
+            new["metadata"]["deletionTimestamp"] =
+                json!(at.round(jiff::Unit::Second).unwrap_or(at).to_string());
+            new["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            let stored = store.put(&rt.storage, new);
+            return present(rt, &stored);
+        }
+        present(rt, old)
     }
 
     /// Rejects a built-in object whose fields have the wrong JSON types,
@@ -1310,4 +1277,58 @@ fn schema_defaults(rt: &ResourceType, obj: &mut Value) {
             }
         }
     }
+}
+
+/// The delete's preconditions (uid, resourceVersion), as the real server
+/// words their failure.
+fn preconditions(
+    rt: &ResourceType,
+    name: &str,
+    old: &Value,
+    opts: &DeleteOptions,
+) -> Result<(), ApiError> {
+    if let Some(uid) = &opts.precondition_uid
+        && old["metadata"]["uid"].as_str() != Some(uid)
+    {
+        return Err(ApiError::conflict(
+            rt,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                old["metadata"]["uid"].as_str().unwrap_or_default()
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.precondition_rv
+        && old["metadata"]["resourceVersion"].as_str() != Some(rv)
+    {
+        return Err(ApiError::conflict(
+            rt,
+            name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                old["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The grace period a pod is deleted with: the delete's, else its own;
+/// none for a pod not scheduled or already finished.
+fn pod_grace(old: &Value, opts: &DeleteOptions) -> i64 {
+    let own = old["spec"]["terminationGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(30);
+    let g = opts.grace_period_seconds.unwrap_or(own).max(0);
+    let scheduled = old["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        old["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    );
+    if scheduled && !finished { g } else { 0 }
 }

@@ -384,100 +384,118 @@ async fn handle(
             json_response(200, &list)
         }
         Route::NotFound => not_found(&path),
-        Route::Resource(target) => {
-            let q = query(&req);
-            let reply = Reply {
-                sim: &sim,
-                accept: Accept::of(&req),
-            };
-            let verb = verb_of(req.method(), &target, &q);
-            let resource = match &target.subresource {
-                Some(s) => format!("{}/{}", target.rt.plural, s),
-                None => target.rt.plural.clone(),
-            };
-            let (user, denied) = authorize(&sim, &req, verb, &target, &resource);
-            let mut recorded = None;
-            if sim.record_audit.load(std::sync::atomic::Ordering::Relaxed) {
-                let header = |h: &str| {
-                    req.headers()
-                        .get(h)
-                        .and_then(|u| u.to_str().ok())
-                        .unwrap_or_default()
-                        .to_owned()
-                };
-                let mut audit = sim.audit.lock().unwrap_or_else(|p| p.into_inner());
-                recorded = Some(audit.len());
-                audit.push(AuditRecord {
-                    verb: verb.into(),
-                    group: target.rt.group.clone(),
-                    resource: target.rt.plural.clone(),
-                    subresource: target.subresource.clone().unwrap_or_default(),
-                    namespace: target.namespace.clone().unwrap_or_default(),
-                    name: target.name.clone().unwrap_or_default(),
-                    user_agent: header("User-Agent"),
-                    content_type: header("Content-Type"),
-                    user: user.map(|u| u.name).unwrap_or_default(),
-                    denied: denied.is_some(),
-                    code: 0,
-                    at: std::time::Instant::now(),
-                    answered: None,
-                });
-            }
-            let response = async {
-                if let Some(e) = denied {
-                    return reply.error(&e);
-                }
-                let (latency, fault) = sim.fault_for(verb, &resource);
-                if !latency.is_zero() {
-                    tokio::time::sleep(latency).await;
-                }
-                if let Some(code) = fault {
-                    let e = match code {
-                        409 => {
-                            ApiError::stale(&target.rt, target.name.as_deref().unwrap_or_default())
-                        }
-                        429 => ApiError::too_many_requests(
-                            "injected fault: too many requests, please try again later",
-                            Vec::new(),
-                            Some(1),
-                        ),
-                        503 => ApiError::unavailable("injected fault: the server is unavailable"),
-                        403 => ApiError::forbidden("injected fault: forbidden"),
-                        _ => ApiError::internal("injected fault"),
-                    };
-                    return reply.error(&e);
-                }
-                match resource_request(
-                    &sim,
-                    &reply,
-                    req,
-                    *target,
-                    q,
-                    verb,
-                    sim.faults().drop_watches_after,
-                    stop,
-                )
-                .await
-                {
-                    Ok(r) => r,
-                    Err(e) => reply.error(&e),
-                }
-            }
-            .await;
-            let held = sim.answer_delay(verb, &resource);
-            if !held.is_zero() {
-                tokio::time::sleep(held).await;
-            }
-            if let Some(i) = recorded {
-                let mut audit = sim.audit.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(r) = audit.get_mut(i) {
-                    r.code = response.status().as_u16();
-                    r.answered = Some(std::time::Instant::now());
-                }
-            }
-            response
+        Route::Resource(target) => resource_route(&sim, req, *target, stop).await,
+    }
+}
+
+/// A request on a resource: authorized, audited, the faults injected,
+/// then answered (and the answer's code audited).
+async fn resource_route(
+    sim: &Arc<Sim>,
+    req: Request<Incoming>,
+    target: Target,
+    stop: watch::Receiver<bool>,
+) -> Response<Body> {
+    let q = query(&req);
+    let reply = Reply {
+        sim,
+        accept: Accept::of(&req),
+    };
+    let verb = verb_of(req.method(), &target, &q);
+    let resource = match &target.subresource {
+        Some(s) => format!("{}/{}", target.rt.plural, s),
+        None => target.rt.plural.clone(),
+    };
+    let (user, denied) = authorize(sim, &req, verb, &target, &resource);
+    let recorded = audit_request(sim, &req, verb, &target, user, denied.is_some());
+    let response = async {
+        if let Some(e) = denied {
+            return reply.error(&e);
+        }
+        if let Some(e) = injected_fault(sim, verb, &resource, &target).await {
+            return reply.error(&e);
+        }
+        match resource_request(sim, &reply, req, target, q, verb, stop).await {
+            Ok(r) => r,
+            Err(e) => reply.error(&e),
         }
     }
+    .await;
+    let held = sim.answer_delay(verb, &resource);
+    if !held.is_zero() {
+        tokio::time::sleep(held).await;
+    }
+    if let Some(i) = recorded {
+        let mut audit = sim.audit.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = audit.get_mut(i) {
+            r.code = response.status().as_u16();
+            r.answered = Some(std::time::Instant::now());
+        }
+    }
+    response
+}
+
+/// Records the request in the audit log, when it is on: its index there.
+fn audit_request(
+    sim: &Sim,
+    req: &Request<Incoming>,
+    verb: &str,
+    target: &Target,
+    user: Option<crate::auth::User>,
+    denied: bool,
+) -> Option<usize> {
+    if !sim.record_audit.load(std::sync::atomic::Ordering::Relaxed) {
+        return None;
+    }
+    let header = |h: &str| {
+        req.headers()
+            .get(h)
+            .and_then(|u| u.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut audit = sim.audit.lock().unwrap_or_else(|p| p.into_inner());
+    audit.push(AuditRecord {
+        verb: verb.into(),
+        group: target.rt.group.clone(),
+        resource: target.rt.plural.clone(),
+        subresource: target.subresource.clone().unwrap_or_default(),
+        namespace: target.namespace.clone().unwrap_or_default(),
+        name: target.name.clone().unwrap_or_default(),
+        user_agent: header("User-Agent"),
+        content_type: header("Content-Type"),
+        user: user.map(|u| u.name).unwrap_or_default(),
+        denied,
+        code: 0,
+        at: std::time::Instant::now(),
+        answered: None,
+    });
+    Some(audit.len() - 1)
+}
+
+/// The latency and the error the test injected for this verb and
+/// resource, if any (the latency is waited out here).
+async fn injected_fault(
+    sim: &Sim,
+    verb: &str,
+    resource: &str,
+    target: &Target,
+) -> Option<ApiError> {
+    let (latency, fault) = sim.fault_for(verb, resource);
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    Some(match fault? {
+        409 => ApiError::stale(&target.rt, target.name.as_deref().unwrap_or_default()),
+        429 => ApiError::too_many_requests(
+            "injected fault: too many requests, please try again later",
+            Vec::new(),
+            Some(1),
+        ),
+        503 => ApiError::unavailable("injected fault: the server is unavailable"),
+        403 => ApiError::forbidden("injected fault: forbidden"),
+        _ => ApiError::internal("injected fault"),
+    })
 }
 
 /// Who sent a resource request, and the refusal if authorization is on and
@@ -695,7 +713,63 @@ fn list_kind(rt: &ResourceType) -> String {
     format!("{}List", rt.kind)
 }
 
-#[allow(clippy::too_many_arguments)]
+/// One request on a resource, as the verb handlers read it.
+struct Call<'a> {
+    sim: &'a Arc<Sim>,
+    reply: &'a Reply<'a>,
+    t: Target,
+    q: HashMap<String, String>,
+    /// `dryRun=All`.
+    dry_run: bool,
+    /// Who asks, for a webhook's `userInfo`.
+    requester: crate::auth::User,
+    /// A server-side table is asked for.
+    table: bool,
+    /// A table's `includeObject`.
+    include: String,
+}
+
+impl Call<'_> {
+    fn ns(&self) -> Option<&str> {
+        self.t.namespace.as_deref()
+    }
+
+    fn name(&self) -> &str {
+        self.t.name.as_deref().unwrap_or_default()
+    }
+
+    fn sub(&self) -> Option<&str> {
+        self.t.subresource.as_deref()
+    }
+
+    /// Asks the validating webhooks about a write (`candidate`, as it
+    /// would be stored), unless there are none or it is a subresource's.
+    async fn admit(
+        &self,
+        operation: &'static str,
+        name: &str,
+        candidate: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        admission::validate(
+            self.sim,
+            &admission::Attempt {
+                rt: &self.t.rt,
+                operation,
+                namespace: self.ns(),
+                name,
+                object: candidate,
+                old_object: old,
+                dry_run: self.dry_run,
+                user: &self.requester,
+            },
+        )
+        .await
+    }
+}
+
+/// A request on a resource (or one of its subresources): the
+/// subresources with handlers of their own, then one handler per verb.
 async fn resource_request(
     sim: &Arc<Sim>,
     reply: &Reply<'_>,
@@ -703,10 +777,8 @@ async fn resource_request(
     t: Target,
     q: HashMap<String, String>,
     verb: &str,
-    drop_after: Option<Duration>,
     stop: watch::Receiver<bool>,
 ) -> Result<Response<Body>, ApiError> {
-    let ns = t.namespace.as_deref();
     let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
     // Who asks, for a webhook's `userInfo`: the token's user, or the
     // admin a kubeconfig without one stands for.
@@ -720,258 +792,242 @@ async fn resource_request(
         .get("includeObject")
         .cloned()
         .unwrap_or_else(|| "Metadata".into());
-    let rt = &t.rt;
-    let name = t.name.as_deref().unwrap_or_default();
-    let sub = t.subresource.as_deref();
-    if sub == Some("scale") {
-        return scale_request(sim, reply, req, rt, ns, name, verb, dry_run).await;
-    }
-    if sub == Some("log") && rt.group.is_empty() && rt.plural == "pods" {
-        if verb != "get" {
-            return Err(ApiError::method_not_allowed("pods/log supports get only"));
+    let call = Call {
+        sim,
+        reply,
+        t,
+        q,
+        dry_run,
+        requester,
+        table,
+        include,
+    };
+    let (rt, ns, name) = (&call.t.rt, call.ns(), call.name());
+    match call.sub() {
+        Some("scale") => {
+            return scale_request(&call, req, verb).await;
         }
-        return pod_log(sim, rt, ns.unwrap_or_default(), name, &q, stop);
-    }
-    if sub == Some("token") && rt.group.is_empty() && rt.plural == "serviceaccounts" {
-        return token_request(sim, reply, req, ns.unwrap_or_default(), name, verb).await;
-    }
-    match sub {
-        None | Some("status") | Some("eviction") => {}
+        Some("log") if rt.group.is_empty() && rt.plural == "pods" => {
+            if verb != "get" {
+                return Err(ApiError::method_not_allowed("pods/log supports get only"));
+            }
+            return pod_log(sim, rt, ns.unwrap_or_default(), name, &call.q, stop);
+        }
+        Some("token") if rt.group.is_empty() && rt.plural == "serviceaccounts" => {
+            return token_request(sim, reply, req, ns.unwrap_or_default(), name, verb).await;
+        }
+        None | Some("eviction") => {}
+        Some("status") if rt.status_subresource => {}
         Some(other) => return Err(ApiError::not_found(rt, &format!("{name}/{other}"))),
     }
-    if sub == Some("status") && !rt.status_subresource {
-        return Err(ApiError::not_found(rt, &format!("{name}/status")));
-    }
     match verb {
-        "watch" => Ok(watch_response(
-            sim.clone(),
-            rt.clone(),
-            t.namespace.clone(),
-            &q,
-            WatchBody::choose(sim, rt, reply.accept, table),
-            include,
-            drop_after,
-            stop,
-        )?),
-        "list" => {
-            let opts = list_options(&q)?;
-            let res = sim.list(rt, ns, &opts)?;
-            let mut meta = json!({"resourceVersion": res.resource_version.to_string()});
-            if let Some(c) = &res.continue_token {
-                meta["continue"] = json!(c);
-                meta["remainingItemCount"] = json!(res.remaining.unwrap_or(0));
-            }
-            if !table && !reply.accept.prefer_protobuf {
-                // JSON, written from the stored objects as they are.
-                #[derive(serde::Serialize)]
-                #[serde(rename_all = "camelCase")]
-                struct List<'a> {
-                    kind: String,
-                    api_version: String,
-                    metadata: Value,
-                    items: Vec<api::Presented<'a>>,
-                }
-                let list = List {
-                    kind: list_kind(rt),
-                    api_version: rt.api_version(),
-                    metadata: meta,
-                    items: res.items.iter().map(|o| api::presented(rt, o)).collect(),
-                };
-                return Ok(json_response(200, &list));
-            }
-            let items: Vec<Value> = res.items.iter().map(|o| api::present(rt, o)).collect();
-            if table {
-                return Ok(reply.send(
-                    200,
-                    &tables::table(
-                        rt,
-                        &items,
-                        res.resource_version,
-                        res.continue_token.as_deref(),
-                        &include,
-                        true,
-                    ),
-                ));
-            }
-            Ok(reply.send(
-                200,
-                &json!({"kind": list_kind(rt), "apiVersion": rt.api_version(), "metadata": meta, "items": items}),
-            ))
+        "watch" => {
+            let body = WatchBody::choose(sim, &call.t.rt, reply.accept, table);
+            watch_response(&call, body, sim.faults().drop_watches_after, stop)
         }
-        "get" => {
-            let obj = sim.get(rt, ns, name)?;
-            if table {
-                let rv = obj["metadata"]["resourceVersion"]
-                    .as_str()
-                    .and_then(|r| r.parse().ok())
-                    .unwrap_or(0);
-                return Ok(reply.send(200, &tables::table(rt, &[obj], rv, None, &include, true)));
-            }
-            Ok(reply.send(200, &obj))
-        }
-        "create" if sub == Some("eviction") => {
-            if !(rt.group.is_empty() && rt.plural == "pods") {
-                return Err(ApiError::not_found(rt, name));
-            }
-            let (bytes, ct) = read_body(req).await?;
-            let body = parse_body(sim, &bytes, &ct)?;
-            let status = sim.evict(ns.unwrap_or_default(), name, &body)?;
-            Ok(reply.send(201, &status))
-        }
-        // Reviews are answered, never stored.
-        "create" if rt.plural == "selfsubjectreviews" => {
-            let user = request_user(&sim.store(), &req).unwrap_or_else(crate::auth::admin);
-            Ok(reply.send(
-                201,
-                &json!({"apiVersion": rt.api_version(), "kind": rt.kind, "metadata": {},
-                    "status": {"userInfo": {"username": user.name, "groups": user.groups}}}),
-            ))
-        }
-        "create" if rt.plural == "selfsubjectaccessreviews" => {
-            let store_user = request_user(&sim.store(), &req);
-            let (bytes, ct) = read_body(req).await?;
-            let mut body = parse_body(sim, &bytes, &ct)?;
-            body["apiVersion"] = json!(rt.api_version());
-            body["kind"] = json!(rt.kind);
-            // Without a token (authorization off) the caller is the admin.
-            let user = store_user.unwrap_or_else(crate::auth::admin);
-            let answer = crate::auth::self_subject_access_review(&sim.store(), &user, body);
-            Ok(reply.send(201, &answer))
-        }
-        "create" if matches!(rt.plural.as_str(), "tokenreviews" | "subjectaccessreviews") => {
-            let (bytes, ct) = read_body(req).await?;
-            let mut body = parse_body(sim, &bytes, &ct)?;
-            body["apiVersion"] = json!(rt.api_version());
-            body["kind"] = json!(rt.kind);
-            let store = sim.store();
-            let answer = if rt.plural == "tokenreviews" {
-                crate::auth::token_review(&store, body)
-            } else {
-                crate::auth::subject_access_review(&store, body)
-            };
-            Ok(reply.send(201, &answer))
-        }
-        "create" => {
-            let (bytes, ct) = read_body(req).await?;
-            let body = parse_body(sim, &bytes, &ct)?;
-            if admission::has_webhooks(sim) {
-                let candidate = sim.create(rt, ns, body.clone(), true)?;
-                let name = candidate["metadata"]["name"].as_str().unwrap_or_default();
-                admission::validate(
-                    sim,
-                    &admission::Attempt {
-                        rt,
-                        operation: "CREATE",
-                        namespace: ns,
-                        name,
-                        object: &candidate,
-                        old_object: None,
-                        dry_run,
-                        user: &requester,
-                    },
-                )
-                .await?;
-            }
-            let obj = sim.create(rt, ns, body, dry_run)?;
-            Ok(reply.send(201, &obj))
-        }
-        "update" => {
-            let (bytes, ct) = read_body(req).await?;
-            let body = parse_body(sim, &bytes, &ct)?;
-            if sub.is_none() && admission::has_webhooks(sim) {
-                let old = sim.get(rt, ns, name)?;
-                let candidate = sim.update(rt, ns, name, body.clone(), sub, true)?;
-                admission::validate(
-                    sim,
-                    &admission::Attempt {
-                        rt,
-                        operation: "UPDATE",
-                        namespace: ns,
-                        name,
-                        object: &candidate,
-                        old_object: Some(&old),
-                        dry_run,
-                        user: &requester,
-                    },
-                )
-                .await?;
-            }
-            Ok(reply.send(200, &sim.update(rt, ns, name, body, sub, dry_run)?))
-        }
-        "patch" => {
-            let (bytes, ct) = read_body(req).await?;
-            let kind = PatchType::from_content_type(&ct)
-                .ok_or_else(|| ApiError::unsupported_media(&ct))?;
-            let patch = parse_body(
-                sim,
-                &bytes,
-                if kind == PatchType::Apply {
-                    "yaml"
-                } else {
-                    "json"
-                },
-            )?;
-            if sub.is_none() && admission::has_webhooks(sim) {
-                let old = sim.get(rt, ns, name).ok();
-                let candidate = sim.patch(rt, ns, name, kind, &patch, sub, true)?;
-                let operation = if old.is_some() { "UPDATE" } else { "CREATE" };
-                admission::validate(
-                    sim,
-                    &admission::Attempt {
-                        rt,
-                        operation,
-                        namespace: ns,
-                        name,
-                        object: &candidate,
-                        old_object: old.as_ref(),
-                        dry_run,
-                        user: &requester,
-                    },
-                )
-                .await?;
-            }
-            Ok(reply.send(200, &sim.patch(rt, ns, name, kind, &patch, sub, dry_run)?))
-        }
-        "delete" => {
-            let (bytes, ct) = read_body(req).await?;
-            let body = parse_body(sim, &bytes, &ct)?;
-            let mut opts = DeleteOptions::from_body(&body);
-            if let Some(g) = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok()) {
-                opts.grace_period_seconds = Some(g);
-            }
-            if let Some(p) = q.get("propagationPolicy") {
-                opts.propagation = Some(p.clone());
-            }
-            opts.dry_run |= dry_run;
-            let obj = sim.delete(rt, ns, name, &opts)?;
-            let gone = obj["metadata"]["deletionTimestamp"].is_null();
-            if gone && rt.group.is_empty() && rt.plural == "pods" {
-                return Ok(reply.send(200, &obj));
-            }
-            Ok(reply.send(200, &obj))
-        }
-        "deletecollection" => {
-            let opts = list_options(&q)?;
-            let res = sim.list(rt, ns, &opts)?;
-            for o in &res.items {
-                let n = o["metadata"]["name"].as_str().unwrap_or_default();
-                let ons = o["metadata"]["namespace"].as_str();
-                let _ = sim.delete(
-                    rt,
-                    ons,
-                    n,
-                    &DeleteOptions {
-                        dry_run,
-                        ..Default::default()
-                    },
-                );
-            }
-            Ok(reply.send(200, &success_status(None)))
-        }
+        "list" => list(&call),
+        "get" => get(&call),
+        "create" if call.sub() == Some("eviction") => evict(&call, req).await,
+        "create" if REVIEWS.contains(&call.t.rt.plural.as_str()) => review(&call, req).await,
+        "create" => create(&call, req).await,
+        "update" => update(&call, req).await,
+        "patch" => patch(&call, req).await,
+        "delete" => delete(&call, req).await,
+        "deletecollection" => delete_collection(&call),
         _ => Err(ApiError::method_not_allowed(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// The kinds that answer a create without storing it.
+const REVIEWS: &[&str] = &[
+    "selfsubjectreviews",
+    "selfsubjectaccessreviews",
+    "tokenreviews",
+    "subjectaccessreviews",
+];
+
+fn list(call: &Call<'_>) -> Result<Response<Body>, ApiError> {
+    let (sim, reply, rt) = (call.sim, call.reply, &call.t.rt);
+    let opts = list_options(&call.q)?;
+    let res = sim.list(rt, call.ns(), &opts)?;
+    let mut meta = json!({"resourceVersion": res.resource_version.to_string()});
+    if let Some(c) = &res.continue_token {
+        meta["continue"] = json!(c);
+        meta["remainingItemCount"] = json!(res.remaining.unwrap_or(0));
+    }
+    if !call.table && !reply.accept.prefer_protobuf {
+        // JSON, written from the stored objects as they are.
+        #[derive(serde::Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct List<'a> {
+            kind: String,
+            api_version: String,
+            metadata: Value,
+            items: Vec<api::Presented<'a>>,
+        }
+        let list = List {
+            kind: list_kind(rt),
+            api_version: rt.api_version(),
+            metadata: meta,
+            items: res.items.iter().map(|o| api::presented(rt, o)).collect(),
+        };
+        return Ok(json_response(200, &list));
+    }
+    let items: Vec<Value> = res.items.iter().map(|o| api::present(rt, o)).collect();
+    if call.table {
+        let table = tables::table(
+            rt,
+            &items,
+            res.resource_version,
+            res.continue_token.as_deref(),
+            &call.include,
+            true,
+        );
+        return Ok(reply.send(200, &table));
+    }
+    Ok(reply.send(
+        200,
+        &json!({"kind": list_kind(rt), "apiVersion": rt.api_version(), "metadata": meta, "items": items}),
+    ))
+}
+
+fn get(call: &Call<'_>) -> Result<Response<Body>, ApiError> {
+    let obj = call.sim.get(&call.t.rt, call.ns(), call.name())?;
+    if call.table {
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let table = tables::table(&call.t.rt, &[obj], rv, None, &call.include, true);
+        return Ok(call.reply.send(200, &table));
+    }
+    Ok(call.reply.send(200, &obj))
+}
+
+/// A pod's `eviction` subresource.
+async fn evict(call: &Call<'_>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let rt = &call.t.rt;
+    if !(rt.group.is_empty() && rt.plural == "pods") {
+        return Err(ApiError::not_found(rt, call.name()));
+    }
+    let (bytes, ct) = read_body(req).await?;
+    let body = parse_body(call.sim, &bytes, &ct)?;
+    let status = call
+        .sim
+        .evict(call.ns().unwrap_or_default(), call.name(), &body)?;
+    Ok(call.reply.send(201, &status))
+}
+
+/// The reviews: answered, never stored.
+async fn review(call: &Call<'_>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (sim, rt) = (call.sim, &call.t.rt);
+    // Without a token (authorization off) the caller is the admin.
+    let user = request_user(&sim.store(), &req).unwrap_or_else(crate::auth::admin);
+    if rt.plural == "selfsubjectreviews" {
+        return Ok(call.reply.send(
+            201,
+            &json!({"apiVersion": rt.api_version(), "kind": rt.kind, "metadata": {},
+                "status": {"userInfo": {"username": user.name, "groups": user.groups}}}),
+        ));
+    }
+    let (bytes, ct) = read_body(req).await?;
+    let mut body = parse_body(sim, &bytes, &ct)?;
+    body["apiVersion"] = json!(rt.api_version());
+    body["kind"] = json!(rt.kind);
+    let store = sim.store();
+    let answer = match rt.plural.as_str() {
+        "selfsubjectaccessreviews" => crate::auth::self_subject_access_review(&store, &user, body),
+        "tokenreviews" => crate::auth::token_review(&store, body),
+        _ => crate::auth::subject_access_review(&store, body),
+    };
+    Ok(call.reply.send(201, &answer))
+}
+
+async fn create(call: &Call<'_>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (sim, rt, ns) = (call.sim, &call.t.rt, call.ns());
+    let (bytes, ct) = read_body(req).await?;
+    let body = parse_body(sim, &bytes, &ct)?;
+    if admission::has_webhooks(sim) {
+        let candidate = sim.create(rt, ns, body.clone(), true)?;
+        let name = candidate["metadata"]["name"].as_str().unwrap_or_default();
+        call.admit("CREATE", name, &candidate, None).await?;
+    }
+    let obj = sim.create(rt, ns, body, call.dry_run)?;
+    Ok(call.reply.send(201, &obj))
+}
+
+async fn update(call: &Call<'_>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (sim, rt, ns, name, sub) = (call.sim, &call.t.rt, call.ns(), call.name(), call.sub());
+    let (bytes, ct) = read_body(req).await?;
+    let body = parse_body(sim, &bytes, &ct)?;
+    if sub.is_none() && admission::has_webhooks(sim) {
+        let old = sim.get(rt, ns, name)?;
+        let candidate = sim.update(rt, ns, name, body.clone(), sub, true)?;
+        call.admit("UPDATE", name, &candidate, Some(&old)).await?;
+    }
+    let updated = sim.update(rt, ns, name, body, sub, call.dry_run)?;
+    Ok(call.reply.send(200, &updated))
+}
+
+async fn patch(call: &Call<'_>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (sim, rt, ns, name, sub) = (call.sim, &call.t.rt, call.ns(), call.name(), call.sub());
+    let (bytes, ct) = read_body(req).await?;
+    let kind = PatchType::from_content_type(&ct).ok_or_else(|| ApiError::unsupported_media(&ct))?;
+    let format = if kind == PatchType::Apply {
+        "yaml"
+    } else {
+        "json"
+    };
+    let patch = parse_body(sim, &bytes, format)?;
+    if sub.is_none() && admission::has_webhooks(sim) {
+        let old = sim.get(rt, ns, name).ok();
+        let candidate = sim.patch(rt, ns, name, kind, &patch, sub, true)?;
+        let operation = if old.is_some() { "UPDATE" } else { "CREATE" };
+        call.admit(operation, name, &candidate, old.as_ref())
+            .await?;
+    }
+    let patched = sim.patch(rt, ns, name, kind, &patch, sub, call.dry_run)?;
+    Ok(call.reply.send(200, &patched))
+}
+
+async fn delete(call: &Call<'_>, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let (bytes, ct) = read_body(req).await?;
+    let body = parse_body(call.sim, &bytes, &ct)?;
+    let mut opts = DeleteOptions::from_body(&body);
+    if let Some(g) = call
+        .q
+        .get("gracePeriodSeconds")
+        .and_then(|g| g.parse().ok())
+    {
+        opts.grace_period_seconds = Some(g);
+    }
+    if let Some(p) = call.q.get("propagationPolicy") {
+        opts.propagation = Some(p.clone());
+    }
+    opts.dry_run |= call.dry_run;
+    let obj = call.sim.delete(&call.t.rt, call.ns(), call.name(), &opts)?;
+    Ok(call.reply.send(200, &obj))
+}
+
+fn delete_collection(call: &Call<'_>) -> Result<Response<Body>, ApiError> {
+    let opts = list_options(&call.q)?;
+    let res = call.sim.list(&call.t.rt, call.ns(), &opts)?;
+    for o in &res.items {
+        let n = o["metadata"]["name"].as_str().unwrap_or_default();
+        let ons = o["metadata"]["namespace"].as_str();
+        let _ = call.sim.delete(
+            &call.t.rt,
+            ons,
+            n,
+            &DeleteOptions {
+                dry_run: call.dry_run,
+                ..Default::default()
+            },
+        );
+    }
+    Ok(call.reply.send(200, &success_status(None)))
 }
 
 /// `pods/log` (`kubectl logs`): a container's lines, with `container`,
@@ -1157,17 +1213,13 @@ fn scale_of(obj: &Value) -> Value {
 }
 
 /// The `scale` subresource (kubectl scale).
-#[allow(clippy::too_many_arguments)]
 async fn scale_request(
-    sim: &Sim,
-    reply: &Reply<'_>,
+    call: &Call<'_>,
     req: Request<Incoming>,
-    rt: &ResourceType,
-    ns: Option<&str>,
-    name: &str,
     verb: &str,
-    dry_run: bool,
 ) -> Result<Response<Body>, ApiError> {
+    let (sim, reply, rt) = (call.sim, call.reply, &call.t.rt);
+    let (ns, name, dry_run) = (call.ns(), call.name(), call.dry_run);
     if !has_scale(rt) {
         return Err(ApiError::not_found(rt, &format!("{name}/scale")));
     }
@@ -1292,17 +1344,22 @@ impl WatchBody {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A watch: the objects as they are (or the changes since the asked
+/// resourceVersion), then every change, until the client goes, the
+/// timeout or an injected drop (`drop_after`) ends it, or the server stops.
 fn watch_response(
-    sim: Arc<Sim>,
-    rt: ResourceType,
-    ns: Option<String>,
-    q: &HashMap<String, String>,
+    call: &Call<'_>,
     body_type: WatchBody,
-    include: String,
     drop_after: Option<Duration>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<Response<Body>, ApiError> {
+    let (sim, rt, ns, q) = (
+        call.sim.clone(),
+        call.t.rt.clone(),
+        call.t.namespace.clone(),
+        &call.q,
+    );
+    let include = call.include.clone();
     let opts = list_options(q)?;
     let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
     let timeout = q
@@ -1322,17 +1379,7 @@ fn watch_response(
         match rv {
             Some(rv) => match store.subscribe_from(rv, node.as_deref()) {
                 Some((backlog, rx)) => (Vec::new(), backlog, rx, rv),
-                None => {
-                    let status =
-                        ApiError::gone(format!("too old resource version: {rv} ({})", store.rv()))
-                            .to_status();
-                    let mut resp = Response::new(full(body_type.event(&sim, "ERROR", &status)));
-                    resp.headers_mut().insert(
-                        "Content-Type",
-                        body_type.content_type().parse().expect("valid"),
-                    );
-                    return Ok(resp);
-                }
+                None => return Ok(gone(&sim, body_type, rv, store.rv())),
             },
             None => {
                 let rx = store.receiver(node.as_deref());
@@ -1405,18 +1452,35 @@ fn watch_response(
             }
         }
     });
+    Ok(streamed(out, body_type))
+}
+
+/// A watch from a resourceVersion the server no longer has: one ERROR
+/// event (410 Gone), as the real server answers.
+fn gone(sim: &Sim, body_type: WatchBody, rv: u64, now: u64) -> Response<Body> {
+    let status = ApiError::gone(format!("too old resource version: {rv} ({now})")).to_status();
+    let mut resp = Response::new(full(body_type.event(sim, "ERROR", &status)));
+    resp.headers_mut().insert(
+        "Content-Type",
+        body_type.content_type().parse().expect("valid"),
+    );
+    resp
+}
+
+/// A chunked response of what `out` receives.
+fn streamed(out: mpsc::Receiver<Bytes>, body_type: WatchBody) -> Response<Body> {
     let stream = futures::stream::unfold(out, |mut rx| async move {
         rx.recv()
             .await
             .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
     });
     let body = BodyExt::boxed_unsync(StreamBody::new(stream.boxed()));
-    Ok(Response::builder()
+    Response::builder()
         .status(StatusCode::OK)
         .header("Content-Type", body_type.content_type())
         .header("Transfer-Encoding", "chunked")
         .body(body)
-        .expect("valid response"))
+        .expect("valid response")
 }
 
 /// One watch event about a stored object.

@@ -141,437 +141,503 @@ fn node_row(n: &Value) -> Vec<Value> {
     ]
 }
 
-/// Column definitions and a row function for a resource type.
 /// Computes the cells of one row.
 type RowFn = Box<dyn Fn(&Value) -> Vec<Value>>;
 
-fn name_col() -> Value {
-    col(
-        "Name",
-        "string",
-        "name",
-        0,
-        "Name must be unique within a namespace.",
-    )
+/// One column as the server describes it: name, type, format, priority,
+/// description.
+type Col = (&'static str, &'static str, &'static str, i64, &'static str);
+
+const NAME: Col = (
+    "Name",
+    "string",
+    "name",
+    0,
+    "Name must be unique within a namespace.",
+);
+const AGE: Col = (
+    "Age",
+    "string",
+    "",
+    0,
+    "CreationTimestamp is a timestamp representing the server time when this object was created.",
+);
+
+fn col_value((name, type_, format, priority, description): &Col) -> Value {
+    col(name, type_, format, *priority, description)
 }
 
-fn age_col() -> Value {
-    col(
-        "Age",
-        "string",
-        "",
-        0,
-        "CreationTimestamp is a timestamp representing the server time when this object was created.",
-    )
+/// A built-in resource's table, as data: its columns, and how a row is
+/// read from an object.
+struct Layout {
+    group: &'static str,
+    plural: &'static str,
+    columns: &'static [Col],
+    row: fn(&Value) -> Vec<Value>,
 }
+
+const LAYOUTS: &[Layout] = &[
+    Layout {
+        group: "",
+        plural: "pods",
+        columns: &[
+            NAME,
+            (
+                "Ready",
+                "string",
+                "",
+                0,
+                "The aggregate readiness state of this pod for accepting traffic.",
+            ),
+            (
+                "Status",
+                "string",
+                "",
+                0,
+                "The aggregate status of the containers in this pod.",
+            ),
+            (
+                "Restarts",
+                "string",
+                "",
+                0,
+                "The number of times the containers in this pod have been restarted.",
+            ),
+            AGE,
+            ("IP", "string", "", 1, "IP address allocated to the pod."),
+            (
+                "Node",
+                "string",
+                "",
+                1,
+                "Name of the node this pod is assigned to.",
+            ),
+            (
+                "Nominated Node",
+                "string",
+                "",
+                1,
+                "Name of the node where the pod is nominated to run.",
+            ),
+            (
+                "Readiness Gates",
+                "string",
+                "",
+                1,
+                "Readiness gates of the pod.",
+            ),
+        ],
+        row: pod_row,
+    },
+    Layout {
+        group: "",
+        plural: "nodes",
+        columns: &[
+            NAME,
+            ("Status", "string", "", 0, "The status of the node"),
+            ("Roles", "string", "", 0, "The roles of the node"),
+            AGE,
+            (
+                "Version",
+                "string",
+                "",
+                0,
+                "Kubelet Version reported by the node.",
+            ),
+        ],
+        row: node_row,
+    },
+    Layout {
+        group: "",
+        plural: "namespaces",
+        columns: &[
+            NAME,
+            ("Status", "string", "", 0, "The status of the namespace"),
+            AGE,
+        ],
+        row: namespace_row,
+    },
+    Layout {
+        group: "",
+        plural: "events",
+        columns: &[
+            (
+                "Last Seen",
+                "string",
+                "",
+                0,
+                "Time since the event was last seen",
+            ),
+            ("Type", "string", "", 0, "Type of the event"),
+            ("Reason", "string", "", 0, "Reason of the event"),
+            ("Object", "string", "", 0, "The object the event is about"),
+            ("Message", "string", "", 0, "Message of the event"),
+        ],
+        row: event_row,
+    },
+    Layout {
+        group: "apps",
+        plural: "deployments",
+        columns: &[
+            NAME,
+            (
+                "Ready",
+                "string",
+                "",
+                0,
+                "Number of the pod with ready state",
+            ),
+            (
+                "Up-to-date",
+                "string",
+                "",
+                0,
+                "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+            ),
+            (
+                "Available",
+                "string",
+                "",
+                0,
+                "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+            ),
+            AGE,
+        ],
+        row: deployment_row,
+    },
+    Layout {
+        group: "apps",
+        plural: "replicasets",
+        columns: &[
+            NAME,
+            ("Desired", "integer", "", 0, "Number of desired pods."),
+            (
+                "Current",
+                "integer",
+                "",
+                0,
+                "Number of actually running pods.",
+            ),
+            ("Ready", "integer", "", 0, "Number of pods ready."),
+            AGE,
+        ],
+        row: replicaset_row,
+    },
+    Layout {
+        group: "apps",
+        plural: "statefulsets",
+        columns: &[
+            NAME,
+            (
+                "Ready",
+                "string",
+                "",
+                0,
+                "Number of the pod with ready state",
+            ),
+            AGE,
+        ],
+        row: statefulset_row,
+    },
+    Layout {
+        group: "apps",
+        plural: "daemonsets",
+        columns: &[
+            NAME,
+            (
+                "Desired",
+                "integer",
+                "",
+                0,
+                "The desired number of daemon pods.",
+            ),
+            (
+                "Current",
+                "integer",
+                "",
+                0,
+                "The current number of daemon pods.",
+            ),
+            (
+                "Ready",
+                "integer",
+                "",
+                0,
+                "The number of daemon pods that are ready.",
+            ),
+            (
+                "Up-to-date",
+                "integer",
+                "",
+                0,
+                "The number of daemon pods that run the desired pod spec.",
+            ),
+            (
+                "Available",
+                "integer",
+                "",
+                0,
+                "The number of daemon pods that are available.",
+            ),
+            (
+                "Node Selector",
+                "string",
+                "",
+                0,
+                "The node selector of the daemon pods.",
+            ),
+            AGE,
+        ],
+        row: daemonset_row,
+    },
+    Layout {
+        group: "batch",
+        plural: "jobs",
+        columns: &[
+            NAME,
+            ("Status", "string", "", 0, "Status of the job."),
+            (
+                "Completions",
+                "string",
+                "",
+                0,
+                "The completion status of the job.",
+            ),
+            (
+                "Duration",
+                "string",
+                "",
+                0,
+                "Time required to complete the job.",
+            ),
+            AGE,
+        ],
+        row: job_row,
+    },
+    Layout {
+        group: "policy",
+        plural: "poddisruptionbudgets",
+        columns: &[
+            NAME,
+            (
+                "Min Available",
+                "string",
+                "",
+                0,
+                "The minimum number of pods that must be available.",
+            ),
+            (
+                "Max Unavailable",
+                "string",
+                "",
+                0,
+                "The maximum number of pods that may be unavailable.",
+            ),
+            (
+                "Allowed Disruptions",
+                "integer",
+                "",
+                0,
+                "Calculated number of pods that may be disrupted at this time.",
+            ),
+            AGE,
+        ],
+        row: pdb_row,
+    },
+    Layout {
+        group: "coordination.k8s.io",
+        plural: "leases",
+        columns: &[
+            NAME,
+            ("Holder", "string", "", 0, "The holder of the lease."),
+            AGE,
+        ],
+        row: lease_row,
+    },
+    Layout {
+        group: "apiextensions.k8s.io",
+        plural: "customresourcedefinitions",
+        columns: &[NAME, ("Created At", "date", "", 0, "The creation time")],
+        row: crd_row,
+    },
+];
 
 fn created(o: &Value) -> Value {
     json!(age(&o["metadata"]["creationTimestamp"]))
 }
 
-/// Name, one column of its own, Age.
-fn one_column(column: Value, cell: fn(&Value) -> Value) -> (Vec<Value>, RowFn) {
-    (
-        vec![name_col(), column, age_col()],
-        Box::new(move |o| vec![json!(o["metadata"]["name"]), cell(o), created(o)]),
-    )
+fn name(o: &Value) -> Value {
+    json!(o["metadata"]["name"])
 }
 
-fn layout(rt: &ResourceType) -> (Vec<Value>, RowFn) {
-    let name = name_col();
-    let age_col = age_col();
-    match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "pods") => (
-            vec![
-                name,
-                col(
-                    "Ready",
-                    "string",
-                    "",
-                    0,
-                    "The aggregate readiness state of this pod for accepting traffic.",
-                ),
-                col(
-                    "Status",
-                    "string",
-                    "",
-                    0,
-                    "The aggregate status of the containers in this pod.",
-                ),
-                col(
-                    "Restarts",
-                    "string",
-                    "",
-                    0,
-                    "The number of times the containers in this pod have been restarted.",
-                ),
-                age_col,
-                col("IP", "string", "", 1, "IP address allocated to the pod."),
-                col(
-                    "Node",
-                    "string",
-                    "",
-                    1,
-                    "Name of the node this pod is assigned to.",
-                ),
-                col(
-                    "Nominated Node",
-                    "string",
-                    "",
-                    1,
-                    "Name of the node where the pod is nominated to run.",
-                ),
-                col(
-                    "Readiness Gates",
-                    "string",
-                    "",
-                    1,
-                    "Readiness gates of the pod.",
-                ),
-            ],
-            Box::new(pod_row),
-        ),
-        ("", "nodes") => (
-            vec![
-                name,
-                col("Status", "string", "", 0, "The status of the node"),
-                col("Roles", "string", "", 0, "The roles of the node"),
-                age_col,
-                col(
-                    "Version",
-                    "string",
-                    "",
-                    0,
-                    "Kubelet Version reported by the node.",
-                ),
-            ],
-            Box::new(node_row),
-        ),
-        ("", "namespaces") => one_column(
-            col("Status", "string", "", 0, "The status of the namespace"),
-            |o| json!(o["status"]["phase"].as_str().unwrap_or("Active")),
-        ),
-        ("", "events") => (
-            vec![
-                col(
-                    "Last Seen",
-                    "string",
-                    "",
-                    0,
-                    "Time since the event was last seen",
-                ),
-                col("Type", "string", "", 0, "Type of the event"),
-                col("Reason", "string", "", 0, "Reason of the event"),
-                col("Object", "string", "", 0, "The object the event is about"),
-                col("Message", "string", "", 0, "Message of the event"),
-            ],
-            Box::new(|e| {
-                let last = if e["lastTimestamp"].is_null() {
-                    &e["eventTime"]
-                } else {
-                    &e["lastTimestamp"]
-                };
-                let obj = format!(
-                    "{}/{}",
-                    e["involvedObject"]["kind"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_lowercase(),
-                    e["involvedObject"]["name"].as_str().unwrap_or_default()
-                );
-                vec![
-                    json!(age(last)),
-                    json!(e["type"]),
-                    json!(e["reason"]),
-                    json!(obj),
-                    json!(e["message"]),
-                ]
-            }),
-        ),
-        ("apps", "deployments") => (
-            vec![
-                name,
-                col(
-                    "Ready",
-                    "string",
-                    "",
-                    0,
-                    "Number of the pod with ready state",
-                ),
-                col(
-                    "Up-to-date",
-                    "string",
-                    "",
-                    0,
-                    "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
-                ),
-                col(
-                    "Available",
-                    "string",
-                    "",
-                    0,
-                    "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
-                ),
-                age_col,
-            ],
-            Box::new(move |d| {
-                vec![
-                    json!(d["metadata"]["name"]),
-                    json!(format!(
-                        "{}/{}",
-                        int(&d["status"]["readyReplicas"]),
-                        int(&d["spec"]["replicas"])
-                    )),
-                    json!(int(&d["status"]["updatedReplicas"])),
-                    json!(int(&d["status"]["availableReplicas"])),
-                    created(d),
-                ]
-            }),
-        ),
-        ("apps", "replicasets") => (
-            vec![
-                name,
-                col("Desired", "integer", "", 0, "Number of desired pods."),
-                col(
-                    "Current",
-                    "integer",
-                    "",
-                    0,
-                    "Number of actually running pods.",
-                ),
-                col("Ready", "integer", "", 0, "Number of pods ready."),
-                age_col,
-            ],
-            Box::new(move |r| {
-                vec![
-                    json!(r["metadata"]["name"]),
-                    json!(int(&r["spec"]["replicas"])),
-                    json!(int(&r["status"]["replicas"])),
-                    json!(int(&r["status"]["readyReplicas"])),
-                    created(r),
-                ]
-            }),
-        ),
-        ("apps", "statefulsets") => (
-            vec![
-                name,
-                col(
-                    "Ready",
-                    "string",
-                    "",
-                    0,
-                    "Number of the pod with ready state",
-                ),
-                age_col,
-            ],
-            Box::new(move |r| {
-                vec![
-                    json!(r["metadata"]["name"]),
-                    json!(format!(
-                        "{}/{}",
-                        int(&r["status"]["readyReplicas"]),
-                        int(&r["spec"]["replicas"])
-                    )),
-                    created(r),
-                ]
-            }),
-        ),
-        ("apps", "daemonsets") => (
-            vec![
-                name,
-                col(
-                    "Desired",
-                    "integer",
-                    "",
-                    0,
-                    "The desired number of daemon pods.",
-                ),
-                col(
-                    "Current",
-                    "integer",
-                    "",
-                    0,
-                    "The current number of daemon pods.",
-                ),
-                col(
-                    "Ready",
-                    "integer",
-                    "",
-                    0,
-                    "The number of daemon pods that are ready.",
-                ),
-                col(
-                    "Up-to-date",
-                    "integer",
-                    "",
-                    0,
-                    "The number of daemon pods that run the desired pod spec.",
-                ),
-                col(
-                    "Available",
-                    "integer",
-                    "",
-                    0,
-                    "The number of daemon pods that are available.",
-                ),
-                col(
-                    "Node Selector",
-                    "string",
-                    "",
-                    0,
-                    "The node selector of the daemon pods.",
-                ),
-                age_col,
-            ],
-            Box::new(move |r| {
-                let sel = Some(crate::selectors::to_string(
-                    &r["spec"]["template"]["spec"]["nodeSelector"],
-                ))
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "<none>".into());
-                let st = &r["status"];
-                vec![
-                    json!(r["metadata"]["name"]),
-                    json!(int(&st["desiredNumberScheduled"])),
-                    json!(int(&st["currentNumberScheduled"])),
-                    json!(int(&st["numberReady"])),
-                    json!(int(&st["updatedNumberScheduled"])),
-                    json!(int(&st["numberAvailable"])),
-                    json!(sel),
-                    created(r),
-                ]
-            }),
-        ),
-        ("batch", "jobs") => (
-            vec![
-                name,
-                col("Status", "string", "", 0, "Status of the job."),
-                col(
-                    "Completions",
-                    "string",
-                    "",
-                    0,
-                    "The completion status of the job.",
-                ),
-                col(
-                    "Duration",
-                    "string",
-                    "",
-                    0,
-                    "Time required to complete the job.",
-                ),
-                age_col,
-            ],
-            Box::new(move |j| {
-                let complete = j["status"]["conditions"].as_array().is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Complete" && c["status"] == "True")
-                });
-                vec![
-                    json!(j["metadata"]["name"]),
-                    json!(if complete { "Complete" } else { "Running" }),
-                    json!(format!(
-                        "{}/{}",
-                        int(&j["status"]["succeeded"]),
-                        int(&j["spec"]["completions"])
-                    )),
-                    json!(age(&j["status"]["startTime"])),
-                    created(j),
-                ]
-            }),
-        ),
-        ("policy", "poddisruptionbudgets") => (
-            vec![
-                name,
-                col(
-                    "Min Available",
-                    "string",
-                    "",
-                    0,
-                    "The minimum number of pods that must be available.",
-                ),
-                col(
-                    "Max Unavailable",
-                    "string",
-                    "",
-                    0,
-                    "The maximum number of pods that may be unavailable.",
-                ),
-                col(
-                    "Allowed Disruptions",
-                    "integer",
-                    "",
-                    0,
-                    "Calculated number of pods that may be disrupted at this time.",
-                ),
-                age_col,
-            ],
-            Box::new(move |p| {
-                let show = |v: &Value| if v.is_null() { "N/A".to_string() } else { s(v) };
-                vec![
-                    json!(p["metadata"]["name"]),
-                    json!(show(&p["spec"]["minAvailable"])),
-                    json!(show(&p["spec"]["maxUnavailable"])),
-                    json!(int(&p["status"]["disruptionsAllowed"])),
-                    created(p),
-                ]
-            }),
-        ),
-        ("coordination.k8s.io", "leases") => one_column(
-            col("Holder", "string", "", 0, "The holder of the lease."),
-            |l| json!(l["spec"]["holderIdentity"].as_str().unwrap_or("")),
-        ),
-        ("apiextensions.k8s.io", "customresourcedefinitions") => (
-            vec![name, col("Created At", "date", "", 0, "The creation time")],
-            Box::new(|c| {
-                vec![
-                    json!(c["metadata"]["name"]),
-                    json!(c["metadata"]["creationTimestamp"]),
-                ]
-            }),
-        ),
-        _ if !rt.columns.is_empty() => {
-            let mut defs = vec![name];
-            for c in &rt.columns {
-                defs.push(col(
-                    &c.name,
-                    &c.type_,
-                    &c.format,
-                    c.priority,
-                    &c.description,
-                ));
-            }
-            let columns = rt.columns.clone();
-            let has_age = columns.iter().any(|c| c.name == "Age");
-            if !has_age {
-                defs.push(age_col);
-            }
-            (
-                defs,
-                Box::new(move |o| {
-                    let mut row = vec![json!(o["metadata"]["name"])];
-                    for c in &columns {
-                        let v = json_path(o, &c.json_path);
-                        row.push(if c.type_ == "date" {
-                            json!(age(&v))
-                        } else if v.is_null() {
-                            json!(null)
-                        } else {
-                            v
-                        });
-                    }
-                    if !has_age {
-                        row.push(created(o));
-                    }
-                    row
-                }),
-            )
-        }
-        _ => (
-            vec![name, age_col],
-            Box::new(move |o| vec![json!(o["metadata"]["name"]), created(o)]),
-        ),
+/// `ready/desired` from two counts.
+fn ratio(ready: &Value, desired: &Value) -> Value {
+    json!(format!("{}/{}", int(ready), int(desired)))
+}
+
+fn namespace_row(o: &Value) -> Vec<Value> {
+    let phase = o["status"]["phase"].as_str().unwrap_or("Active");
+    vec![name(o), json!(phase), created(o)]
+}
+
+fn event_row(e: &Value) -> Vec<Value> {
+    let last = if e["lastTimestamp"].is_null() {
+        &e["eventTime"]
+    } else {
+        &e["lastTimestamp"]
+    };
+    let obj = format!(
+        "{}/{}",
+        e["involvedObject"]["kind"]
+            .as_str()
+            .unwrap_or_default()
+            .to_lowercase(),
+        e["involvedObject"]["name"].as_str().unwrap_or_default()
+    );
+    vec![
+        json!(age(last)),
+        json!(e["type"]),
+        json!(e["reason"]),
+        json!(obj),
+        json!(e["message"]),
+    ]
+}
+
+fn deployment_row(d: &Value) -> Vec<Value> {
+    vec![
+        name(d),
+        ratio(&d["status"]["readyReplicas"], &d["spec"]["replicas"]),
+        json!(int(&d["status"]["updatedReplicas"])),
+        json!(int(&d["status"]["availableReplicas"])),
+        created(d),
+    ]
+}
+
+fn replicaset_row(r: &Value) -> Vec<Value> {
+    vec![
+        name(r),
+        json!(int(&r["spec"]["replicas"])),
+        json!(int(&r["status"]["replicas"])),
+        json!(int(&r["status"]["readyReplicas"])),
+        created(r),
+    ]
+}
+
+fn statefulset_row(r: &Value) -> Vec<Value> {
+    vec![
+        name(r),
+        ratio(&r["status"]["readyReplicas"], &r["spec"]["replicas"]),
+        created(r),
+    ]
+}
+
+fn daemonset_row(r: &Value) -> Vec<Value> {
+    let sel = Some(crate::selectors::to_string(
+        &r["spec"]["template"]["spec"]["nodeSelector"],
+    ))
+    .filter(|s| !s.is_empty())
+    .unwrap_or_else(|| "<none>".into());
+    let st = &r["status"];
+    vec![
+        name(r),
+        json!(int(&st["desiredNumberScheduled"])),
+        json!(int(&st["currentNumberScheduled"])),
+        json!(int(&st["numberReady"])),
+        json!(int(&st["updatedNumberScheduled"])),
+        json!(int(&st["numberAvailable"])),
+        json!(sel),
+        created(r),
+    ]
+}
+
+fn job_row(j: &Value) -> Vec<Value> {
+    let complete = j["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True")
+    });
+    vec![
+        name(j),
+        json!(if complete { "Complete" } else { "Running" }),
+        ratio(&j["status"]["succeeded"], &j["spec"]["completions"]),
+        json!(age(&j["status"]["startTime"])),
+        created(j),
+    ]
+}
+
+fn pdb_row(p: &Value) -> Vec<Value> {
+    let show = |v: &Value| if v.is_null() { "N/A".to_string() } else { s(v) };
+    vec![
+        name(p),
+        json!(show(&p["spec"]["minAvailable"])),
+        json!(show(&p["spec"]["maxUnavailable"])),
+        json!(int(&p["status"]["disruptionsAllowed"])),
+        created(p),
+    ]
+}
+
+fn lease_row(l: &Value) -> Vec<Value> {
+    let holder = l["spec"]["holderIdentity"].as_str().unwrap_or("");
+    vec![name(l), json!(holder), created(l)]
+}
+
+fn crd_row(c: &Value) -> Vec<Value> {
+    vec![name(c), json!(c["metadata"]["creationTimestamp"])]
+}
+
+/// A custom resource's table: its CRD's printer columns (and Age, unless
+/// they have one).
+fn printer_columns(rt: &ResourceType) -> (Vec<Value>, RowFn) {
+    let mut defs = vec![col_value(&NAME)];
+    for c in &rt.columns {
+        defs.push(col(
+            &c.name,
+            &c.type_,
+            &c.format,
+            c.priority,
+            &c.description,
+        ));
     }
+    let columns = rt.columns.clone();
+    let has_age = columns.iter().any(|c| c.name == "Age");
+    if !has_age {
+        defs.push(col_value(&AGE));
+    }
+    let row = move |o: &Value| {
+        let mut row = vec![name(o)];
+        for c in &columns {
+            let v = json_path(o, &c.json_path);
+            row.push(if c.type_ == "date" {
+                json!(age(&v))
+            } else if v.is_null() {
+                json!(null)
+            } else {
+                v
+            });
+        }
+        if !has_age {
+            row.push(created(o));
+        }
+        row
+    };
+    (defs, Box::new(row))
+}
+
+/// The columns and the row function for a resource type: a built-in
+/// layout, a CRD's printer columns, or Name and Age.
+fn layout(rt: &ResourceType) -> (Vec<Value>, RowFn) {
+    if let Some(l) = LAYOUTS
+        .iter()
+        .find(|l| l.group == rt.group && l.plural == rt.plural)
+    {
+        return (l.columns.iter().map(col_value).collect(), Box::new(l.row));
+    }
+    if !rt.columns.is_empty() {
+        return printer_columns(rt);
+    }
+    (
+        vec![col_value(&NAME), col_value(&AGE)],
+        Box::new(|o| vec![name(o), created(o)]),
+    )
 }
 
 /// The row object kubectl needs (metadata only, as a real server sends by
