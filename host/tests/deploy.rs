@@ -645,13 +645,7 @@ async fn operator_scenario(c: &SimCluster, client: kube::Client, namespace: &str
     wait_removed(c, &["nm-3"]).await;
     // One guard PDB, no Ready guard pod on the node: allowed.
     let validator = nmo::webhook::Validator::new(client.clone()).await;
-    let nm = nmo::crd::NodeMaintenance::new(
-        "m",
-        nmo::crd::NodeMaintenanceSpec {
-            node_name: "master-0".into(),
-            reason: None,
-        },
-    );
+    let nm = common::nm("m", "master-0");
     assert!(validator.validate_create(&nm).await.is_ok());
     controller.abort();
 }

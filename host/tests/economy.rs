@@ -116,13 +116,7 @@ async fn one_twenty_pod_maintenance_costs_one_plan_and_few_requests() {
     settle(&env, Duration::from_millis(500), Duration::from_secs(20)).await;
     env.cluster.record_audit(true);
 
-    let nm = NodeMaintenance::new(
-        "economy",
-        nmo::crd::NodeMaintenanceSpec {
-            node_name: "worker-1".into(),
-            reason: None,
-        },
-    );
+    let nm = common::nm("economy", "worker-1");
     nms.create(&PostParams::default(), &nm).await.unwrap();
     wait_succeeded(&nms, "economy", Duration::from_secs(30)).await;
     let counts = settle(&env, Duration::from_secs(1), Duration::from_secs(30)).await;

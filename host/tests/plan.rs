@@ -839,18 +839,9 @@ spec: {maxUnavailable: 1, selector: {matchLabels: {app: shared}}}
         ("nm-2", "worker-2"),
         ("nm-ghost", "worker-9"),
     ] {
-        nms.create(
-            &Default::default(),
-            &nmo::crd::NodeMaintenance::new(
-                name,
-                nmo::crd::NodeMaintenanceSpec {
-                    node_name: node.into(),
-                    reason: None,
-                },
-            ),
-        )
-        .await
-        .unwrap();
+        nms.create(&Default::default(), &common::nm(name, node))
+            .await
+            .unwrap();
     }
     let engine = PolicyEngine::new(Default::default()).unwrap();
     let started = std::time::Instant::now();

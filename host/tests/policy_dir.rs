@@ -903,13 +903,7 @@ async fn nmo_policy_add_and_rm_change_one_policy_and_keep_the_others() {
         "{out}"
     );
     let nms: kube::Api<nmo::crd::NodeMaintenance> = kube::Api::all(client.clone());
-    let nm = nmo::crd::NodeMaintenance::new(
-        "draining",
-        nmo::crd::NodeMaintenanceSpec {
-            node_name: "worker-1".into(),
-            reason: None,
-        },
-    );
+    let nm = common::nm("draining", "worker-1");
     nms.create(&Default::default(), &nm).await.unwrap();
     nms.patch_status(
         "draining",

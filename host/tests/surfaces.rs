@@ -491,15 +491,7 @@ async fn on_openshift_a_control_plane_node_keeps_etcd_quorum() {
             .await
             .with_policies(policy_store(None)),
     ];
-    let nm = |name: &str, node: &str| {
-        nmo::crd::NodeMaintenance::new(
-            name,
-            nmo::crd::NodeMaintenanceSpec {
-                node_name: node.into(),
-                reason: None,
-            },
-        )
-    };
+    let nm = common::nm;
     let refused: Result<(), String> = Err("can not put master/control-plane node into maintenance at this moment, disrupting node master-0 will violate etcd quorum".into());
     // The Go rule answers from what the PDB controller and the kubelet
     // write, which takes a moment: ask until the expected answer, with a
@@ -647,13 +639,7 @@ async fn admission_goes_on_without_a_history_it_may_not_read() {
     let validator = nmo::webhook::Validator::new(client.clone())
         .await
         .with_policies(policy_store(None));
-    let nm = nmo::crd::NodeMaintenance::new(
-        "m",
-        nmo::crd::NodeMaintenanceSpec {
-            node_name: "worker-1".into(),
-            reason: None,
-        },
-    );
+    let nm = common::nm("m", "worker-1");
     assert_eq!(validator.validate_create(&nm).await, Ok(()));
     cluster.stop().await;
 }
@@ -686,15 +672,7 @@ async fn a_webhook_that_follows_the_cluster_lists_nothing_per_create() {
         .await
         .with_policies(policy_store(None))
         .with_watched(watched.clone());
-    let nm = |name: &str, node: &str| {
-        nmo::crd::NodeMaintenance::new(
-            name,
-            nmo::crd::NodeMaintenanceSpec {
-                node_name: node.into(),
-                reason: None,
-            },
-        )
-    };
+    let nm = common::nm;
     let api = kube::Api::<nmo::crd::NodeMaintenance>::all(env.client.clone());
     api.create(&Default::default(), &nm("held", "worker-1"))
         .await
@@ -791,18 +769,9 @@ async fn the_crd_is_not_deleted_while_maintenances_exist() {
     const OURS: &str = "nodemaintenances.nodemaintenance.medik8s.io";
     assert_eq!(answer(OURS).await, (true, String::new()), "no maintenance");
     let nms = kube::Api::<nmo::crd::NodeMaintenance>::all(env.client.clone());
-    nms.create(
-        &Default::default(),
-        &nmo::crd::NodeMaintenance::new(
-            "nm-1",
-            nmo::crd::NodeMaintenanceSpec {
-                node_name: "worker-1".into(),
-                reason: None,
-            },
-        ),
-    )
-    .await
-    .unwrap();
+    nms.create(&Default::default(), &common::nm("nm-1", "worker-1"))
+        .await
+        .unwrap();
     assert_eq!(
         answer(OURS).await,
         (

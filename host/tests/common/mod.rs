@@ -718,16 +718,21 @@ pub async fn wait_succeeded(nms: &Api<NodeMaintenance>, name: &str, limit: Durat
     .await;
 }
 
-/// Creates a NodeMaintenance, retrying what an injected fault refused, as
-/// a user would.
-pub async fn create_nm_retrying(nms: &Api<NodeMaintenance>, name: &str, node: &str) {
-    let nm = NodeMaintenance::new(
+/// A NodeMaintenance `name` of `node`, with no reason.
+pub fn nm(name: &str, node: &str) -> NodeMaintenance {
+    NodeMaintenance::new(
         name,
         NodeMaintenanceSpec {
             node_name: node.into(),
             reason: None,
         },
-    );
+    )
+}
+
+/// Creates a NodeMaintenance, retrying what an injected fault refused, as
+/// a user would.
+pub async fn create_nm_retrying(nms: &Api<NodeMaintenance>, name: &str, node: &str) {
+    let nm = nm(name, node);
     while nms.create(&PostParams::default(), &nm).await.is_err() {
         if nms.get_opt(name).await.ok().flatten().is_some() {
             break;

@@ -1287,31 +1287,23 @@ fn preconditions(
     old: &Value,
     opts: &DeleteOptions,
 ) -> Result<(), ApiError> {
-    if let Some(uid) = &opts.precondition_uid
-        && old["metadata"]["uid"].as_str() != Some(uid)
-    {
-        return Err(ApiError::conflict(
-            rt,
-            name,
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                old["metadata"]["uid"].as_str().unwrap_or_default()
-            ),
-        ));
-    }
-    if let Some(rv) = &opts.precondition_rv
-        && old["metadata"]["resourceVersion"].as_str() != Some(rv)
-    {
-        return Err(ApiError::conflict(
-            rt,
-            name,
-            &format!(
-                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                old["metadata"]["resourceVersion"]
-                    .as_str()
-                    .unwrap_or_default()
-            ),
-        ));
+    let checks = [
+        ("UID", "uid", &opts.precondition_uid),
+        ("ResourceVersion", "resourceVersion", &opts.precondition_rv),
+    ];
+    for (what, field, wanted) in checks {
+        let has = old["metadata"][field].as_str().unwrap_or_default();
+        if let Some(wanted) = wanted
+            && has != wanted
+        {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!(
+                    "Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {has}"
+                ),
+            ));
+        }
     }
     Ok(())
 }
