@@ -227,7 +227,9 @@ async fn maintenances_converge_both_ways_under_api_faults() {
     env.cluster
         .apply_yaml(&WORKLOAD.replace("replicas: 3", "replicas: 6"))
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Six replicas, an agent on each of the four nodes, the bare and the
+    // scratch pods.
+    env.wait_ready_pods(6 + 4 + 2).await;
     let skipped = skipped_pods(&env.client).await;
     let rule = |verb: Option<&str>, code| nmo_sim::FaultRule {
         verb: verb.map(str::to_owned),
@@ -308,7 +310,7 @@ async fn hostile_env(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_hostile_policies_through_the_operator() {
     let (_root, dir, store, env) = hostile_env(2).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.wait_ready_pods(3 + 2 + 2).await;
     let on_node = |env: &Env| {
         let client = env.client.clone();
         async move {
@@ -454,7 +456,7 @@ async fn ten_hostile_policies_through_the_operator() {
 async fn bad_node_maintenances() {
     let env = Env::start(4).await;
     env.cluster.apply_yaml(WORKLOAD).unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    env.wait_ready_pods(3 + 4 + 2).await;
     let nms = env.nms();
     let mut tried = 0;
     let mut held = 0;

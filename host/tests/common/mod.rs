@@ -220,6 +220,43 @@ impl Env {
         .await;
     }
 
+    /// Waits until `count` pods of the default namespace are on nodes and
+    /// Ready (the workload the test applied has settled), with a deadline
+    /// that holds on a busy machine.
+    pub async fn wait_ready_pods(&self, count: usize) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), "default");
+        let started = Instant::now();
+        loop {
+            let listed = pods.list(&Default::default()).await.unwrap().items;
+            let ready = listed
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && crate::common::drain_actions::is_ready(p)
+                })
+                .count();
+            if ready == count {
+                return;
+            }
+            let seen: Vec<_> = listed
+                .iter()
+                .map(|p| {
+                    let phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                    (
+                        p.metadata.name.clone(),
+                        phase,
+                        crate::common::drain_actions::is_ready(p),
+                    )
+                })
+                .collect();
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "never {count} pods Ready: {seen:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn stop(self) {
         self.controller.abort();
         self.cluster.stop().await;
