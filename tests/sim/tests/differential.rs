@@ -80,8 +80,24 @@ fn steps() -> Vec<Step> {
     )
     .unwrap();
     let long_node = "n".repeat(254);
+    [
+        config_map_steps(),
+        node_steps(),
+        guarded_node_write_steps(),
+        pod_steps(),
+        eviction_steps(),
+        lease_steps(),
+        crd_steps(&crd, &long_node),
+        deletion_steps(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// ConfigMaps: kustomize writes binaryData line-wrapped.
+fn config_map_steps() -> Vec<Step> {
     vec![
-        // ConfigMaps: kustomize writes binaryData line-wrapped.
         step(
             "apply a ConfigMap with line-wrapped binaryData",
             "apply --server-side -f -",
@@ -104,7 +120,12 @@ fn steps() -> Vec<Step> {
             ),
             &[],
         ),
-        // Nodes: cordon, labels, the patch types.
+    ]
+}
+
+/// Nodes: cordon, labels, the patch types.
+fn node_steps() -> Vec<Step> {
+    vec![
         step("cordon", "cordon worker-1", None, &[]),
         step(
             "the cordoned node",
@@ -145,8 +166,13 @@ fn steps() -> Vec<Step> {
             None,
             &[],
         ),
-        // The operator's own node write: a JSON patch guarded by the
-        // resourceVersion it read (a concurrent change refuses it).
+    ]
+}
+
+/// The operator's own node write: a JSON patch guarded by the
+/// resourceVersion it read (a concurrent change refuses it).
+fn guarded_node_write_steps() -> Vec<Step> {
+    vec![
         step(
             "the operator's guarded node patch, stale",
             r#"patch node worker-1 --type=json -p '[{"op":"test","path":"/metadata/resourceVersion","value":"1"},{"op":"add","path":"/spec/unschedulable","value":true}]'"#,
@@ -170,7 +196,12 @@ fn steps() -> Vec<Step> {
                 "/spec/unschedulable",
             ],
         ),
-        // Pods: defaulting, reads, errors.
+    ]
+}
+
+/// Pods: defaulting, reads, errors.
+fn pod_steps() -> Vec<Step> {
+    vec![
         step(
             "create a bare pod",
             "create -f -",
@@ -237,7 +268,12 @@ fn steps() -> Vec<Step> {
             None,
             &[],
         ),
-        // PodDisruptionBudgets and eviction, as the drain sends it.
+    ]
+}
+
+/// PodDisruptionBudgets and eviction, as the drain sends it.
+fn eviction_steps() -> Vec<Step> {
+    vec![
         step(
             "a PodDisruptionBudget that allows no disruption",
             "create -f -",
@@ -279,7 +315,12 @@ fn steps() -> Vec<Step> {
             ),
             &[],
         ),
-        // Leases, as the operator writes them.
+    ]
+}
+
+/// Leases, as the operator writes them.
+fn lease_steps() -> Vec<Step> {
+    vec![
         step(
             "a node lease",
             "create -f -",
@@ -315,7 +356,12 @@ fn steps() -> Vec<Step> {
                 "/deprecatedCount",
             ],
         ),
-        // The NodeMaintenance CRD and its validation.
+    ]
+}
+
+/// The NodeMaintenance CRD and its validation.
+fn crd_steps(crd: &str, long_node: &str) -> Vec<Step> {
+    vec![
         step(
             "the NodeMaintenance CRD",
             "apply --server-side -f -",
@@ -371,7 +417,12 @@ fn steps() -> Vec<Step> {
             &["/spec", "/status"],
         ),
         step("its table", "get nm", None, &[]),
-        // Deletion.
+    ]
+}
+
+/// Deletion.
+fn deletion_steps() -> Vec<Step> {
+    vec![
         step(
             "a pod held by a finalizer",
             "create -f -",

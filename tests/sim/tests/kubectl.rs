@@ -549,7 +549,6 @@ async fn big_configmaps_need_server_side_apply() {
 /// client-go program does by default); they work as on a real cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imperative_commands_speak_protobuf() {
-    use base64::Engine;
     let c = cluster(2).await;
     c.record_audit(true);
     let k = Kubectl::new(&c);
@@ -622,7 +621,31 @@ async fn imperative_commands_speak_protobuf() {
         c.audit()
     );
 
-    // What was created is what was asked for.
+    created_as_asked(&k, &wasm).await;
+
+    // Deletes, with protobuf DeleteOptions where kubectl sends them.
+    k.ok(&[
+        "delete",
+        "pod",
+        "cart",
+        "-n",
+        "shop",
+        "--grace-period=0",
+        "--force",
+    ])
+    .await;
+    let gone = k.fails(&["get", "pod", "cart", "-n", "shop"], None).await;
+    assert!(gone.contains("NotFound"), "{gone}");
+    k.ok(&["delete", "deployment", "web", "-n", "shop"]).await;
+    k.ok(&["delete", "namespace", "shop", "--wait=false"]).await;
+    c.stop().await;
+}
+
+/// What `imperative_commands_speak_protobuf` created is what it asked
+/// for: the binary ConfigMap byte for byte, the pod's labels, env and
+/// defaults, the Secret, the Deployment's replicas and port.
+async fn created_as_asked(k: &Kubectl, wasm: &[u8]) {
+    use base64::Engine;
     let stored = k
         .ok(&[
             "get",
@@ -674,23 +697,29 @@ async fn imperative_commands_speak_protobuf() {
         ])
         .await;
     assert_eq!(port, "8080");
+}
 
-    // Deletes, with protobuf DeleteOptions where kubectl sends them.
-    k.ok(&[
-        "delete",
-        "pod",
-        "cart",
-        "-n",
-        "shop",
-        "--grace-period=0",
-        "--force",
-    ])
-    .await;
-    let gone = k.fails(&["get", "pod", "cart", "-n", "shop"], None).await;
-    assert!(gone.contains("NotFound"), "{gone}");
-    k.ok(&["delete", "deployment", "web", "-n", "shop"]).await;
-    k.ok(&["delete", "namespace", "shop", "--wait=false"]).await;
-    c.stop().await;
+/// kubectl as the service account `robot`, by its token.
+struct Robot<'a> {
+    k: &'a Kubectl,
+    token: String,
+}
+
+impl Robot<'_> {
+    async fn run(&self, args: &[&str]) -> Output {
+        let with_token: Vec<&str> = std::iter::once(self.token.as_str())
+            .chain(args.iter().copied())
+            .collect();
+        self.k.run(&with_token, None).await
+    }
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// With authorization on (HTTPS, bearer tokens, RBAC), kubectl sees what it
@@ -710,124 +739,13 @@ async fn rbac_is_enforced_when_switched_on() {
     assert!(c.url().starts_with("https://"));
     k.ok(&["create", "serviceaccount", "robot"]).await;
     let token = k.ok(&["create", "token", "robot"]).await;
-    let token = format!("--token={}", token.trim());
-    let as_robot = |args: &[&str]| -> Vec<String> {
-        std::iter::once(token.clone())
-            .chain(args.iter().map(|a| (*a).to_owned()))
-            .collect()
+    let robot = Robot {
+        k: &k,
+        token: format!("--token={}", token.trim()),
     };
-    let run = |args: Vec<String>| {
-        let k = &k;
-        async move {
-            let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-            k.run(&refs, None).await
-        }
-    };
-
-    let out = run(as_robot(&["get", "pods"])).await;
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr).trim(),
-        "Error from server (Forbidden): pods is forbidden: User \"system:serviceaccount:default:robot\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
-    );
-    let out = run(as_robot(&["delete", "node", "worker-1"])).await;
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("nodes \"worker-1\" is forbidden: User \"system:serviceaccount:default:robot\" cannot delete resource \"nodes\" in API group \"\" at the cluster scope"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    // A protobuf request gets its 403 as a protobuf Status.
-    let out = run(as_robot(&["create", "namespace", "mine"])).await;
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("namespaces is forbidden"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = run(as_robot(&["auth", "can-i", "list", "pods"])).await;
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no");
-    assert!(!out.status.success());
-
-    // Grant: list pods in default, and the eviction subresource by pattern,
-    // and only one named node.
-    k.ok(&[
-        "create",
-        "role",
-        "reader",
-        "--verb=get,list",
-        "--resource=pods,pods/*",
-    ])
-    .await;
-    k.ok(&[
-        "create",
-        "rolebinding",
-        "reader",
-        "--role=reader",
-        "--serviceaccount=default:robot",
-    ])
-    .await;
-    k.ok(&[
-        "create",
-        "clusterrole",
-        "one-node",
-        "--verb=get",
-        "--resource=nodes",
-        "--resource-name=worker-1",
-    ])
-    .await;
-    k.ok(&[
-        "create",
-        "clusterrolebinding",
-        "one-node",
-        "--clusterrole=one-node",
-        "--serviceaccount=default:robot",
-    ])
-    .await;
-    let out = run(as_robot(&["get", "pods"])).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = run(as_robot(&[
-        "auth",
-        "can-i",
-        "get",
-        "pods",
-        "--subresource=log",
-    ]))
-    .await;
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes");
-    let out = run(as_robot(&[
-        "auth",
-        "can-i",
-        "list",
-        "pods",
-        "-n",
-        "kube-system",
-    ]))
-    .await;
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no");
-    let out = run(as_robot(&["get", "node", "worker-1"])).await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = run(as_robot(&["get", "nodes"])).await;
-    assert!(!out.status.success(), "resourceNames do not allow a list");
-
-    let out = run(as_robot(&[
-        "auth",
-        "whoami",
-        "-o",
-        "jsonpath={.status.userInfo.username}",
-    ]))
-    .await;
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "system:serviceaccount:default:robot",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    refused_before_a_grant(&robot).await;
+    grant_pods_and_one_node(&k).await;
+    allowed_as_granted(&robot).await;
     // The administrator may impersonate.
     let out = k
         .run(
@@ -843,16 +761,101 @@ async fn rbac_is_enforced_when_switched_on() {
             None,
         )
         .await;
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "no");
-
+    assert_eq!(stdout(&out), "no");
     // No known token: 401.
     let out = k.run(&["--token=nobody", "get", "pods"], None).await;
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("Unauthorized"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(stderr(&out).contains("Unauthorized"), "{}", stderr(&out));
     c.stop().await;
+}
+
+/// A service account with no grant: 403 in the real server's words.
+async fn refused_before_a_grant(robot: &Robot<'_>) {
+    let out = robot.run(&["get", "pods"]).await;
+    assert_eq!(
+        stderr(&out).trim(),
+        "Error from server (Forbidden): pods is forbidden: User \"system:serviceaccount:default:robot\" cannot list resource \"pods\" in API group \"\" in the namespace \"default\""
+    );
+    let out = robot.run(&["delete", "node", "worker-1"]).await;
+    assert!(
+        stderr(&out).contains("nodes \"worker-1\" is forbidden: User \"system:serviceaccount:default:robot\" cannot delete resource \"nodes\" in API group \"\" at the cluster scope"),
+        "{}",
+        stderr(&out)
+    );
+    // A protobuf request gets its 403 as a protobuf Status.
+    let out = robot.run(&["create", "namespace", "mine"]).await;
+    assert!(
+        stderr(&out).contains("namespaces is forbidden"),
+        "{}",
+        stderr(&out)
+    );
+    let out = robot.run(&["auth", "can-i", "list", "pods"]).await;
+    assert_eq!(stdout(&out), "no");
+    assert!(!out.status.success());
+}
+
+/// Grants `robot`: get and list pods in default (and their subresources,
+/// by pattern), and get of one named node.
+async fn grant_pods_and_one_node(k: &Kubectl) {
+    for args in [
+        &[
+            "create",
+            "role",
+            "reader",
+            "--verb=get,list",
+            "--resource=pods,pods/*",
+        ][..],
+        &[
+            "create",
+            "rolebinding",
+            "reader",
+            "--role=reader",
+            "--serviceaccount=default:robot",
+        ],
+        &[
+            "create",
+            "clusterrole",
+            "one-node",
+            "--verb=get",
+            "--resource=nodes",
+            "--resource-name=worker-1",
+        ],
+        &[
+            "create",
+            "clusterrolebinding",
+            "one-node",
+            "--clusterrole=one-node",
+            "--serviceaccount=default:robot",
+        ],
+    ] {
+        k.ok(args).await;
+    }
+}
+
+/// What the grant allows, and nothing more.
+async fn allowed_as_granted(robot: &Robot<'_>) {
+    let out = robot.run(&["get", "pods"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = ["auth", "can-i", "get", "pods", "--subresource=log"];
+    assert_eq!(stdout(&robot.run(&log).await), "yes");
+    let elsewhere = ["auth", "can-i", "list", "pods", "-n", "kube-system"];
+    assert_eq!(stdout(&robot.run(&elsewhere).await), "no");
+    let out = robot.run(&["get", "node", "worker-1"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = robot.run(&["get", "nodes"]).await;
+    assert!(!out.status.success(), "resourceNames do not allow a list");
+    let whoami = [
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ];
+    let out = robot.run(&whoami).await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "system:serviceaccount:default:robot",
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// `kubectl logs`: what the simulated kubelet writes, lines a test adds,

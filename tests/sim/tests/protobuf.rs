@@ -515,6 +515,78 @@ async fn a_protobuf_only_client_creates_reads_lists_and_deletes() {
     c.stop().await;
 }
 
+/// An Event created with a protobuf body.
+async fn event_in_protobuf(c: &SimCluster) {
+    let event = core::Event {
+        metadata: Some(meta::ObjectMeta {
+            name: s("leader.1"),
+            namespace: s("default"),
+            ..Default::default()
+        }),
+        involved_object: Some(core::ObjectReference {
+            kind: s("Lease"),
+            name: s("leader"),
+            namespace: s("default"),
+            ..Default::default()
+        }),
+        reason: s("LeaderElection"),
+        message: s("manager-2 became leader"),
+        r#type: s("Normal"),
+        count: Some(1),
+        ..Default::default()
+    };
+    let a = send_protobuf(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/events",
+        "v1",
+        "Event",
+        &event,
+    )
+    .await;
+    assert_eq!(a.status, 201, "{:?}", String::from_utf8_lossy(&a.body));
+}
+
+/// An eviction with a protobuf body, answered with a protobuf Status.
+async fn eviction_in_protobuf(c: &SimCluster) {
+    send_protobuf(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        "v1",
+        "Pod",
+        &pod("victim"),
+    )
+    .await;
+    let eviction = policy::Eviction {
+        metadata: Some(meta::ObjectMeta {
+            name: s("victim"),
+            namespace: s("default"),
+            ..Default::default()
+        }),
+        delete_options: None,
+    };
+    let a = send_protobuf(
+        &c,
+        "POST",
+        "/api/v1/namespaces/default/pods/victim/eviction",
+        "policy/v1",
+        "Eviction",
+        &eviction,
+    )
+    .await;
+    assert_eq!(a.status, 201, "{:?}", String::from_utf8_lossy(&a.body));
+    let (_, kind, raw) = open_envelope(&a.body);
+    assert_eq!(kind, "Status");
+    assert_eq!(
+        meta::Status::decode(raw.as_slice())
+            .expect("Status")
+            .status
+            .as_deref(),
+        Some("Success")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_events_and_evictions_in_protobuf() {
     let c = cluster().await;
@@ -577,73 +649,8 @@ async fn leases_events_and_evictions_in_protobuf() {
     assert_eq!(a.status, 409);
     assert_eq!(open_envelope(&a.body).1, "Status");
 
-    // An event.
-    let event = core::Event {
-        metadata: Some(meta::ObjectMeta {
-            name: s("leader.1"),
-            namespace: s("default"),
-            ..Default::default()
-        }),
-        involved_object: Some(core::ObjectReference {
-            kind: s("Lease"),
-            name: s("leader"),
-            namespace: s("default"),
-            ..Default::default()
-        }),
-        reason: s("LeaderElection"),
-        message: s("manager-2 became leader"),
-        r#type: s("Normal"),
-        count: Some(1),
-        ..Default::default()
-    };
-    let a = send_protobuf(
-        &c,
-        "POST",
-        "/api/v1/namespaces/default/events",
-        "v1",
-        "Event",
-        &event,
-    )
-    .await;
-    assert_eq!(a.status, 201, "{:?}", String::from_utf8_lossy(&a.body));
-
-    // An eviction with a protobuf body.
-    send_protobuf(
-        &c,
-        "POST",
-        "/api/v1/namespaces/default/pods",
-        "v1",
-        "Pod",
-        &pod("victim"),
-    )
-    .await;
-    let eviction = policy::Eviction {
-        metadata: Some(meta::ObjectMeta {
-            name: s("victim"),
-            namespace: s("default"),
-            ..Default::default()
-        }),
-        delete_options: None,
-    };
-    let a = send_protobuf(
-        &c,
-        "POST",
-        "/api/v1/namespaces/default/pods/victim/eviction",
-        "policy/v1",
-        "Eviction",
-        &eviction,
-    )
-    .await;
-    assert_eq!(a.status, 201, "{:?}", String::from_utf8_lossy(&a.body));
-    let (_, kind, raw) = open_envelope(&a.body);
-    assert_eq!(kind, "Status");
-    assert_eq!(
-        meta::Status::decode(raw.as_slice())
-            .expect("Status")
-            .status
-            .as_deref(),
-        Some("Success")
-    );
+    event_in_protobuf(&c).await;
+    eviction_in_protobuf(&c).await;
     c.stop().await;
 }
 
