@@ -95,10 +95,10 @@ async fn main() {
                         reason: None,
                     },
                 );
-                if let Err(e) = api.create(&PostParams::default(), &nm).await {
-                    if refused.fetch_add(1, Ordering::Relaxed) == 0 {
-                        eprintln!("first refusal: {e}");
-                    }
+                if let Err(e) = api.create(&PostParams::default(), &nm).await
+                    && refused.fetch_add(1, Ordering::Relaxed) == 0
+                {
+                    eprintln!("first refusal: {e}");
                 }
             }
         })

@@ -595,22 +595,35 @@ mod tests {
             raw(vec![decide(1, evict(), 0), decide(0, evict(), 1)]),
         )
         .unwrap();
-        let order: Vec<_> = plan.steps.iter().map(|s| (s.order, s.name.as_str())).collect();
+        let order: Vec<_> = plan
+            .steps
+            .iter()
+            .map(|s| (s.order, s.name.as_str()))
+            .collect();
         assert_eq!(order, [(0, "b"), (1, "a")]);
         assert_eq!(plan.waves().count(), 2);
         let twice = raw(vec![decide(0, evict(), 0), decide(0, evict(), 0)]);
-        assert_eq!(refused(super::plan("p", &two(), twice)), "pod ns/a is decided more than once");
+        assert_eq!(
+            refused(super::plan("p", &two(), twice)),
+            "pod ns/a is decided more than once"
+        );
         assert_eq!(
             refused(super::plan("p", &two(), raw(vec![decide(0, evict(), 0)]))),
             "no decision for pod ns/b (1 pod(s) left out)"
         );
-        assert!(refused(super::plan("p", &two(), raw(vec![decide(7, evict(), 0)])))
-            .starts_with("decision for pod #7 but only 2 pod(s) were given"));
+        assert!(
+            refused(super::plan("p", &two(), raw(vec![decide(7, evict(), 0)])))
+                .starts_with("decision for pod #7 but only 2 pod(s) were given")
+        );
     }
 
     #[test]
-    fn what_the_kubelet_or_a_daemonset_puts_back_is_never_removed_and_only_a_replicaset_pod_surges() {
-        let mirror = vec![pod("m", json!({"annotations": {"kubernetes.io/config.mirror": "x"}}))];
+    fn what_the_kubelet_or_a_daemonset_puts_back_is_never_removed_and_only_a_replicaset_pod_surges()
+    {
+        let mirror = vec![pod(
+            "m",
+            json!({"annotations": {"kubernetes.io/config.mirror": "x"}}),
+        )];
         assert!(refused(plan("p", &mirror, raw(vec![decide(0, evict(), 0)]))).contains("mirror"));
         let skip = PodAction::Skip("static".into());
         assert!(plan("p", &mirror, raw(vec![decide(0, skip, 0)])).is_ok());
@@ -627,8 +640,10 @@ mod tests {
             })
         };
         let bare = vec![pod("b", json!({}))];
-        assert!(refused(plan("p", &bare, raw(vec![decide(0, surge(), 0)])))
-            .contains("none (a bare pod)"));
+        assert!(
+            refused(plan("p", &bare, raw(vec![decide(0, surge(), 0)])))
+                .contains("none (a bare pod)")
+        );
         let rs = vec![pod("r", owned_by("ReplicaSet"))];
         let plan = plan("p", &rs, raw(vec![decide(0, surge(), 0)])).unwrap();
         assert_eq!(plan.steps[0].action.verb(), "surge");
@@ -643,11 +658,14 @@ mod tests {
             plan("p", &one, r)
         };
         assert!(refused(with(&|r| r.attempt_timeout_ms = 0)).contains("attempt-timeout-ms 0"));
-        assert!(refused(with(&|r| r.attempt_timeout_ms = MAX_DURATION_MS + 1))
-            .contains("outside 1..="));
+        assert!(
+            refused(with(&|r| r.attempt_timeout_ms = MAX_DURATION_MS + 1)).contains("outside 1..=")
+        );
         assert!(refused(with(&|r| r.max_concurrent_evictions = Some(0))).contains("is 0"));
-        assert!(refused(with(&|r| r.volume_detach_timeout_ms = Some(0)))
-            .contains("volume-detach-timeout-ms"));
+        assert!(
+            refused(with(&|r| r.volume_detach_timeout_ms = Some(0)))
+                .contains("volume-detach-timeout-ms")
+        );
         let grace = |g: i64| {
             let action = PodAction::Evict(types::Removal {
                 grace_period_seconds: Some(g),
@@ -691,7 +709,11 @@ mod tests {
         let one = vec![pod("a", json!({}))];
         let long = "x".repeat(MAX_MESSAGE_BYTES + 1);
         let skip = |reason: &str| {
-            plan("p", &one, raw(vec![decide(0, PodAction::Skip(reason.into()), 0)]))
+            plan(
+                "p",
+                &one,
+                raw(vec![decide(0, PodAction::Skip(reason.into()), 0)]),
+            )
         };
         assert!(refused(skip("")).contains("empty"));
         assert!(refused(skip(&long)).contains("more than the 1024 allowed"));
@@ -699,10 +721,16 @@ mod tests {
             grace_period_seconds: None,
             rule: long.clone(),
         });
-        assert!(refused(plan("p", &one, raw(vec![decide(0, rule, 0)]))).contains("the rule for pod ns/a"));
+        assert!(
+            refused(plan("p", &one, raw(vec![decide(0, rule, 0)])))
+                .contains("the rule for pod ns/a")
+        );
         let cleaned = skip("two\nlines\u{7}").unwrap();
         let reason = cleaned.steps[0].action.reason().unwrap();
-        assert!(!reason.contains('\n') && !reason.contains('\u{7}'), "{reason:?}");
+        assert!(
+            !reason.contains('\n') && !reason.contains('\u{7}'),
+            "{reason:?}"
+        );
     }
 
     #[test]
@@ -711,8 +739,13 @@ mod tests {
             verdict("p", types::Verdict::RetryAfterMs(0)).unwrap(),
             Verdict::RetryAfter(MIN_RETRY)
         );
-        assert!(refused(verdict("p", types::Verdict::RetryAfterMs(MAX_DURATION_MS + 1)))
-            .contains("retry-after-ms"));
+        assert!(
+            refused(verdict(
+                "p",
+                types::Verdict::RetryAfterMs(MAX_DURATION_MS + 1)
+            ))
+            .contains("retry-after-ms")
+        );
         assert!(refused(verdict("p", types::Verdict::Fail("  ".into()))).contains("empty"));
         let park = |recheck: Option<u64>| {
             verdict(
@@ -753,8 +786,10 @@ mod tests {
         );
         assert!(refused(wait(Some(0), "busy")).contains("recheck-after-ms 0"));
         assert!(refused(wait(None, "")).contains("the wait reason is empty"));
-        assert!(refused(admission("p", types::Admission::Deny(String::new())))
-            .contains("the deny message is empty"));
+        assert!(
+            refused(admission("p", types::Admission::Deny(String::new())))
+                .contains("the deny message is empty")
+        );
         match settings("p", Err(" ".into())) {
             Err(Error::Settings { reason, .. }) => assert_eq!(reason, "(no reason given)"),
             other => panic!("{other:?}"),

@@ -365,7 +365,7 @@ fn crd_steps(crd: &str, long_node: &str) -> Vec<Step> {
         step(
             "the NodeMaintenance CRD",
             "apply --server-side -f -",
-            Some(&crd),
+            Some(crd),
             &[],
         ),
         step(

@@ -684,7 +684,7 @@ async fn created_as_asked(k: &Kubectl, wasm: &[u8]) {
             .expect("base64"),
         b"s3cr3t"
     );
-    wait_for(&k, &["get", "deployment", "web", "-n", "shop"], "2/2").await;
+    wait_for(k, &["get", "deployment", "web", "-n", "shop"], "2/2").await;
     let port = k
         .ok(&[
             "get",

@@ -536,7 +536,7 @@ async fn event_in_protobuf(c: &SimCluster) {
         ..Default::default()
     };
     let a = send_protobuf(
-        &c,
+        c,
         "POST",
         "/api/v1/namespaces/default/events",
         "v1",
@@ -550,7 +550,7 @@ async fn event_in_protobuf(c: &SimCluster) {
 /// An eviction with a protobuf body, answered with a protobuf Status.
 async fn eviction_in_protobuf(c: &SimCluster) {
     send_protobuf(
-        &c,
+        c,
         "POST",
         "/api/v1/namespaces/default/pods",
         "v1",
@@ -567,7 +567,7 @@ async fn eviction_in_protobuf(c: &SimCluster) {
         delete_options: None,
     };
     let a = send_protobuf(
-        &c,
+        c,
         "POST",
         "/api/v1/namespaces/default/pods/victim/eviction",
         "policy/v1",
