@@ -88,28 +88,9 @@ pub(in crate::controller) async fn ask(
     // any this request allows, is not ours: it is written again.
     let forged = ours(&seen) && written_deadline.is_none_or(|w| w > latest_ms);
     if !ours(&seen) || forged {
-        loop {
-            let patch = json!({"metadata": {"annotations": {
-                REQUESTED: rfc3339(requested_ms),
-                DEADLINE: rfc3339(deadline_ms),
-                REQUESTER: requester,
-            }}});
-            match pods
-                .patch(&t.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => break,
-                Err(kube::Error::Api(e)) if e.code == 404 => return false,
-                Err(e) => {
-                    state
-                        .waiting_for(t, format!("asking pod {} to leave: {e}", t.key()))
-                        .await;
-                    if Instant::now() + how.retries.api_error >= how.deadline {
-                        return false;
-                    }
-                    tokio::time::sleep(how.retries.api_error).await;
-                }
-            }
+        let asked = (requested_ms, deadline_ms);
+        if !write_request(how, &pods, t, state, asked, &requester).await {
+            return false;
         }
         written_deadline = Some(deadline_ms);
         tracing::info!(pod = %t.key(), deadline = %rfc3339(deadline_ms), "asked the application to leave");
@@ -182,6 +163,43 @@ pub(in crate::controller) async fn ask(
             () = changed => {}
             () = tokio::time::sleep(left) => {}
             () = tokio::time::sleep_until(how.deadline) => {}
+        }
+    }
+}
+
+/// Writes the request on the pod (when it was asked, `asked.0`; its
+/// deadline, `asked.1`; who asks), retrying an API error until the
+/// attempt's deadline. `false`: the pod is gone, or the attempt ran out
+/// first.
+async fn write_request(
+    how: Removal<'_>,
+    pods: &Api<Pod>,
+    t: &Target,
+    state: &Attempt,
+    (requested_ms, deadline_ms): (u64, u64),
+    requester: &str,
+) -> bool {
+    let patch = json!({"metadata": {"annotations": {
+        REQUESTED: rfc3339(requested_ms),
+        DEADLINE: rfc3339(deadline_ms),
+        REQUESTER: requester,
+    }}});
+    loop {
+        match pods
+            .patch(&t.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return true,
+            Err(kube::Error::Api(e)) if e.code == 404 => return false,
+            Err(e) => {
+                state
+                    .waiting_for(t, format!("asking pod {} to leave: {e}", t.key()))
+                    .await;
+                if Instant::now() + how.retries.api_error >= how.deadline {
+                    return false;
+                }
+                tokio::time::sleep(how.retries.api_error).await;
+            }
         }
     }
 }
