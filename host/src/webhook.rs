@@ -36,6 +36,10 @@ use crate::error::Result;
 
 /// The path the Go operator's webhook is registered at.
 pub const PATH: &str = "/validate-nodemaintenance-medik8s-io-v1beta1-nodemaintenance";
+/// How long a create waits for the NodeMaintenance watch to show what the
+/// API server has before it lists instead.
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Where the CRD deletion guard is registered.
 pub const CRD_GUARD_PATH: &str = "/validate-nodemaintenance-crd-deletion";
 /// Largest AdmissionReview accepted (the servers' default body limit).
@@ -169,21 +173,42 @@ impl Validator {
             .map_err(|e| format!("could not check the node: {e}"))
     }
 
-    /// Whether another NodeMaintenance than `nm` names its node: from the
-    /// watch once it has listed (as the Go operator's webhook reads its
-    /// cache), else listed.
+    /// Whether another NodeMaintenance than `nm` names its node. From the
+    /// watch once it has listed, and once it shows as many maintenances as
+    /// the API server has now (a one-item list says how many): a
+    /// maintenance created a moment ago, which the watch has not shown
+    /// yet, is waited for (at most [`CATCH_UP`]), so a second create for
+    /// the same node right after the first is refused, as the Go
+    /// operator's e2e suite expects. Listed otherwise.
     async fn node_taken(&self, nm: &NodeMaintenance) -> std::result::Result<bool, String> {
         let taken = |o: &NodeMaintenance| {
             o.spec.node_name == nm.spec.node_name && o.name_any() != nm.name_any()
         };
-        if let Some(all) = self
-            .watched
-            .as_ref()
-            .and_then(|w| w.maintenances.snapshot())
-        {
-            return Ok(all.iter().any(|o| taken(o)));
+        let api = Api::<NodeMaintenance>::all(self.client.clone());
+        if let Some(watched) = &self.watched {
+            let one = api
+                .list(&ListParams::default().limit(1))
+                .await
+                .map_err(|e| format!("could not list NodeMaintenances: {e}"))?;
+            let exist = one.items.len() as u64
+                + one.metadata.remaining_item_count.unwrap_or(0).max(0) as u64;
+            let deadline = Instant::now() + CATCH_UP;
+            loop {
+                if let Some(all) = watched.maintenances.snapshot() {
+                    if all.iter().any(|o| taken(o)) {
+                        return Ok(true);
+                    }
+                    if all.len() as u64 >= exist {
+                        return Ok(false);
+                    }
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
         }
-        let others = Api::<NodeMaintenance>::all(self.client.clone())
+        let others = api
             .list(&ListParams::default())
             .await
             .map_err(|e| format!("could not list NodeMaintenances: {e}"))?;

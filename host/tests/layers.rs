@@ -156,7 +156,7 @@ fn every_pod_removal_passes_the_budgets_gate() {
         // pods whose surges hold a `Via::HandOver` permit (their own, or
         // one `adopt` took), and by `look` for pods a round claimed so
         // before a restart.
-        ("controller/drain/surge.rs", "finish", ""),
+        ("controller/drain/surge/mod.rs", "finish", ""),
     ];
     let src = root().join("host/src");
     // Anywhere: an eviction, the hand-over's deletion cost; in the drain,
@@ -207,7 +207,7 @@ fn every_pod_removal_passes_the_budgets_gate() {
             "{file} {name} takes no permit ({gate})"
         );
     }
-    let surge = std::fs::read_to_string(src.join("controller/drain/surge.rs")).unwrap();
+    let surge = std::fs::read_to_string(src.join("controller/drain/surge/mod.rs")).unwrap();
     for taker in ["fn look_at", "fn adopt"] {
         let start = surge.find(taker).unwrap();
         let body = &surge[start..start + surge[start..].find("\n}\n").unwrap()];

@@ -644,12 +644,12 @@ async fn admission_goes_on_without_a_history_it_may_not_read() {
     cluster.stop().await;
 }
 
-/// The webhook's lists of nodes and NodeMaintenances so far (the audit's).
-fn webhook_lists(env: &Env) -> usize {
+/// The webhook's lists of `resource` so far (the audit's).
+fn webhook_lists(env: &Env, resource: &str) -> usize {
     env.cluster
         .audit()
         .iter()
-        .filter(|r| r.verb == "list" && (r.resource == "nodes" || r.resource == "nodemaintenances"))
+        .filter(|r| r.verb == "list" && r.resource == resource)
         .count()
 }
 
@@ -694,7 +694,8 @@ async fn a_webhook_that_follows_the_cluster_lists_nothing_per_create() {
         },
     )
     .await;
-    let before = webhook_lists(&env);
+    let lists = |resource| webhook_lists(&env, resource);
+    let (nodes_before, nms_before) = (lists("nodes"), lists("nodemaintenances"));
     for i in 0..20 {
         let node = format!("worker-{}", 2 + i % 2);
         assert_eq!(
@@ -718,18 +719,31 @@ async fn a_webhook_that_follows_the_cluster_lists_nothing_per_create() {
         Ok(())
     );
     assert_eq!(
-        webhook_lists(&env) - before,
+        lists("nodes") - nodes_before,
         0,
-        "no list per create once the watches have listed"
+        "no list of the nodes once the watches have listed"
     );
-    // Without the watches, each create lists (what the test above would
-    // see if the webhook did not read them).
+    // Of the maintenances, one one-item list a create (how many exist):
+    // 22 creates reached that check.
+    assert!(lists("nodemaintenances") - nms_before <= 22);
+    // A second create for a node right after the first (before the watch
+    // can show it) is refused all the same: the webhook waits for its
+    // watch to show as many maintenances as exist.
+    api.create(&Default::default(), &nm("held-3", "worker-3"))
+        .await
+        .unwrap();
+    assert_eq!(
+        validator.validate_create(&nm("again-3", "worker-3")).await,
+        Err(nmo::webhook::messages::already_exists("worker-3"))
+    );
+    // Without the watches, each create lists everything (what the test
+    // above would see if the webhook did not read them).
     let plain = nmo::webhook::Validator::new(env.client.clone())
         .await
         .with_policies(policy_store(None));
-    let before = webhook_lists(&env);
+    let before = lists("nodes");
     assert_eq!(plain.validate_create(&nm("m", "worker-2")).await, Ok(()));
-    assert!(webhook_lists(&env) > before);
+    assert!(lists("nodes") > before);
 }
 
 /// The CRD deletion guard, as the API server asks it: the NodeMaintenance
@@ -786,4 +800,180 @@ async fn the_crd_is_not_deleted_while_maintenances_exist() {
     );
     nms.delete("nm-1", &Default::default()).await.unwrap();
     assert_eq!(answer(OURS).await, (true, String::new()), "none left");
+}
+
+/// The metric names the docs, the README, the alerts and the dashboard
+/// mention (`nmo_*`, `controller_runtime_*`, `leader_election_*`,
+/// `rest_client_*`; a histogram's `_bucket`, `_sum`, `_count` as the
+/// histogram), less the crates and
+/// policy files named like one and the names the drop-in table says nmo
+/// does not serve.
+fn metric_names_the_docs_mention() -> std::collections::BTreeSet<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut texts = vec![std::fs::read_to_string(root.join("README.md")).unwrap()];
+    for dir in ["docs", "deploy/prometheus", "deploy/grafana"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("md" | "yaml")
+            ) {
+                texts.push(std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    let drop_in = std::fs::read_to_string(root.join("docs/drop-in.md")).unwrap();
+    // `| metrics/*/<name> | served | none | ...`: Go's alone.
+    let go_only: Vec<String> = drop_in
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells
+                .get(1)?
+                .strip_prefix("`metrics/*/")?
+                .strip_suffix('`')?;
+            (cells.get(3) == Some(&"none")).then(|| name.trim_end_matches('*').to_owned())
+        })
+        .collect();
+    let mut crates: Vec<String> = [
+        "nmo_control_plane",
+        "nmo_policy_runtime",
+        "nmo_policy_sdk",
+        "nmo_sim",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    for dir in ["policies/examples", "policies/testing", "deploy/policies"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let name = entry
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .replace(['-', '.'], "_");
+            crates.push(format!("nmo_policy_{}", name.trim_end_matches("_wasm")));
+        }
+    }
+    let word = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
+    let mut names = std::collections::BTreeSet::new();
+    for text in &texts {
+        for (at, _) in text.match_indices(|c: char| c.is_ascii_lowercase()) {
+            if at > 0 && text[..at].ends_with(word) {
+                continue;
+            }
+            let rest = &text[at..];
+            let name: String = rest.chars().take_while(|c| word(*c)).collect();
+            if ![
+                "nmo_",
+                "controller_runtime_",
+                "leader_election_",
+                "rest_client_",
+            ]
+            .iter()
+            .any(|p| name.starts_with(p) && name.len() > p.len())
+            {
+                continue;
+            }
+            let name = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| name.strip_suffix(s))
+                .unwrap_or(&name)
+                .to_owned();
+            if crates.contains(&name) || go_only.iter().any(|g| name.starts_with(g.as_str())) {
+                continue;
+            }
+            names.insert(name);
+        }
+    }
+    names
+}
+
+/// Every metric name the docs mention is one the operator serves (or
+/// begins served names: a prefix, a `grep` in a recipe): the
+/// binary, as the Deployment runs it (leader election, the webhook the
+/// API server calls, the shipped policies), through a maintenance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_docs_name_is_served() {
+    let mentioned = metric_names_the_docs_mention();
+    assert!(
+        mentioned.contains("nmo_node_maintenance_phase"),
+        "{mentioned:?}"
+    );
+    let cluster = nmo_sim::SimCluster::start(Default::default())
+        .await
+        .unwrap();
+    cluster.add_node("worker-1").unwrap();
+    cluster.apply_yaml(&nmo::crd::crd_yaml()).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let kubeconfig = work.path().join("kubeconfig");
+    cluster.write_kubeconfig(&kubeconfig).unwrap();
+    let (certs, ca) = webhook_cert();
+    let (metrics, probe, webhook) = (free_port(), free_port(), free_port());
+    let policies = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/policies");
+    let mut operator = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args([
+            format!("--metrics-bind-address=127.0.0.1:{metrics}"),
+            "--metrics-secure=false".to_owned(),
+            format!("--health-probe-bind-address=127.0.0.1:{probe}"),
+            format!("--webhook-bind-address=127.0.0.1:{webhook}"),
+            format!("--webhook-cert-dir={}", certs.path().display()),
+            "--leader-elect".to_owned(),
+            "--leader-election-namespace=default".to_owned(),
+            format!("--policy-dir={}", policies.display()),
+            format!("--policy-cache-dir={}", work.path().join("cache").display()),
+            "--zap-log-level=error".to_owned(),
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_until("the operator ready", Duration::from_secs(60), || {
+        ready_on(probe)
+    })
+    .await;
+    cluster
+        .create(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "vnodemaintenance"},
+            "webhooks": [{"name": "vnodemaintenance.kb.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "clientConfig": {"url": format!("https://127.0.0.1:{webhook}{}", nmo::webhook::PATH), "caBundle": ca},
+                "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["nodemaintenance.medik8s.io"],
+                           "apiVersions": ["v1beta1"], "resources": ["nodemaintenances"]}]}],
+        }))
+        .unwrap();
+    let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig())
+        .await
+        .unwrap();
+    let nms = kube::Api::<nmo::crd::NodeMaintenance>::all(client);
+    nms.create(&Default::default(), &common::nm("nm-1", "worker-1"))
+        .await
+        .unwrap();
+    wait_succeeded(&nms, "nm-1", Duration::from_secs(60)).await;
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], metrics).into();
+    // Some series appear a moment after what they count (the webhook's
+    // answer, the leader's gauge): asked until all are there, with a
+    // deadline.
+    let started = std::time::Instant::now();
+    loop {
+        let (_, page) = http_get(addr, "/metrics").await;
+        let served: Vec<&str> = page
+            .lines()
+            .filter_map(|l| l.strip_prefix("# HELP "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let missing: Vec<&String> = mentioned
+            .iter()
+            .filter(|m| !served.iter().any(|s| s.starts_with(m.as_str())))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the docs name metrics the operator does not serve: {missing:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    operator.kill().await.unwrap();
+    cluster.stop().await;
 }

@@ -9,7 +9,7 @@
 //! watches the passes read, started with it. Below it, the rooms: `pass/`
 //! (one pass: `reconcile.rs` its steps, `finish.rs` how it ends,
 //! `status.rs` its writes), `drain/` (the executor and what it calls:
-//! `surge.rs`, `handshake.rs`, `volumes.rs`, `ledger.rs`, `budgets.rs`,
+//! `surge/`, `handshake.rs`, `volumes.rs`, `ledger.rs`, `budgets.rs`,
 //! `workloads.rs`) and `node/` (cordon, taints, the node lease); beside
 //! them what every pass shares: `context.rs`, `memory.rs` (what is
 //! remembered about each maintenance between passes), `next.rs` (when a

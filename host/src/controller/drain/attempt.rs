@@ -1,4 +1,4 @@
-//! What one drain attempt shares with the mechanisms it calls (`surge.rs`,
+//! What one drain attempt shares with the mechanisms it calls (`surge/`,
 //! `handshake.rs`): the pods it acts on, its state, what removing a pod
 //! needs, the notes it leaves for events, and how long it waits before
 //! trying again. The executor itself is `drain.rs`.

@@ -6,7 +6,7 @@
 //! disappearance observed by kube-runtime's watcher on the node's pods
 //! (the same list the plan is made from, then its watch).
 //!
-//! Contract 0.3's actions have their own modules: `surge.rs`
+//! Contract 0.3's actions have their own modules: `surge/`
 //! (make-before-break through the owning ReplicaSet or Deployment) and
 //! `handshake.rs` (ask the application first), sharing `attempt.rs` (the
 //! attempt's state and targets) with this executor; `wait` is the watch
