@@ -258,6 +258,23 @@ async fn kubectl(
     kubectl_in(&kc, args, stdin).await
 }
 
+/// Registers the webhook served on the loopback `port` for creates and
+/// updates of NodeMaintenances, as the shipped configuration does
+/// (failurePolicy Fail), trusting `ca`.
+fn register_webhook(cluster: &nmo_sim::SimCluster, port: u16, ca: &str) {
+    cluster
+        .create(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": "vnodemaintenance"},
+            "webhooks": [{"name": "vnodemaintenance.kb.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "clientConfig": {"url": format!("https://127.0.0.1:{port}{}", nmo::webhook::PATH), "caBundle": ca},
+                "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["nodemaintenance.medik8s.io"],
+                           "apiVersions": ["v1beta1"], "resources": ["nodemaintenances"]}]}],
+        }))
+        .unwrap();
+}
+
 fn nm_yaml(name: &str, node: &str) -> String {
     format!(
         "apiVersion: nodemaintenance.medik8s.io/v1beta1\nkind: NodeMaintenance\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node}\n"
@@ -285,17 +302,7 @@ async fn the_webhook_refuses_what_the_go_operator_refuses() {
             .await
             .unwrap()
     });
-    env.cluster
-        .create(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "vnodemaintenance"},
-            "webhooks": [{"name": "vnodemaintenance.kb.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "clientConfig": {"url": format!("https://127.0.0.1:{port}{}", nmo::webhook::PATH), "caBundle": ca},
-                "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["nodemaintenance.medik8s.io"],
-                           "apiVersions": ["v1beta1"], "resources": ["nodemaintenances"]}]}],
-        }))
-        .unwrap();
+    register_webhook(&env.cluster, port, &ca);
     let tmp = tempfile::tempdir().unwrap();
     let (ok, out) = kubectl(
         &env,
@@ -930,17 +937,7 @@ async fn every_metric_the_docs_name_is_served() {
         ready_on(probe)
     })
     .await;
-    cluster
-        .create(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": "vnodemaintenance"},
-            "webhooks": [{"name": "vnodemaintenance.kb.io", "admissionReviewVersions": ["v1"], "sideEffects": "None",
-                "failurePolicy": "Fail",
-                "clientConfig": {"url": format!("https://127.0.0.1:{webhook}{}", nmo::webhook::PATH), "caBundle": ca},
-                "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["nodemaintenance.medik8s.io"],
-                           "apiVersions": ["v1beta1"], "resources": ["nodemaintenances"]}]}],
-        }))
-        .unwrap();
+    register_webhook(&cluster, webhook, &ca);
     let client = nmo::client::client_from_kubeconfig(&cluster.kubeconfig())
         .await
         .unwrap();
