@@ -166,13 +166,6 @@ pub struct Cli {
     #[arg(long, env = "POD_NAMESPACE", hide = true)]
     pub pod_namespace: Option<String>,
 
-    /// This pod's name and uid, from the downward API: the leader lease
-    /// names its holder's pod as its owner (deleted with it).
-    #[arg(long, env = "POD_NAME", hide = true)]
-    pub pod_name: Option<String>,
-    #[arg(long, env = "POD_UID", hide = true)]
-    pub pod_uid: Option<String>,
-
     /// With no subcommand, nmo runs the operator against the current
     /// kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster).
     #[command(subcommand)]
@@ -549,12 +542,9 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
                 .or_else(|| own_namespace(cli))
                 .unwrap_or_else(|| "node-maintenance-operator-system".to_owned());
             let identity = format!("{}_{}", cli.instance, std::process::id());
-            let mut elector =
+            let elector =
                 nmo::controller::leader::Elector::new(client, &ns, identity, Default::default())
                     .with_metrics(ctx.metrics.clone());
-            if let (Some(name), Some(uid)) = (&cli.pod_name, &cli.pod_uid) {
-                elector = elector.owned_by_pod(name, uid);
-            }
             tracing::info!(namespace = %ns, "waiting for leadership");
             // Leadership lost (an API outage past the renew deadline):
             // the controller stops acting and the replica stands again,

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -60,8 +60,6 @@ pub struct Elector {
     observed: Mutex<Option<(String, Instant)>>,
     /// Where `leader_election_master_status` is kept, if anywhere.
     metrics: Option<ControllerMetrics>,
-    /// This candidate's pod, named as the lease's owner while it holds it.
-    owner: Option<OwnerReference>,
 }
 
 impl Elector {
@@ -79,34 +77,7 @@ impl Elector {
             timings,
             observed: Mutex::new(None),
             metrics: None,
-            owner: None,
         }
-    }
-
-    /// Names the pod `name` (`uid`) as the lease's owner while this
-    /// candidate holds it: when the install is deleted, the garbage
-    /// collector deletes the lease with the pod, so a reinstall leads at
-    /// once (a pod stopping after its Role was deleted cannot release
-    /// the lease itself). Another candidate that takes the lease names
-    /// its own pod.
-    pub fn owned_by_pod(mut self, name: &str, uid: &str) -> Self {
-        self.owner = Some(OwnerReference {
-            api_version: "v1".into(),
-            kind: "Pod".into(),
-            name: name.to_owned(),
-            uid: uid.to_owned(),
-            ..Default::default()
-        });
-        self
-    }
-
-    /// The lease's metadata as this candidate writes it: `metadata` with
-    /// its own pod as the owner, if it has one.
-    fn owned(&self, mut metadata: ObjectMeta) -> ObjectMeta {
-        if let Some(owner) = &self.owner {
-            metadata.owner_references = Some(vec![owner.clone()]);
-        }
-        metadata
     }
 
     /// Keeps `leader_election_master_status` in `metrics` (the registry
@@ -156,10 +127,10 @@ impl Elector {
             .map_err(Error::kube("reading the leader lease"))?;
         let Some(record) = existing else {
             let lease = Lease {
-                metadata: self.owned(ObjectMeta {
+                metadata: ObjectMeta {
                     name: Some(LOCK_NAME.into()),
                     ..Default::default()
-                }),
+                },
                 spec: Some(self.our_spec(now, 0)),
             };
             return match self.api.create(&PostParams::default(), &lease).await {
@@ -182,11 +153,13 @@ impl Elector {
         } else {
             self.our_spec(now, record.transitions.saturating_add(1))
         };
-        let mut lease = lease_over(&record, spec);
-        lease.metadata = self.owned(lease.metadata);
         match self
             .api
-            .replace(LOCK_NAME, &PostParams::default(), &lease)
+            .replace(
+                LOCK_NAME,
+                &PostParams::default(),
+                &lease_over(&record, spec),
+            )
             .await
         {
             Ok(_) => Ok(true),
