@@ -193,14 +193,14 @@ impl Validator {
             let exist = one.items.len() as u64
                 + one.metadata.remaining_item_count.unwrap_or(0).max(0) as u64;
             let deadline = Instant::now() + CATCH_UP;
-            loop {
-                if let Some(all) = watched.maintenances.snapshot() {
-                    if all.iter().any(|o| taken(o)) {
-                        return Ok(true);
-                    }
-                    if all.len() as u64 >= exist {
-                        return Ok(false);
-                    }
+            // A watch that has not listed (or fails) is not waited for:
+            // the list below answers at once.
+            while let Some(all) = watched.maintenances.snapshot() {
+                if all.iter().any(|o| taken(o)) {
+                    return Ok(true);
+                }
+                if all.len() as u64 >= exist {
+                    return Ok(false);
                 }
                 if Instant::now() >= deadline {
                     break;
