@@ -262,6 +262,51 @@ pub fn crd_yaml() -> String {
     out
 }
 
+/// The CRD's name.
+pub const CRD_NAME: &str = "nodemaintenances.nodemaintenance.medik8s.io";
+
+/// The field manager `nmo crd --apply` writes the CRD as.
+pub const CRD_FIELD_MANAGER: &str = "nmo-crd";
+
+/// Applies this build's CRD server-side, taking over the fields another
+/// manager set (the Go operator's CRD as OLM or `kubectl replace` left
+/// it: the same group, version and storage, so every NodeMaintenance is
+/// kept), then waits, at most `wait`, until the API server serves it.
+/// What the Helm chart's pre-install and pre-upgrade hook runs.
+pub async fn apply(client: &kube::Client, wait: std::time::Duration) -> crate::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::CustomResourceExt;
+    use kube::api::{Api, Patch, PatchParams};
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply(CRD_FIELD_MANAGER).force();
+    crds.patch(CRD_NAME, &params, &Patch::Apply(NodeMaintenance::crd()))
+        .await
+        .map_err(crate::Error::kube("applying the NodeMaintenance CRD"))?;
+    let started = std::time::Instant::now();
+    loop {
+        let crd = crds
+            .get(CRD_NAME)
+            .await
+            .map_err(crate::Error::kube("reading the NodeMaintenance CRD back"))?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            return Ok(());
+        }
+        if started.elapsed() >= wait {
+            return Err(crate::Error::Config(format!(
+                "the NodeMaintenance CRD was applied but is not Established after {}",
+                crate::text::duration(wait)
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// Whether a maintenance was admitted: its phase is set (it started, or
 /// finished), or the policy admitted it (`status.admittedAt`).
 pub fn is_admitted(nm: &NodeMaintenance) -> bool {

@@ -177,6 +177,12 @@ fn template(o: &Value) -> String {
     if kind(&o) == "Deployment" {
         template_deployment(&mut o, &mut directive, &mut block);
     }
+    if kind(&o) == "Job" {
+        o["spec"]["template"]["spec"]["containers"][0]["image"] = directive(
+            "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+                .into(),
+        );
+    }
     if kind(&o) == "Service" && o["spec"]["ports"][0]["port"] == 8443 {
         o["spec"]["ports"][0]["name"] =
             directive("{{ if .Values.metrics.secure }}https{{ else }}metrics{{ end }}".into());
@@ -295,25 +301,104 @@ node-maintenance-operator-metrics-reader.
 {{- end }}
 "#;
 
+/// The name of the hook's objects.
+const CRD_HOOK: &str = "node-maintenance-operator-crd-apply";
+
+/// The hook that puts the CRD in place before every install and upgrade:
+/// a Job running the release's own image, `nmo crd --apply` (server-side,
+/// taking over the fields another manager set), under a ServiceAccount
+/// that may create CRDs and read and patch this one only. Not in `crds/`:
+/// Helm 4 applies those server-side without forcing, so a cluster where
+/// the Go operator's CRD was put by OLM or `kubectl replace` refused the
+/// install (`conflict with "kubectl-replace": .spec.versions`). The Job's
+/// pod is the Deployment's (security context, nodes it may run on), its
+/// one container the manager's image. The hook's objects go once the Job
+/// succeeds; `helm uninstall` keeps the CRD (it is no release's).
+fn crd_hook(deployment: &Value) -> Vec<Value> {
+    let annotate = |weight: &str| {
+        serde_json::json!({
+            "helm.sh/hook": "pre-install,pre-upgrade",
+            "helm.sh/hook-weight": weight,
+            "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
+        })
+    };
+    let meta = |weight: &str, namespaced: bool| {
+        let mut m = serde_json::json!({"name": CRD_HOOK, "annotations": annotate(weight)});
+        if namespaced {
+            m["namespace"] = Value::from(NS);
+        }
+        m
+    };
+    let pod = &deployment["spec"]["template"]["spec"];
+    let manager = &pod["containers"][0];
+    let mut job_pod = serde_json::json!({
+        "serviceAccountName": CRD_HOOK,
+        "restartPolicy": "OnFailure",
+        "containers": [{
+            "name": "crd",
+            "image": manager["image"],
+            "command": manager["command"],
+            "args": ["crd", "--apply"],
+            "securityContext": manager["securityContext"],
+            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        }],
+    });
+    for field in ["securityContext", "nodeSelector", "tolerations", "affinity"] {
+        if let Some(v) = pod.get(field) {
+            job_pod[field] = v.clone();
+        }
+    }
+    if job_pod["containers"][0]["command"].is_null() {
+        job_pod["containers"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("command");
+    }
+    vec![
+        serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("-10", true)}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": meta("-10", false),
+        "rules": [
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+             "verbs": ["create"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+             "resourceNames": [nmo::crd::CRD_NAME], "verbs": ["get", "patch"]},
+        ]}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": meta("-10", false),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CRD_HOOK},
+            "subjects": [{"kind": "ServiceAccount", "name": CRD_HOOK, "namespace": NS}]}),
+        serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("0", true),
+            "spec": {"backoffLimit": 4, "activeDeadlineSeconds": 300, "template": {"spec": job_pod}}}),
+    ]
+}
+
+/// Whether a rendered object is one of a hook's (Helm runs it around the
+/// release; kustomize has no such thing).
+fn is_hook(o: &Value) -> bool {
+    !o["metadata"]["annotations"]["helm.sh/hook"].is_null()
+}
+
 /// The chart's generated files: path under the chart, content.
 fn generated() -> BTreeMap<PathBuf, String> {
     let mut files = BTreeMap::new();
     files.insert(Path::new("templates").join("NOTES.txt"), NOTES.to_owned());
-    for o in kustomized("default") {
-        match kind(&o) {
+    let objects = kustomized("default");
+    let deployment = objects
+        .iter()
+        .find(|o| kind(o) == "Deployment")
+        .expect("deploy/default has the Deployment");
+    for o in crd_hook(deployment) {
+        files.insert(Path::new("templates").join(file_name(&o)), template(&o));
+    }
+    for o in &objects {
+        match kind(o) {
             // The release's namespace is made by Helm (--create-namespace).
-            "Namespace" if name(&o) == NS => {}
-            "CustomResourceDefinition" => {
-                files.insert(
-                    Path::new("crds").join(format!("{}.yaml", name(&o))),
-                    format!(
-                        "# Generated from deploy/default by host/tests/helm.rs: do not edit.\n{}",
-                        nmo::yaml::to_string(&o).unwrap()
-                    ),
-                );
-            }
+            "Namespace" if name(o) == NS => {}
+            // The hook applies it.
+            "CustomResourceDefinition" => {}
             _ => {
-                files.insert(Path::new("templates").join(file_name(&o)), template(&o));
+                files.insert(Path::new("templates").join(file_name(o)), template(o));
             }
         }
     }
@@ -324,12 +409,9 @@ fn generated() -> BTreeMap<PathBuf, String> {
 #[test]
 fn the_chart_is_generated_from_deploy_default() {
     let chart = chart_dir();
-    common::generated::check(
-        &chart,
-        &["crds", "templates"],
-        &generated(),
-        "NMO_WRITE_CHART",
-    );
+    common::generated::check(&chart, &["templates"], &generated(), "NMO_WRITE_CHART");
+    // No `crds/`: Helm 4 would apply it unforced (see [`crd_hook`]).
+    assert!(!chart.join("crds").exists(), "the chart has a crds/ again");
     // The policies it ships are deploy/policies' own files.
     let link = chart.join("files/policies");
     assert_eq!(
@@ -393,8 +475,17 @@ fn by_kind_and_name(objects: Vec<Value>) -> BTreeMap<(String, String), Value> {
 }
 
 /// `helm template` into the operator's namespace with `set` values: its
-/// objects by kind and name.
+/// objects by kind and name, but the hook's.
 fn helm_objects(set: &[&str]) -> BTreeMap<(String, String), Value> {
+    helm_rendered(set)
+        .into_iter()
+        .filter(|(_, o)| !is_hook(o))
+        .collect()
+}
+
+/// `helm template` into the operator's namespace with `set` values, the
+/// hook's objects too.
+fn helm_rendered(set: &[&str]) -> BTreeMap<(String, String), Value> {
     let chart = chart_dir().display().to_string();
     let mut args = vec![
         "template",
@@ -418,12 +509,14 @@ fn helm_objects(set: &[&str]) -> BTreeMap<(String, String), Value> {
 }
 
 /// `deploy/<overlay>` as kustomize renders it, but the operator's
-/// namespace (Helm makes it) and the kinds given.
+/// namespace (Helm makes it), the CRD (the chart's hook applies it) and
+/// the kinds given.
 fn kustomize_objects(overlay: &str, without: &[&str]) -> BTreeMap<(String, String), Value> {
     by_kind_and_name(
         kustomized(overlay)
             .into_iter()
             .filter(|o| !(kind(o) == "Namespace" && name(o) == NS))
+            .filter(|o| kind(o) != "CustomResourceDefinition")
             .filter(|o| !without.contains(&kind(o)))
             .collect(),
     )
@@ -528,4 +621,52 @@ fn helm_renders_what_kustomize_renders() {
     assert!(elsewhere.contains("image: registry.example/nmo:v1"));
     assert!(elsewhere.contains("replicas: 3"));
     assert!(!elsewhere.contains("\nkind: Namespace\n"), "{elsewhere}");
+}
+
+/// The chart's hook runs the release's image to apply the CRD, with the
+/// rights to do that and nothing else, before the release's objects, and
+/// goes once it succeeded.
+#[test]
+fn the_charts_hook_applies_the_crd_with_the_releases_image() {
+    let hook: BTreeMap<(String, String), Value> =
+        helm_rendered(&["image.repository=registry.example/nmo", "image.tag=v9"])
+            .into_iter()
+            .filter(|(_, o)| is_hook(o))
+            .collect();
+    let kinds: Vec<&str> = hook.keys().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
+    );
+    let job = &hook[&("Job".to_owned(), CRD_HOOK.to_owned())];
+    let annotations = &job["metadata"]["annotations"];
+    assert_eq!(annotations["helm.sh/hook"], "pre-install,pre-upgrade");
+    assert_eq!(
+        annotations["helm.sh/hook-delete-policy"],
+        "before-hook-creation,hook-succeeded"
+    );
+    let pod = &job["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], CRD_HOOK);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], "registry.example/nmo:v9");
+    assert_eq!(c["args"], serde_json::json!(["crd", "--apply"]));
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    // Before the Job (a lower weight): its ServiceAccount and rights.
+    for kind in ["ServiceAccount", "ClusterRole", "ClusterRoleBinding"] {
+        let o = &hook[&(kind.to_owned(), CRD_HOOK.to_owned())];
+        assert_eq!(o["metadata"]["annotations"]["helm.sh/hook-weight"], "-10");
+    }
+    let rules = &hook[&("ClusterRole".to_owned(), CRD_HOOK.to_owned())]["rules"];
+    assert_eq!(
+        rules,
+        &serde_json::json!([
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+             "verbs": ["create"]},
+            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+             "resourceNames": [nmo::crd::CRD_NAME], "verbs": ["get", "patch"]},
+        ])
+    );
+    let binding = &hook[&("ClusterRoleBinding".to_owned(), CRD_HOOK.to_owned())];
+    assert_eq!(binding["subjects"][0]["namespace"], NS);
 }

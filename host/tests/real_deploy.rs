@@ -104,9 +104,47 @@ impl Install {
                         && printed.contains(&format!("runs in {NS}")),
                     "{printed}"
                 );
+                // The chart's hook Job ran on a kwok node, which only
+                // pretends to run a pod: its command, as the hook's
+                // ServiceAccount (what it may do is what is tested), here.
+                // `real_node.rs` runs the Job itself on a real kubelet.
+                apply_crd_as_the_hook(cp).await;
             }
         }
     }
+}
+
+/// `nmo crd --apply` with the token of the chart's hook ServiceAccount
+/// (made again here: the hook deleted it when its Job succeeded) under
+/// the hook's rights as the chart renders them.
+async fn apply_crd_as_the_hook(cp: &ControlPlane) {
+    let hook = "node-maintenance-operator-crd-apply";
+    let rendered = helm(
+        cp,
+        &["template", "nmo", &Install::chart(), "--namespace", NS],
+    );
+    let rights: String = rendered
+        .split("\n---\n")
+        .filter(|doc| {
+            doc.contains(&format!("name: {hook}"))
+                && (doc.contains("\nkind: ClusterRole") || doc.contains("\nkind: ServiceAccount"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n");
+    cp.apply(&rights).await.unwrap();
+    let token = cp.service_account_token(NS, hook).await.unwrap();
+    let kubeconfig = cp.write_kubeconfig("crd-hook.kubeconfig", &token).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_nmo"))
+        .args(["crd", "--apply"])
+        .env("KUBECONFIG", &kubeconfig)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "nmo crd --apply as the hook: {}",
+        common::printed(&out)
+    );
 }
 
 /// Runs the control plane's `helm` as the cluster admin.

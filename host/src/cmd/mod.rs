@@ -175,7 +175,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the NodeMaintenance CRD as YAML.
-    Crd,
+    Crd {
+        /// Apply it server-side instead (taking over the fields another
+        /// manager set, as the Go operator's install leaves them), and
+        /// wait until it is served: what the Helm chart's hook runs.
+        #[arg(long)]
+        apply: bool,
+    },
     /// Run the operator on an embedded simulated cluster: put a node into
     /// maintenance, show the drain live, then restore the node.
     #[cfg(feature = "demo")]
@@ -401,13 +407,29 @@ pub enum PolicyCommand {
     },
 }
 
+/// `nmo crd --apply`: this build's CRD applied server-side, then served.
+fn apply_crd(cli: &Cli) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let client = nmo::client::operator_client(
+            kubectl::kube_config(cli.kubeconfig.as_deref(), None).await?,
+        )?;
+        nmo::crd::apply(&client, std::time::Duration::from_secs(60)).await?;
+        out!(
+            "customresourcedefinition.apiextensions.k8s.io/{} serverside-applied",
+            nmo::crd::CRD_NAME
+        );
+        Ok(())
+    })
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => operator(&cli).map(|()| ExitCode::SUCCESS),
-        Some(Command::Crd) => {
+        Some(Command::Crd { apply: false }) => {
             out!("{}", nmo::crd::crd_yaml());
             Ok(ExitCode::SUCCESS)
         }
+        Some(Command::Crd { apply: true }) => apply_crd(&cli).map(|()| ExitCode::SUCCESS),
         #[cfg(feature = "demo")]
         Some(Command::Demo {
             policy,
