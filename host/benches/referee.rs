@@ -24,7 +24,11 @@
 //!   `NMO_BENCH_STUCK` seconds, default 30); nmo under `no-downtime`
 //!   surges it (the floor: scale to 2, wait Ready, evict, scale back);
 //! - `fleet`: 20 maintenances created at once on 20 nodes of 20 bare pods
-//!   each (the floor: every node's removals at once).
+//!   each (the floor: every node's removals at once, 64 in flight, then
+//!   the nodes' lists one at a time until all are empty);
+//! - `fleet-100`, only when named: 100 maintenances at once, 30 pods a
+//!   node, in a cluster of `NMO_BENCH_FLEET_NODES` (default 1,000) nodes,
+//!   the nodes no measurement drains holding 30 idle pods each.
 //!
 //! Prints, per case, the medians, nmo / Go, nmo / floor, the operators'
 //! API requests (median) and peak resident memory (`VmHWM`, median).
@@ -36,7 +40,7 @@ mod common;
 
 use common::{
     floor, free_port, http_get, install_crd, proc_status_kib, seed_kwok_pods, start_binary,
-    stop_binary, wait_empty, wait_running,
+    stop_binary, succeeded_within, wait_empty, wait_running,
 };
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -44,7 +48,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams};
-use nmo::crd::{MaintenancePhase, NodeMaintenance, NodeMaintenanceSpec};
+use nmo::crd::{NodeMaintenance, NodeMaintenanceSpec};
 use nmo_control_plane::{ControlPlane, NodeSpec, Options};
 use serde_json::json;
 
@@ -62,11 +66,13 @@ enum Case {
     Bare(usize),
     Budget,
     Single,
-    Fleet,
+    /// Maintenances created at once, pods on each of their nodes.
+    Fleet(usize, usize),
 }
 
-const FLEET_NODES: usize = 20;
-const FLEET_PODS: usize = 20;
+/// Nodes of the cluster in the `fleet-100` case (`NMO_BENCH_FLEET_NODES`):
+/// the nodes no measurement drains hold the same pods, idle.
+const FLEET_100_NODES: usize = 1000;
 const BUDGET_PODS: usize = 200;
 const BUDGET_REPLICAS: usize = 10;
 
@@ -76,7 +82,8 @@ impl Case {
             Case::Bare(n) => format!("bare-{n}"),
             Case::Budget => "budget".into(),
             Case::Single => "single".into(),
-            Case::Fleet => "fleet".into(),
+            Case::Fleet(20, _) => "fleet".into(),
+            Case::Fleet(n, _) => format!("fleet-{n}"),
         }
     }
 
@@ -87,7 +94,7 @@ impl Case {
                 "{BUDGET_PODS} pods (2 s to stop) + a Deployment of {BUDGET_REPLICAS} behind maxUnavailable 1"
             ),
             Case::Single => "one replica behind minAvailable 1".into(),
-            Case::Fleet => format!("{FLEET_NODES} maintenances at once, {FLEET_PODS} pods each"),
+            Case::Fleet(n, pods) => format!("{n} maintenances at once, {pods} pods each"),
         }
     }
 
@@ -98,7 +105,7 @@ impl Case {
         match self {
             Case::Bare(_) => vec![base],
             Case::Budget | Case::Single => vec![base.clone(), format!("{base}-spare")],
-            Case::Fleet => (0..FLEET_NODES).map(|i| format!("{base}-{i:02}")).collect(),
+            Case::Fleet(n, _) => (0..n).map(|i| format!("{base}-{i:03}")).collect(),
         }
     }
 }
@@ -131,12 +138,17 @@ async fn main() {
         Case::Bare(100),
         Case::Budget,
         Case::Single,
-        Case::Fleet,
+        Case::Fleet(20, 20),
+        // 1,000 nodes: only when asked for (NMO_BENCH_CASES=fleet-100).
+        Case::Fleet(100, 30),
     ];
     let picked = std::env::var("NMO_BENCH_CASES").unwrap_or_default();
     let cases: Vec<Case> = all
         .into_iter()
-        .filter(|c| picked.is_empty() || picked.split(',').any(|p| p.trim() == c.name()))
+        .filter(|c| match picked.as_str() {
+            "" => *c != Case::Fleet(100, 30),
+            _ => picked.split(',').any(|p| p.trim() == c.name()),
+        })
         .collect();
     let bench = Bench::start(&cases, runs, stuck).await;
     let mut rows = Vec::new();
@@ -276,6 +288,28 @@ impl Bench {
                 }
             }
         }
+        // The fleet-100 case's cluster: idle nodes up to
+        // NMO_BENCH_FLEET_NODES, and every node of the case, with their
+        // pods from the start.
+        let mut preseeded = Vec::new();
+        if cases.contains(&Case::Fleet(100, 30)) {
+            let total = env_or("NMO_BENCH_FLEET_NODES", FLEET_100_NODES);
+            preseeded = (nodes.len()..total)
+                .map(|i| format!("idle-{i:04}"))
+                .collect::<Vec<_>>();
+            // Every node of the case holds its pods from the start.
+            for run in 0..runs {
+                for who in [Who::Floor, Who::Go, Who::Nmo] {
+                    preseeded.extend(Case::Fleet(100, 30).nodes(run, who));
+                }
+            }
+            nodes.extend(
+                preseeded
+                    .iter()
+                    .filter(|n| n.starts_with("idle-"))
+                    .map(|n| NodeSpec::new(n).label("referee/pool", "idle")),
+            );
+        }
         eprintln!("starting the control plane with {} nodes", nodes.len());
         let cp = ControlPlane::start(Options {
             nodes,
@@ -301,14 +335,34 @@ impl Bench {
             .unwrap();
         let kubeconfig = cp.write_kubeconfig("referee.kubeconfig", &token).unwrap();
         let admin = cp.client().await.unwrap();
-        Bench {
+        let bench = Bench {
             cp,
             admin,
             kubeconfig,
             user: "system:serviceaccount:node-maintenance-operator-system:referee".into(),
             dir: tempfile::tempdir().unwrap(),
             stuck,
+        };
+        if !preseeded.is_empty() {
+            let t = Instant::now();
+            bench.seed_nodes(&preseeded, 30).await;
+            eprintln!(
+                "seeded {} nodes with 30 pods each in {:.0} s",
+                preseeded.len(),
+                t.elapsed().as_secs_f64()
+            );
         }
+        bench
+    }
+
+    /// `pods` bare pods on each of `nodes`, running.
+    async fn seed_nodes(&self, nodes: &[String], pods: usize) {
+        stream::iter(nodes)
+            .for_each_concurrent(8, |n| async move {
+                seed_kwok_pods(&self.admin, n, pods, "0s").await;
+                wait_running(&self.admin, n, pods).await;
+            })
+            .await;
     }
 
     fn requests(&self) -> usize {
@@ -335,7 +389,7 @@ impl Bench {
             };
         }
         let drained = match case {
-            Case::Fleet => nodes.clone(),
+            Case::Fleet(..) => nodes.clone(),
             _ => vec![nodes[0].clone()],
         };
         // A drain that cannot end is stuck at the stuck deadline; the
@@ -387,11 +441,10 @@ impl Bench {
             async move { nms.create(&PostParams::default(), &nm).await.unwrap() }
         }))
         .await;
-        let took = self
-            .all_succeeded(&nms, &names, t, limit)
+        let took = succeeded_within(&nms, &names, t, limit)
             .await
             .then(|| t.elapsed());
-        let requests = self.requests() - before;
+        let requests = self.requests().saturating_sub(before);
         let peak_kib = proc_status_kib(operator.pid, "VmHWM:");
         for name in &names {
             let _ = nms.delete(name, &DeleteParams::default()).await;
@@ -411,35 +464,6 @@ impl Bench {
         }
     }
 
-    /// Whether every maintenance of `names` Succeeded within `limit`
-    /// from `t`.
-    async fn all_succeeded(
-        &self,
-        nms: &Api<NodeMaintenance>,
-        names: &[String],
-        t: Instant,
-        limit: Duration,
-    ) -> bool {
-        for name in names {
-            loop {
-                let phase = nms
-                    .get(name)
-                    .await
-                    .ok()
-                    .and_then(|n| n.status)
-                    .and_then(|s| s.phase);
-                if phase == Some(MaintenancePhase::Succeeded) {
-                    break;
-                }
-                if t.elapsed() > limit {
-                    return false;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }
-        true
-    }
-
     /// The case's pods on its nodes, running; its workload (if any) Ready
     /// on the first node, the spare open for its replacements.
     async fn seed(&self, case: Case, nodes: &[String]) {
@@ -448,14 +472,9 @@ impl Bench {
                 seed_kwok_pods(&self.admin, &nodes[0], n, "0s").await;
                 wait_running(&self.admin, &nodes[0], n).await;
             }
-            Case::Fleet => {
-                stream::iter(nodes)
-                    .for_each_concurrent(4, |n| async move {
-                        seed_kwok_pods(&self.admin, n, FLEET_PODS, "0s").await;
-                        wait_running(&self.admin, n, FLEET_PODS).await;
-                    })
-                    .await;
-            }
+            // Seeded with the cluster (see `start`).
+            Case::Fleet(100, 30) => {}
+            Case::Fleet(_, pods) => self.seed_nodes(nodes, pods).await,
             Case::Budget => {
                 self.workload(&nodes[0], &nodes[1], BUDGET_REPLICAS, "maxUnavailable: 1")
                     .await;
@@ -535,9 +554,26 @@ impl Bench {
             Case::Bare(n) => {
                 floor(&self.admin, &nodes[0], n).await;
             }
-            Case::Fleet => {
-                futures::future::join_all(nodes.iter().map(|n| floor(&self.admin, n, FLEET_PODS)))
-                    .await;
+            Case::Fleet(_, pods) => {
+                // Every node's removals at once, then one node's list at a
+                // time until all are empty (polling them all at once
+                // would load the API server the floor is measuring).
+                let api: Api<Pod> = Api::namespaced(self.admin.clone(), "default");
+                stream::iter(
+                    nodes
+                        .iter()
+                        .flat_map(|n| (0..pods).map(move |i| format!("{n}-p{i:04}"))),
+                )
+                .for_each_concurrent(64, |pod| {
+                    let api = api.clone();
+                    async move {
+                        let _ = api.evict(&pod, &EvictParams::default()).await;
+                    }
+                })
+                .await;
+                for n in nodes {
+                    wait_empty(&self.admin, n).await;
+                }
             }
             Case::Budget => {
                 let (bare, workload) = futures::future::join(

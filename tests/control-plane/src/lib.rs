@@ -426,12 +426,33 @@ impl ControlPlane {
         .await
     }
 
-    /// The API server's audit log, if `Options::audit` asked for one.
+    /// The API server's audit log, if `Options::audit` asked for one: the
+    /// files it rotated out (at 100 MB, `audit-<time>.log` beside it, kept
+    /// all), oldest first, then the one it writes.
     pub fn audit(&self) -> Vec<AuditRecord> {
         let Some(path) = &self.audit_log else {
             return Vec::new();
         };
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut rotated: Vec<PathBuf> = path
+            .parent()
+            .and_then(|d| std::fs::read_dir(d).ok())
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("audit-") && n.ends_with(".log"))
+            })
+            .collect();
+        // Their names carry the time they were rotated at.
+        rotated.sort();
+        rotated.push(path.clone());
+        let text: String = rotated
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
         text.lines()
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
             .filter(|e| e["stage"] == "ResponseComplete")
