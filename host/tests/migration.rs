@@ -263,6 +263,42 @@ async fn from_the_go_operator_to_nmo_and_back() {
         .kubectl(&["replace", "-f", "-"], Some(&crd))
         .await
         .unwrap();
+    // The guide's step 4: the owner references nmo gave the maintenances
+    // go, with its own command.
+    let owned = |nm: &nmo::crd::NodeMaintenance| {
+        nm.metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|o| !o.is_empty())
+    };
+    let listed = env.nms().list(&Default::default()).await.unwrap().items;
+    assert!(
+        listed.iter().any(owned),
+        "nmo gave its maintenances no owner"
+    );
+    let guide = std::fs::read_to_string(real::deploy_dir().join("../docs/migration.md")).unwrap();
+    let step = blocks(&guide, "sh")
+        .into_iter()
+        .find(|b| b.contains("ownerReferences"))
+        .expect("the guide's command that removes the owner references");
+    let out = tokio::process::Command::new("sh")
+        .args(["-ec", step])
+        .env("KUBECONFIG", env.cp.kubeconfig_path())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{step}: {}", printed(&out));
+    let left: Vec<_> = env
+        .nms()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(owned)
+        .filter_map(|nm| nm.metadata.name)
+        .collect();
+    assert!(left.is_empty(), "still owned after {step}: {left:?}");
     let go = go_operator(&env, &logs.path().join("go-2.log"));
     let all_nms = ["nm-done", "nm-held", "nm-ghost", "nm-failed"];
     for name in all_nms {

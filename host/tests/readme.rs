@@ -1,6 +1,8 @@
 //! The README's two commands stay true: CI runs the test command it names,
 //! and the demo command runs to the end.
 
+use crate::common::blocks;
+
 const README: &str = include_str!("../../README.md");
 const CI: &str = include_str!("../../.ci/run");
 /// The policy author's guide (the README links to it).
@@ -73,16 +75,6 @@ fn the_demo_runs_a_maintenance_end_to_end() {
             "missing {expected:?} in:\n{stdout}"
         );
     }
-}
-
-/// The fenced blocks of a README section, by language.
-fn blocks<'a>(section: &'a str, lang: &str) -> Vec<&'a str> {
-    let fence = format!("```{lang}\n");
-    section
-        .split(fence.as_str())
-        .skip(1)
-        .map(|b| &b[..b.find("```").expect("closed block")])
-        .collect()
 }
 
 /// The policy guide (docs/writing-a-policy.md), as written: `nmo policy new`, the policy and the

@@ -906,3 +906,13 @@ pub async fn ready_on(port: u16) -> bool {
     let _ = s.read_to_string(&mut out).await;
     out.starts_with("HTTP/1.1 200")
 }
+
+/// The fenced blocks of a document (or a section of one), by language.
+pub fn blocks<'a>(section: &'a str, lang: &str) -> Vec<&'a str> {
+    let fence = format!("```{lang}\n");
+    section
+        .split(fence.as_str())
+        .skip(1)
+        .map(|b| &b[..b.find("```").expect("closed block")])
+        .collect()
+}
