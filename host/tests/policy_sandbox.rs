@@ -640,8 +640,10 @@ fn a_policy_that_takes_too_long_to_compile_is_stopped() {
         err.to_string().contains("compiling took longer than 1s"),
         "{err}"
     );
+    // Stopped at 1 s of its CPU time, or at the 6 s wall-clock backstop
+    // on a machine too busy to give it that: not waited for.
     assert!(
-        took < Duration::from_secs(4),
+        took < Duration::from_secs(8),
         "stopped, not waited for: {took:?}"
     );
     // The engine goes on compiling: a small component compiles within the
