@@ -117,10 +117,7 @@ async fn main() {
 
     println!(
         "real control plane (Kubernetes {}, kwok), release build, 2 cores:",
-        nmo_control_plane::versions()
-            .iter()
-            .find(|(k, _)| *k == "KUBERNETES_VERSION")
-            .map_or("?", |(_, v)| *v)
+        common::kubernetes_version()
     );
     println!("| what | time | ratio |");
     println!("|---|---:|---|");

@@ -168,10 +168,7 @@ async fn main() {
 
     println!(
         "real control plane (Kubernetes {}, kwok), {nodes} nodes, {} pods ({per_node} a node), the nmo binary, {maintenances} NodeMaintenances at once, max-unavailable 10 %:",
-        nmo_control_plane::versions()
-            .iter()
-            .find(|(k, _)| *k == "KUBERNETES_VERSION")
-            .map_or("?", |(_, v)| *v),
+        common::kubernetes_version(),
         nodes * per_node
     );
     println!("| what | figure | goal |");

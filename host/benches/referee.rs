@@ -175,10 +175,7 @@ async fn main() {
     }
     println!(
         "real control plane (Kubernetes {}, kwok), release builds, Go operator v0.21.0, {runs} runs a case, alternated; medians:",
-        nmo_control_plane::versions()
-            .iter()
-            .find(|(k, _)| *k == "KUBERNETES_VERSION")
-            .map_or("?", |(_, v)| *v)
+        common::kubernetes_version()
     );
     println!(
         "| case | floor | Go v0.21.0 | nmo | nmo / Go | nmo / floor | requests nmo / Go | peak RSS nmo / Go |"

@@ -314,3 +314,14 @@ pub fn is_admitted(nm: &NodeMaintenance) -> bool {
         .as_ref()
         .is_some_and(|s| s.phase.is_some() || s.admitted_at.is_some())
 }
+
+#[cfg(test)]
+mod tests {
+    /// The name the chart's hook and the CRD guard use is the one the
+    /// generated CRD carries.
+    #[test]
+    fn the_crd_name_is_the_generated_crds() {
+        use kube::CustomResourceExt;
+        assert_eq!(super::CRD_NAME, super::NodeMaintenance::crd_name());
+    }
+}

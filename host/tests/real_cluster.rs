@@ -266,14 +266,7 @@ async fn orphans_are_restored_and_a_missing_crd_is_not_ready() {
     })
     .await;
     env.cp
-        .kubectl(
-            &[
-                "delete",
-                "crd",
-                "nodemaintenances.nodemaintenance.medik8s.io",
-            ],
-            None,
-        )
+        .kubectl(&["delete", "crd", nmo::crd::CRD_NAME], None)
         .await
         .unwrap();
     wait_until("not ready: the CRD", Duration::from_secs(30), || async {

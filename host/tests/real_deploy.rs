@@ -549,7 +549,7 @@ async fn deleting_the_whole_install_mid_maintenance_keeps_the_crd_and_the_mainte
     );
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(admin.clone());
-    let crd_name = "nodemaintenances.nodemaintenance.medik8s.io";
+    let crd_name = nmo::crd::CRD_NAME;
     let intact = async || {
         let crd = crds.get(crd_name).await.expect("the CRD is there");
         assert!(

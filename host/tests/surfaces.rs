@@ -787,7 +787,7 @@ async fn the_crd_is_not_deleted_while_maintenances_exist() {
                 .to_owned(),
         )
     };
-    const OURS: &str = "nodemaintenances.nodemaintenance.medik8s.io";
+    const OURS: &str = nmo::crd::CRD_NAME;
     assert_eq!(answer(OURS).await, (true, String::new()), "no maintenance");
     let nms = kube::Api::<nmo::crd::NodeMaintenance>::all(env.client.clone());
     nms.create(&Default::default(), &common::nm("nm-1", "worker-1"))

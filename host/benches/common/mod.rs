@@ -407,3 +407,11 @@ pub fn seed_pods(c: &nmo_sim::SimCluster, node: &str, count: usize) {
         .unwrap();
     }
 }
+
+/// The Kubernetes version the real control plane was built at.
+pub fn kubernetes_version() -> &'static str {
+    nmo_control_plane::versions()
+        .iter()
+        .find(|(k, _)| *k == "KUBERNETES_VERSION")
+        .map_or("?", |(_, v)| *v)
+}
