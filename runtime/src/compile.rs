@@ -141,7 +141,7 @@ pub(crate) fn in_worker(
             // is stuck.
             Ok(None)
                 if cpu_time(pid) >= limits.timeout
-                    || started.elapsed() >= limits.timeout * WALL_FACTOR =>
+                    || started.elapsed() >= limits.timeout.saturating_mul(WALL_FACTOR) =>
             {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -162,7 +162,7 @@ pub(crate) fn in_worker(
         return Err(limit(format!(
             "compiling took longer than {:?} of CPU time (or {:?} in all) and was stopped",
             limits.timeout,
-            limits.timeout * WALL_FACTOR
+            limits.timeout.saturating_mul(WALL_FACTOR)
         )));
     };
     if status.success() && artifact.len() <= MAX_ARTIFACT_BYTES {
