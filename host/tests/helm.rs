@@ -76,6 +76,9 @@ fn condition(o: &Value) -> Option<&'static str> {
         ("ClusterRole" | "ClusterRoleBinding", n) if n.contains("metrics-auth") => {
             Some(".Values.metrics.secure")
         }
+        // The Prometheus Operator's objects (deploy/prometheus): only where
+        // its CRDs are, so only when asked for.
+        ("ServiceMonitor" | "PrometheusRule", _) => Some(".Values.prometheus.enabled"),
         _ => None,
     }
 }
@@ -155,6 +158,47 @@ fn template_deployment(
     }
 }
 
+/// The ServiceMonitor's endpoint follows `metrics.secure`: HTTPS with
+/// Prometheus's token where the metrics are secure (deploy/prometheus),
+/// plain HTTP on the `metrics` port where they are open
+/// (deploy/metrics-open's patch, read from that overlay).
+fn template_service_monitor(o: &mut Value, block: &mut impl FnMut(Vec<String>) -> Value) {
+    let open = kustomized("metrics-open")
+        .into_iter()
+        .find(|m| kind(m) == "ServiceMonitor")
+        .expect("deploy/metrics-open has the ServiceMonitor");
+    let item = |endpoint: &Value| -> Vec<String> {
+        nmo::yaml::to_string(endpoint)
+            .unwrap()
+            .lines()
+            .enumerate()
+            .map(|(i, l)| format!("{}{l}", if i == 0 { "- " } else { "  " }))
+            .collect()
+    };
+    let mut lines = vec!["{{- if .Values.metrics.secure }}".to_owned()];
+    lines.extend(item(&o["spec"]["endpoints"][0]));
+    lines.push("{{- else }}".into());
+    lines.extend(item(&open["spec"]["endpoints"][0]));
+    lines.push("{{- end }}".into());
+    o["spec"]["endpoints"] = Value::Array(vec![block(lines)]);
+}
+
+/// `text` (an object's YAML, which has labels) with the labels a value
+/// holds added to its own (for a Prometheus that selects its
+/// ServiceMonitors and rules by label, as kube-prometheus-stack's selects
+/// `release`).
+fn with_extra_labels(text: &str, value: &str) -> String {
+    let labels = "\n  labels:\n";
+    assert!(text.contains(labels), "no labels to add to: {text}");
+    text.replacen(
+        labels,
+        &format!(
+            "{labels}{{{{- with {value} }}}}\n{{{{ toYaml . | indent 4 }}}}\n{{{{- end }}}}\n"
+        ),
+        1,
+    )
+}
+
 /// One object as a template.
 fn template(o: &Value) -> String {
     let mut o = o.clone();
@@ -182,6 +226,9 @@ fn template(o: &Value) -> String {
             "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
                 .into(),
         );
+    }
+    if kind(&o) == "ServiceMonitor" {
+        template_service_monitor(&mut o, &mut block);
     }
     if kind(&o) == "Service" && o["spec"]["ports"][0]["port"] == 8443 {
         o["spec"]["ports"][0]["name"] =
@@ -230,6 +277,9 @@ fn template(o: &Value) -> String {
             .collect::<Vec<_>>()
             .join("\n");
         text.push('\n');
+    }
+    if matches!(kind(&o), "ServiceMonitor" | "PrometheusRule") {
+        text = with_extra_labels(&text, ".Values.prometheus.labels");
     }
     let mut out =
         String::from("# Generated from deploy/default by host/tests/helm.rs: do not edit.\n");
@@ -391,7 +441,11 @@ fn generated() -> BTreeMap<PathBuf, String> {
     for o in crd_hook(deployment) {
         files.insert(Path::new("templates").join(file_name(&o)), template(&o));
     }
-    for o in &objects {
+    let monitoring = kustomized("with-prometheus")
+        .into_iter()
+        .filter(|o| matches!(kind(o), "ServiceMonitor" | "PrometheusRule"));
+    for o in objects.iter().cloned().chain(monitoring) {
+        let o = &o;
         match kind(o) {
             // The release's namespace is made by Helm (--create-namespace).
             "Namespace" if name(o) == NS => {}
@@ -537,8 +591,9 @@ fn assert_same(
 
 /// The chart's values for the variants the overlays ship: without
 /// cert-manager it renders deploy/no-cert-manager, with open metrics
-/// deploy/metrics-open (but its Prometheus Operator objects, which the
-/// chart leaves to the user); a policies.yaml of one's own and a registry
+/// deploy/metrics-open (its Prometheus Operator objects with
+/// `prometheus.enabled`), with `prometheus.enabled` deploy/with-prometheus;
+/// a policies.yaml of one's own and a registry
 /// Secret for pulled policies go where the operator reads them.
 #[test]
 fn the_charts_values_render_the_overlays_variants() {
@@ -550,6 +605,28 @@ fn the_charts_values_render_the_overlays_variants() {
         &helm_objects(&["metrics.secure=false"]),
         &kustomize_objects("metrics-open", &["PrometheusRule", "ServiceMonitor"]),
     );
+    assert_same(
+        &helm_objects(&["metrics.secure=false", "prometheus.enabled=true"]),
+        &kustomize_objects("metrics-open", &[]),
+    );
+    assert_same(
+        &helm_objects(&["prometheus.enabled=true"]),
+        &kustomize_objects("with-prometheus", &[]),
+    );
+    // Labels for a Prometheus that selects by label go on both objects,
+    // beside their own.
+    let labelled = helm_objects(&["prometheus.enabled=true", "prometheus.labels.release=kps"]);
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        let (_, o) = labelled
+            .iter()
+            .find(|((k, _), _)| k == kind)
+            .unwrap_or_else(|| panic!("no {kind}"));
+        assert_eq!(o["metadata"]["labels"]["release"], "kps", "{o}");
+        assert_eq!(
+            o["metadata"]["labels"]["control-plane"], "controller-manager",
+            "{o}"
+        );
+    }
     let config = "default: never-force\npull:\n  gentle: r.example/p@sha256:00\n";
     let objects = helm_objects(&[
         "policies.registrySecret=regcred",

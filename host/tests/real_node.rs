@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::api::{Api, ListParams};
 use nmo_control_plane::{ControlPlane, NodeSpec, Options, isolated};
 
-const NS: &str = "node-maintenance-operator-system";
+pub(crate) const NS: &str = "node-maintenance-operator-system";
 pub(crate) const REAL: &str = "real-1";
 pub(crate) const KWOK: &str = "worker-1";
 
@@ -74,7 +74,7 @@ fn user_overlay(dir: &std::path::Path) -> PathBuf {
 }
 
 /// The operator's pods, once both replicas are Ready on the real node.
-async fn operator_ready(cp: &mut ControlPlane) -> Vec<Pod> {
+pub(crate) async fn operator_ready(cp: &mut ControlPlane) -> Vec<Pod> {
     replicas_ready(cp, NS, 2).await
 }
 
@@ -189,7 +189,7 @@ async fn the_crd_is_nmos(cp: &ControlPlane) {
 }
 
 /// Fails with `why` and `kubectl describe pods` of `ns`.
-async fn fail_describing(cp: &ControlPlane, ns: &str, why: impl std::fmt::Display) -> ! {
+pub(crate) async fn fail_describing(cp: &ControlPlane, ns: &str, why: impl std::fmt::Display) -> ! {
     let described = cp
         .kubectl(&["describe", "pods", "-n", ns], None)
         .await
@@ -328,31 +328,37 @@ async fn install(cp: &ControlPlane, how: Install, dir: &std::path::Path) {
             )
             .await;
         }
-        Install::Helm => {
-            let chart = crate::common::real::deploy_dir().join("helm/node-maintenance-operator");
-            let out = std::process::Command::new(cp.binaries().path("helm"))
-                .args(["install", "nmo"])
-                .arg(&chart)
-                .args([
-                    "--namespace",
-                    NS,
-                    "--create-namespace",
-                    "--set",
-                    "image.repository=localhost/nmo",
-                    "--set",
-                    "image.tag=dev",
-                    "--kubeconfig",
-                ])
-                .arg(cp.kubeconfig_path())
-                .output()
-                .expect("the control plane's helm");
-            assert!(
-                out.status.success(),
-                "helm install: {}",
-                crate::common::printed(&out)
-            );
-        }
+        Install::Helm => helm_install(cp, &[]),
     }
+}
+
+/// `helm install nmo` of deploy/helm into the operator's namespace, the
+/// image the one imported into the nodes, with more `--set` values.
+pub(crate) fn helm_install(cp: &ControlPlane, sets: &[&str]) {
+    let chart = crate::common::real::deploy_dir().join("helm/node-maintenance-operator");
+    let mut cmd = std::process::Command::new(cp.binaries().path("helm"));
+    cmd.args(["install", "nmo"]).arg(&chart).args([
+        "--namespace",
+        NS,
+        "--create-namespace",
+        "--set",
+        "image.repository=localhost/nmo",
+        "--set",
+        "image.tag=dev",
+    ]);
+    for set in sets {
+        cmd.args(["--set", set]);
+    }
+    let out = cmd
+        .arg("--kubeconfig")
+        .arg(cp.kubeconfig_path())
+        .output()
+        .expect("the control plane's helm");
+    assert!(
+        out.status.success(),
+        "helm install: {}",
+        crate::common::printed(&out)
+    );
 }
 
 #[test]

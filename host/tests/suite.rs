@@ -33,6 +33,7 @@ mod policy_dir;
 mod policy_examples;
 mod policy_sandbox;
 mod prometheus;
+mod prometheus_operator;
 mod promises;
 mod readme;
 mod real_cluster;

@@ -18,7 +18,7 @@ root="${NMO_CONTROL_PLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nmo-control-pla
 key="$(cd "$here" && cat versions.env build.sh $(find . -name '*.go' -o -name '*.yaml' | sort) | sha256sum | cut -c1-16)"
 dir="$root/$key"
 bin="$dir/bin"
-want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-e2e node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml helm operator-verify registry crane olm catalog cpb opm olm-crds.yaml)
+want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy pause kwok kwok-stages.yaml cert-manager-controller cert-manager-cainjector cert-manager-crds.yaml kube-state-metrics node-maintenance-operator node-maintenance-operator-e2e node-maintenance-operator-crd.yaml node-maintenance-operator-csv.yaml prometheus-operator-crds.yaml prometheus-operator-crds-all.yaml prometheus-operator prometheus-config-reloader prometheus helm operator-verify registry crane olm catalog cpb opm olm-crds.yaml)
 
 complete() {
   for b in "${want[@]}"; do [[ -s "$bin/$b" ]] || return 1; done
@@ -38,7 +38,7 @@ if complete; then
 fi
 
 start=$SECONDS
-echo "control-plane: building Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, cert-manager $CERT_MANAGER_VERSION, kube-state-metrics $KUBE_STATE_METRICS_VERSION, the Go Node Maintenance Operator $NODE_MAINTENANCE_OPERATOR_VERSION, helm $HELM_VERSION, operator-verify $OPERATOR_FRAMEWORK_API_VERSION, Distribution $DISTRIBUTION_VERSION, crane $GO_CONTAINERREGISTRY_VERSION, OLM $OLM_VERSION, opm $OPERATOR_REGISTRY_VERSION into $dir (cold, with empty Go caches: 10 to 15 minutes on 2 cores; once built, reused)" >&2
+echo "control-plane: building Kubernetes $KUBERNETES_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION, cert-manager $CERT_MANAGER_VERSION, kube-state-metrics $KUBE_STATE_METRICS_VERSION, the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION, Prometheus $PROMETHEUS_VERSION, the Go Node Maintenance Operator $NODE_MAINTENANCE_OPERATOR_VERSION, helm $HELM_VERSION, operator-verify $OPERATOR_FRAMEWORK_API_VERSION, Distribution $DISTRIBUTION_VERSION, crane $GO_CONTAINERREGISTRY_VERSION, OLM $OLM_VERSION, opm $OPERATOR_REGISTRY_VERSION into $dir (cold, with empty Go caches: 10 to 15 minutes on 2 cores; once built, reused)" >&2
 rm -rf "$dir.tmp"
 mkdir -p "$dir.tmp/bin" "$dir.tmp/src"
 out="$dir.tmp/bin"
@@ -145,16 +145,16 @@ cat "$(go env GOMODCACHE)/github.com/cert-manager/cert-manager@$CERT_MANAGER_VER
 # A module's main package, built from a wrapper module that requires the
 # exact version: `go install name@version` first asks the proxy for the
 # module's version list, which it does not serve for some modules.
-#   wrapped_main LABEL NAME MODULE@VERSION PACKAGE EXTRA_LDFLAGS
+#   wrapped_main LABEL NAME MODULE@VERSION PACKAGE EXTRA_LDFLAGS [BUILD_TAGS]
 wrapped_main() {
-  local label="$1" name="$2" module="$3" package="$4" ldflags="$5"
+  local label="$1" name="$2" module="$3" package="$4" ldflags="$5" tags="${6:-}"
   local w="$dir.tmp/src/$name"
   mkdir -p "$w"
   printf 'module nmo.invalid/control-plane/%s\n\ngo 1.26.0\n' "$name" >"$w/go.mod"
   step "$label: resolving modules"
   (cd "$w" && quiet go get -tool "$module")
   step "$label: building"
-  (cd "$w" && go build -trimpath -ldflags "$ld $ldflags" -o "$out/$name" "$package")
+  (cd "$w" && go build -trimpath -tags "$tags" -ldflags "$ld $ldflags" -o "$out/$name" "$package")
 }
 
 wrapped_main kube-state-metrics kube-state-metrics "k8s.io/kube-state-metrics/v2@$KUBE_STATE_METRICS_VERSION" \
@@ -241,13 +241,29 @@ for f in "$(go env GOMODCACHE)/$olm_pkg@$OLM_VERSION"/deploy/chart/crds/*.yaml; 
   echo "---"
 done >"$out/olm-crds.yaml"
 
-# The Prometheus Operator's CRDs, from its module (nothing to build).
-step "Prometheus Operator: its CRDs"
-po="$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+# The Prometheus Operator: its operator and config reloader, and its CRDs
+# (the two the shipped objects use, and all of them for the operator to
+# run); Prometheus itself with Kubernetes service discovery only.
+po_pkg=github.com/prometheus-operator/prometheus-operator
+wrapped_main "the Prometheus Operator" prometheus-operator "$po_pkg/cmd/operator@$PROMETHEUS_OPERATOR_VERSION" \
+  "$po_pkg/cmd/operator" "-X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}"
+(cd "$dir.tmp/src/prometheus-operator" && go build -trimpath \
+  -ldflags "$ld -X github.com/prometheus/common/version.Version=${PROMETHEUS_OPERATOR_VERSION#v}" \
+  -o "$out/prometheus-config-reloader" "$po_pkg/cmd/prometheus-config-reloader")
+po="$(go env GOMODCACHE)/$po_pkg@$PROMETHEUS_OPERATOR_VERSION"
 for k in servicemonitors prometheusrules; do
   cat "$po/example/prometheus-operator-crd/monitoring.coreos.com_$k.yaml"
   echo "---"
 done >"$out/prometheus-operator-crds.yaml"
+for f in "$po"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml; do
+  cat "$f"
+  echo "---"
+done >"$out/prometheus-operator-crds-all.yaml"
+prom_minor="${PROMETHEUS_VERSION#v0.}"; prom_minor="${prom_minor%%.*}"
+wrapped_main Prometheus prometheus "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION" \
+  github.com/prometheus/prometheus/cmd/prometheus \
+  "-X github.com/prometheus/common/version.Version=$((prom_minor / 100)).$((prom_minor % 100)).${PROMETHEUS_VERSION##*.}" \
+  remove_all_sd,enable_kubernetes_sd
 
 rm -rf "$dir"
 mv "$dir.tmp" "$dir"

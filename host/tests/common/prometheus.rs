@@ -93,8 +93,9 @@ pub fn rules_file(rule: &Value, dir: &Path, name: &str) -> PathBuf {
 /// A Prometheus server on a free loopback port, its data in `dir`,
 /// scraping and evaluating every second; stopped when dropped.
 pub struct Server {
-    pub port: u16,
-    _process: tokio::process::Child,
+    /// `http://host:port`.
+    base: String,
+    _process: Option<tokio::process::Child>,
 }
 
 impl Server {
@@ -127,8 +128,16 @@ impl Server {
             .spawn()
             .unwrap();
         Server {
-            port,
-            _process: process,
+            base: format!("http://127.0.0.1:{port}"),
+            _process: Some(process),
+        }
+    }
+
+    /// A Prometheus running elsewhere (a pod), at `base` (`http://host:port`).
+    pub fn at(base: String) -> Server {
+        Server {
+            base,
+            _process: None,
         }
     }
 
@@ -136,12 +145,12 @@ impl Server {
     /// does not answer.
     pub async fn api(&self, path: &str, params: &[(&str, &str)]) -> Value {
         let mut cmd = tokio::process::Command::new("curl");
-        cmd.args(["-s", "--get"]);
+        cmd.args(["-s", "--max-time", "10", "--get"]);
         for (k, v) in params {
             cmd.arg("--data-urlencode").arg(format!("{k}={v}"));
         }
         let out = cmd
-            .arg(format!("http://127.0.0.1:{}/api/v1/{path}", self.port))
+            .arg(format!("{}/api/v1/{path}", self.base))
             .output()
             .await
             .unwrap();
