@@ -59,7 +59,7 @@ pub(crate) async fn start_with(real: &[&str], images: Vec<PathBuf>) -> ControlPl
 }
 
 /// The README's overlay, pointed at the image imported into the node.
-fn user_overlay(dir: &std::path::Path) -> PathBuf {
+pub(crate) fn user_overlay(dir: &std::path::Path) -> PathBuf {
     // Beside a checkout, as the README has it (kustomize takes relative
     // paths only).
     std::os::unix::fs::symlink(crate::common::real::deploy_dir(), dir.join("deploy")).unwrap();

@@ -14,6 +14,7 @@ mod drain_actions;
 mod economy;
 mod fleet;
 mod go_compat;
+mod guide;
 mod helm;
 mod hostile_api;
 mod hunter;

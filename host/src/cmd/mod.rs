@@ -43,9 +43,12 @@ use nmo::telemetry::{Encoder, LogFormat, TimeEncoding, ZapLevel};
 /// controller-runtime's webhook certificate folder.
 const DEFAULT_WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 
+// A flag given twice takes its last value, as the Go operator's (pflag)
+// do: the guide's `--zap-level=debug`, appended to a Deployment's args
+// that already say `--zap-log-level=info`, is the level.
 /// Node Maintenance Operator with WebAssembly drain policies.
 #[derive(Debug, Parser)]
-#[command(name = "nmo", version, about)]
+#[command(name = "nmo", version, about, args_override_self = true)]
 pub struct Cli {
     /// Log level, as the Go operator's `--zap-log-level`: debug, info,
     /// error, panic, or a verbosity above 0 (debug). Default: info for the
@@ -708,5 +711,24 @@ fn webhook_cert_dir(cli: &Cli) -> PathBuf {
         olm.to_owned()
     } else {
         given.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flag_given_twice_takes_its_last_value_as_go_flags_do() {
+        let cli = Cli::try_parse_from(["nmo", "--zap-log-level=info", "--zap-level=debug"])
+            .expect("a repeated flag is accepted");
+        assert_eq!(cli.zap_level, Some(ZapLevel::Debug));
+        let cli = Cli::try_parse_from([
+            "nmo",
+            "--metrics-bind-address=:8443",
+            "--metrics-bind-address=:8080",
+        ])
+        .unwrap();
+        assert_eq!(cli.metrics_bind_address, ":8080");
     }
 }
