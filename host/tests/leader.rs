@@ -416,3 +416,87 @@ async fn a_leader_cut_off_stands_again_and_leads_when_it_may() {
     a.abort();
     c.stop().await;
 }
+
+/// A lease held by another replica of the same Deployment whose pod is
+/// gone (an uninstall that took the rights to release it before its pods
+/// stopped, then a reinstall) is taken without waiting out its hour; while
+/// that pod exists, it is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_holders_pod_is_gone_is_taken_at_once() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, PostParams};
+    let c = SimCluster::start(SimOptions::default()).await.unwrap();
+    let client = nmo::client::client_from_kubeconfig(&c.kubeconfig())
+        .await
+        .unwrap();
+    let old = "nmo-controller-manager-5d9c7b-abcde";
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(serde_json::json!({
+            "metadata": {"name": old},
+            "spec": {"containers": [{"name": "manager", "image": "nmo"}]},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), "default");
+    leases
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "135b1886.medik8s.io"},
+                "spec": {"holderIdentity": format!("{old}_1"), "leaseDurationSeconds": 3600,
+                         "acquireTime": now, "renewTime": now},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let led = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let candidate = {
+        let elector = Elector::new(
+            client.clone(),
+            "default",
+            "nmo-controller-manager-7f8e9c-fghij_1",
+            timings(),
+        )
+        .in_pod("nmo-controller-manager-7f8e9c-fghij");
+        let led = led.clone();
+        tokio::spawn(async move {
+            elector
+                .run(async {
+                    led.store(true, Ordering::SeqCst);
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })
+                .await
+        })
+    };
+    // While the holder's pod exists, its lease stands: watched for five
+    // of the candidate's quiet-holder checks (two retry periods each).
+    let watched = std::time::Instant::now();
+    while watched.elapsed() < timings().retry_period * 10 {
+        assert!(
+            !led.load(Ordering::SeqCst),
+            "took the lease of a holder whose pod exists"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    pods.delete(old, &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let deleted = std::time::Instant::now();
+    while !led.load(Ordering::SeqCst) {
+        assert!(
+            deleted.elapsed() < Duration::from_secs(30),
+            "waited for the hour-long lease of a holder whose pod is gone"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    candidate.abort();
+    c.stop().await;
+}

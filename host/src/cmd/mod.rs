@@ -567,9 +567,14 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
                 .or_else(|| own_namespace(cli))
                 .unwrap_or_else(|| "node-maintenance-operator-system".to_owned());
             let identity = format!("{}_{}", cli.instance, std::process::id());
-            let elector =
+            let mut elector =
                 nmo::controller::leader::Elector::new(client, &ns, identity, Default::default())
                     .with_metrics(ctx.metrics.clone());
+            // In a pod whose namespace holds the lock: a holder whose pod
+            // is gone is not waited out.
+            if own_namespace(cli).as_deref() == Some(ns.as_str()) {
+                elector = elector.in_pod(cli.instance.clone());
+            }
             tracing::info!(namespace = %ns, "waiting for leadership");
             // Leadership lost (an API outage past the renew deadline):
             // the controller stops acting and the replica stands again,

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
@@ -60,6 +61,8 @@ pub struct Elector {
     observed: Mutex<Option<(String, Instant)>>,
     /// Where `leader_election_master_status` is kept, if anywhere.
     metrics: Option<ControllerMetrics>,
+    /// This replica's pod, when it runs in one (see [`Elector::in_pod`]).
+    own_pod: Option<String>,
 }
 
 impl Elector {
@@ -77,7 +80,17 @@ impl Elector {
             timings,
             observed: Mutex::new(None),
             metrics: None,
+            own_pod: None,
         }
+    }
+
+    /// This replica runs in pod `pod` (its name; the lease's namespace is
+    /// the pod's): a holder that is another replica of the same Deployment
+    /// whose pod no longer exists is not waited out (see
+    /// [`Elector::holder_pod_gone`]).
+    pub fn in_pod(mut self, pod: impl Into<String>) -> Self {
+        self.own_pod = Some(pod.into());
+        self
     }
 
     /// Keeps `leader_election_master_status` in `metrics` (the registry
@@ -144,7 +157,13 @@ impl Elector {
         if !ours && !record.holder.is_empty() {
             let duration =
                 Duration::from_secs(record.duration_seconds.clamp(0, 86_400 * 365) as u64);
-            if seen_since.elapsed() < duration {
+            let quiet = seen_since.elapsed();
+            // A live holder renews every retry period: only one quiet for
+            // two is asked after.
+            if quiet < duration
+                && !(quiet >= self.timings.retry_period.saturating_mul(2)
+                    && self.holder_pod_gone(&record.holder).await)
+            {
                 return Ok(false);
             }
         }
@@ -166,6 +185,35 @@ impl Elector {
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
             Err(e) => Err(Error::kube("renewing the leader lease")(e)),
         }
+    }
+
+    /// Whether `holder` is another replica of this one's Deployment whose
+    /// pod no longer exists: it can never renew, so waiting out its lease
+    /// gains nothing. So an operator reinstalled after an uninstall that
+    /// removed the rights to release the lease before its pods stopped
+    /// (Helm deletes the Role as the pods terminate), or whose pods were
+    /// deleted with their node, leads at once. The identity is
+    /// `<pod>_<suffix>` (nmo's, and controller-runtime's: the Go operator's
+    /// replicas of the same Deployment count too) and a Deployment's pod is
+    /// named `<deployment>-<template hash>-<suffix>`. Anything else (not in
+    /// a pod, another workload's holder, an error reading the pod) counts
+    /// as alive.
+    async fn holder_pod_gone(&self, holder: &str) -> bool {
+        let Some(own) = &self.own_pod else {
+            return false;
+        };
+        let Some((pod, _)) = holder.rsplit_once('_') else {
+            return false;
+        };
+        if pod == own || deployment_of(pod).is_none() || deployment_of(pod) != deployment_of(own) {
+            return false;
+        }
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.namespace);
+        let gone = matches!(pods.get_opt(pod).await, Ok(None));
+        if gone {
+            tracing::info!(identity = %self.identity, holder, "the leader lease's holder has no pod any more: taking the lease without waiting for it to expire");
+        }
+        gone
     }
 
     /// Gives the lease up (holder empty, as client-go's release), if it is
@@ -308,5 +356,32 @@ impl Elector {
             _ => self.release().await,
         }
         result
+    }
+}
+
+/// The Deployment a pod's name says it belongs to: `<deployment>-<template
+/// hash>-<suffix>`, both generated parts non-empty and alphanumeric.
+fn deployment_of(pod: &str) -> Option<&str> {
+    let mut parts = pod.rsplitn(3, '-');
+    let suffix = parts.next()?;
+    let hash = parts.next()?;
+    let deployment = parts.next()?;
+    let generated = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric());
+    (generated(suffix) && generated(hash) && !deployment.is_empty()).then_some(deployment)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::deployment_of;
+
+    #[test]
+    fn a_pods_deployment_is_its_name_less_the_two_generated_parts() {
+        assert_eq!(
+            deployment_of("node-maintenance-operator-controller-manager-567f7dc789-4d27r"),
+            Some("node-maintenance-operator-controller-manager")
+        );
+        assert_eq!(deployment_of("nmo"), None);
+        assert_eq!(deployment_of("laptop-1"), None);
+        assert_eq!(deployment_of("a--b"), None);
     }
 }
