@@ -65,6 +65,17 @@ pub enum Error {
     /// Bad configuration (flags, kubeconfig, certificates).
     #[error("configuration: {0}")]
     Config(String),
+
+    /// The operator's pods did not go within the wait of a clean-up after
+    /// an uninstall: nothing is removed under them.
+    #[error(
+        "{left} operator pod(s) still in {namespace} after {waited:?}: not cleaning up under them"
+    )]
+    PodsRemain {
+        left: usize,
+        namespace: String,
+        waited: std::time::Duration,
+    },
 }
 
 /// A policy's own error (loading it, or a decision) is the policy layer's.
@@ -85,6 +96,7 @@ impl Error {
             Error::LeadershipLost(_) => "leadership_lost",
             Error::Panic(_) | Error::Task { .. } => "panic",
             Error::Config(_) => "config",
+            Error::PodsRemain { .. } => "pods_remain",
         }
     }
 

@@ -50,6 +50,7 @@ pub mod task;
 pub mod telemetry;
 pub mod text;
 pub mod tls;
+pub mod uninstall;
 pub mod webhook;
 pub mod yaml;
 

@@ -351,8 +351,10 @@ node-maintenance-operator-metrics-reader.
 {{- end }}
 "#;
 
-/// The name of the hook's objects.
+/// The name of the CRD hook's objects.
 const CRD_HOOK: &str = "node-maintenance-operator-crd-apply";
+/// The name of the clean-up hook's objects.
+const CLEANUP_HOOK: &str = "node-maintenance-operator-cleanup";
 
 /// The hook that puts the CRD in place before every install and upgrade:
 /// a Job running the release's own image, `nmo crd --apply` (server-side,
@@ -360,20 +362,78 @@ const CRD_HOOK: &str = "node-maintenance-operator-crd-apply";
 /// that may create CRDs and read and patch this one only. Not in `crds/`:
 /// Helm 4 applies those server-side without forcing, so a cluster where
 /// the Go operator's CRD was put by OLM or `kubectl replace` refused the
-/// install (`conflict with "kubectl-replace": .spec.versions`). The Job's
-/// pod is the Deployment's (security context, nodes it may run on), its
-/// one container the manager's image. The hook's objects go once the Job
-/// succeeds; `helm uninstall` keeps the CRD (it is no release's).
+/// install (`conflict with "kubectl-replace": .spec.versions`).
+/// `helm uninstall` keeps the CRD (it is no release's).
 fn crd_hook(deployment: &Value) -> Vec<Value> {
-    let annotate = |weight: &str| {
-        serde_json::json!({
-            "helm.sh/hook": "pre-install,pre-upgrade",
+    hook(
+        deployment,
+        &Hook {
+            name: CRD_HOOK,
+            events: "pre-install,pre-upgrade",
+            container: "crd",
+            args: &["crd", "--apply"],
+            cluster_wide: true,
+            rules: serde_json::json!([
+                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                 "verbs": ["create"]},
+                {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                 "resourceNames": [nmo::crd::CRD_NAME], "verbs": ["get", "patch"]},
+            ]),
+        },
+    )
+}
+
+/// The hook that removes, after `helm uninstall` deleted the release's
+/// objects, what nothing else would: `nmo cleanup` waits for the
+/// operator's pods to go, then deletes the leader lease (its holder could
+/// not release it: Helm deletes the Role as the pods terminate) and the
+/// webhook's Secret (cert-manager keeps it when the Certificate goes).
+/// Its rights: in the release's namespace only, those two objects by name.
+fn cleanup_hook(deployment: &Value) -> Vec<Value> {
+    hook(
+        deployment,
+        &Hook {
+            name: CLEANUP_HOOK,
+            events: "post-delete",
+            container: "cleanup",
+            args: &["cleanup", "--namespace", NS],
+            cluster_wide: false,
+            rules: serde_json::json!([
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                 "resourceNames": [nmo::controller::leader::LOCK_NAME], "verbs": ["get", "delete"]},
+                {"apiGroups": [""], "resources": ["secrets"],
+                 "resourceNames": [nmo::uninstall::WEBHOOK_SECRET], "verbs": ["delete"]},
+                {"apiGroups": ["cert-manager.io"], "resources": ["certificates"],
+                 "resourceNames": [nmo::uninstall::WEBHOOK_CERTIFICATE], "verbs": ["get"]},
+            ]),
+        },
+    )
+}
+
+/// A Helm hook: a Job running the release's own image with `args`, under
+/// a ServiceAccount of its own bound to `rules` (a ClusterRole when
+/// `cluster_wide`, else a Role in the release's namespace). The Job's pod
+/// is the Deployment's (security context, nodes it may run on), its one
+/// container the manager's image. The RBAC objects come first (weight
+/// -10); the hook's objects go once the Job succeeds, a failed one stays
+/// with its log.
+struct Hook<'a> {
+    name: &'a str,
+    events: &'a str,
+    container: &'a str,
+    args: &'a [&'a str],
+    cluster_wide: bool,
+    rules: Value,
+}
+
+fn hook(deployment: &Value, h: &Hook) -> Vec<Value> {
+    let meta = |weight: &str, namespaced: bool| {
+        let mut m = serde_json::json!({"name": h.name, "annotations": {
+            "helm.sh/hook": h.events,
             "helm.sh/hook-weight": weight,
             "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded",
-        })
-    };
-    let meta = |weight: &str, namespaced: bool| {
-        let mut m = serde_json::json!({"name": CRD_HOOK, "annotations": annotate(weight)});
+        }});
         if namespaced {
             m["namespace"] = Value::from(NS);
         }
@@ -382,13 +442,13 @@ fn crd_hook(deployment: &Value) -> Vec<Value> {
     let pod = &deployment["spec"]["template"]["spec"];
     let manager = &pod["containers"][0];
     let mut job_pod = serde_json::json!({
-        "serviceAccountName": CRD_HOOK,
+        "serviceAccountName": h.name,
         "restartPolicy": "OnFailure",
         "containers": [{
-            "name": "crd",
+            "name": h.container,
             "image": manager["image"],
             "command": manager["command"],
-            "args": ["crd", "--apply"],
+            "args": h.args,
             "securityContext": manager["securityContext"],
             "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
         }],
@@ -404,20 +464,19 @@ fn crd_hook(deployment: &Value) -> Vec<Value> {
             .unwrap()
             .remove("command");
     }
+    let (role, binding) = if h.cluster_wide {
+        ("ClusterRole", "ClusterRoleBinding")
+    } else {
+        ("Role", "RoleBinding")
+    };
     vec![
         serde_json::json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta("-10", true)}),
-        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": meta("-10", false),
-        "rules": [
-            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-             "verbs": ["create"]},
-            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-             "resourceNames": [nmo::crd::CRD_NAME], "verbs": ["get", "patch"]},
-        ]}),
-        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-            "metadata": meta("-10", false),
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CRD_HOOK},
-            "subjects": [{"kind": "ServiceAccount", "name": CRD_HOOK, "namespace": NS}]}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": role,
+            "metadata": meta("-10", !h.cluster_wide), "rules": h.rules}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": binding,
+            "metadata": meta("-10", !h.cluster_wide),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role, "name": h.name},
+            "subjects": [{"kind": "ServiceAccount", "name": h.name, "namespace": NS}]}),
         serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta("0", true),
             "spec": {"backoffLimit": 4, "activeDeadlineSeconds": 300, "template": {"spec": job_pod}}}),
     ]
@@ -438,7 +497,10 @@ fn generated() -> BTreeMap<PathBuf, String> {
         .iter()
         .find(|o| kind(o) == "Deployment")
         .expect("deploy/default has the Deployment");
-    for o in crd_hook(deployment) {
+    for o in crd_hook(deployment)
+        .into_iter()
+        .chain(cleanup_hook(deployment))
+    {
         files.insert(Path::new("templates").join(file_name(&o)), template(&o));
     }
     let monitoring = kustomized("with-prometheus")
@@ -700,16 +762,20 @@ fn helm_renders_what_kustomize_renders() {
     assert!(!elsewhere.contains("\nkind: Namespace\n"), "{elsewhere}");
 }
 
+/// The objects of the hook named `name`, rendered with an image set.
+fn hook_objects(name: &str) -> BTreeMap<(String, String), Value> {
+    helm_rendered(&["image.repository=registry.example/nmo", "image.tag=v9"])
+        .into_iter()
+        .filter(|((_, n), o)| is_hook(o) && n == name)
+        .collect()
+}
+
 /// The chart's hook runs the release's image to apply the CRD, with the
 /// rights to do that and nothing else, before the release's objects, and
 /// goes once it succeeded.
 #[test]
 fn the_charts_hook_applies_the_crd_with_the_releases_image() {
-    let hook: BTreeMap<(String, String), Value> =
-        helm_rendered(&["image.repository=registry.example/nmo", "image.tag=v9"])
-            .into_iter()
-            .filter(|(_, o)| is_hook(o))
-            .collect();
+    let hook = hook_objects(CRD_HOOK);
     let kinds: Vec<&str> = hook.keys().map(|(k, _)| k.as_str()).collect();
     assert_eq!(
         kinds,
@@ -746,4 +812,46 @@ fn the_charts_hook_applies_the_crd_with_the_releases_image() {
     );
     let binding = &hook[&("ClusterRoleBinding".to_owned(), CRD_HOOK.to_owned())];
     assert_eq!(binding["subjects"][0]["namespace"], NS);
+}
+
+/// After `helm uninstall`, a hook runs the release's image to remove the
+/// leader lease and the webhook's Secret, with the rights to read the
+/// operator's pods and to delete those two objects by name, in the
+/// release's namespace only.
+#[test]
+fn the_charts_uninstall_hook_cleans_up_with_rights_to_that_alone() {
+    let hook = hook_objects(CLEANUP_HOOK);
+    let kinds: Vec<&str> = hook.keys().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["Job", "Role", "RoleBinding", "ServiceAccount"]);
+    let job = &hook[&("Job".to_owned(), CLEANUP_HOOK.to_owned())];
+    assert_eq!(
+        job["metadata"]["annotations"]["helm.sh/hook"],
+        "post-delete"
+    );
+    let c = &job["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "registry.example/nmo:v9");
+    assert_eq!(c["args"], serde_json::json!(["cleanup", "--namespace", NS]));
+    let role = &hook[&("Role".to_owned(), CLEANUP_HOOK.to_owned())];
+    assert_eq!(role["metadata"]["namespace"], NS);
+    assert_eq!(
+        role["rules"],
+        serde_json::json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "resourceNames": ["135b1886.medik8s.io"], "verbs": ["get", "delete"]},
+            {"apiGroups": [""], "resources": ["secrets"],
+             "resourceNames": ["webhook-server-cert"], "verbs": ["delete"]},
+            {"apiGroups": ["cert-manager.io"], "resources": ["certificates"],
+             "resourceNames": ["node-maintenance-operator-serving-cert"], "verbs": ["get"]},
+        ])
+    );
+    // The Secret and Certificate it names are the install's.
+    let installed = kustomize_objects("default", &[]);
+    let certificate = installed
+        .get(&(
+            "Certificate".to_owned(),
+            "node-maintenance-operator-serving-cert".to_owned(),
+        ))
+        .expect("deploy/default's Certificate");
+    assert_eq!(certificate["spec"]["secretName"], "webhook-server-cert");
 }

@@ -550,6 +550,7 @@ fn runs_as_pods(how: Install) {
             Install::Helm => {
                 rolling_update_in_the_middle_of_a_drain(&mut cp, &client).await;
                 an_api_outage_mid_drain_is_ridden_out(&mut cp, &client).await;
+                uninstall_and_install_again(&mut cp, &client).await;
             }
         }
 
@@ -1133,6 +1134,77 @@ async fn leader_pod_in(client: &kube::Client, ns: &str) -> Option<String> {
         .ok()??;
     let holder = lease.spec?.holder_identity?;
     holder.rsplit_once('_').map(|(pod, _)| pod.to_owned())
+}
+
+/// `helm uninstall` leaves nothing of the operator's in its namespace: the
+/// chart's post-delete hook removes the leader lease (which the leader
+/// could not release: Helm deletes its Role as the pods terminate) and the
+/// webhook's Secret (cert-manager keeps it), and its own objects; the CRD
+/// stays. `helm install` again: the new replicas lead and serve.
+async fn uninstall_and_install_again(cp: &mut ControlPlane, client: &kube::Client) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::core::v1::Secret;
+    let out = std::process::Command::new(cp.binaries().path("helm"))
+        .args(["uninstall", "nmo", "--namespace", NS, "--kubeconfig"])
+        .arg(cp.kubeconfig_path())
+        .output()
+        .expect("the control plane's helm");
+    assert!(
+        out.status.success(),
+        "helm uninstall: {}",
+        crate::common::printed(&out)
+    );
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NS);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let lease = leases
+        .get_opt(nmo::controller::leader::LOCK_NAME)
+        .await
+        .unwrap();
+    assert!(lease.is_none(), "the leader lease is left: {lease:?}");
+    let secret = secrets
+        .get_opt(nmo::uninstall::WEBHOOK_SECRET)
+        .await
+        .unwrap();
+    assert!(secret.is_none(), "the webhook's Secret is left");
+    let left = kubectl_ok(
+        cp,
+        &[
+            "get",
+            "all,serviceaccounts,roles,rolebindings",
+            "-n",
+            NS,
+            "-o",
+            "name",
+        ],
+        None,
+    )
+    .await;
+    assert!(
+        !left.contains("node-maintenance-operator"),
+        "left in {NS} after helm uninstall:\n{left}"
+    );
+    kubectl_ok(cp, &["get", "crd", nmo::crd::CRD_NAME], None).await;
+
+    helm_install(cp, &[]);
+    let pods = operator_ready(cp).await;
+    let names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    cp.wait_for(
+        "a replica of the new install leads",
+        Duration::from_secs(60),
+        || {
+            let names = names.clone();
+            async move { leader_pod(client).await.is_some_and(|l| names.contains(&l)) }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "uninstalled and installed again; {:?} leads",
+        leader_pod(client).await
+    );
 }
 
 /// Two real nodes, a replica on each: a maintenance of the node that hosts

@@ -185,6 +185,15 @@ pub enum Command {
         #[arg(long)]
         apply: bool,
     },
+    /// Remove what an uninstall leaves in the operator's namespace: once
+    /// its pods are gone (at most 2 minutes), the leader lease no pod holds
+    /// and the webhook's certificate Secret whose Certificate is gone.
+    /// What the Helm chart's post-delete hook runs.
+    Cleanup {
+        /// The operator's namespace (default: this pod's).
+        #[arg(long)]
+        namespace: Option<String>,
+    },
     /// Run the operator on an embedded simulated cluster: put a node into
     /// maintenance, show the drain live, then restore the node.
     #[cfg(feature = "demo")]
@@ -425,6 +434,38 @@ fn apply_crd(cli: &Cli) -> anyhow::Result<()> {
     })
 }
 
+fn clean_up(cli: &Cli, namespace: Option<String>) -> anyhow::Result<()> {
+    let namespace = namespace.or_else(|| own_namespace(cli)).ok_or_else(|| {
+        anyhow::anyhow!("which namespace? --namespace (or run in the operator's pod)")
+    })?;
+    tokio::runtime::Runtime::new()?.block_on(async {
+        let client = nmo::client::operator_client(
+            kubectl::kube_config(cli.kubeconfig.as_deref(), None).await?,
+        )?;
+        let cleaned =
+            nmo::uninstall::clean_up(&client, &namespace, std::time::Duration::from_secs(120))
+                .await?;
+        for (removed, what) in [
+            (
+                cleaned.lease,
+                format!(
+                    "lease.coordination.k8s.io/{}",
+                    nmo::controller::leader::LOCK_NAME
+                ),
+            ),
+            (
+                cleaned.secret,
+                format!("secret/{}", nmo::uninstall::WEBHOOK_SECRET),
+            ),
+        ] {
+            if removed {
+                out!("{what} deleted");
+            }
+        }
+        Ok(())
+    })
+}
+
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         None => operator(&cli).map(|()| ExitCode::SUCCESS),
@@ -433,6 +474,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Some(Command::Crd { apply: true }) => apply_crd(&cli).map(|()| ExitCode::SUCCESS),
+        Some(Command::Cleanup { ref namespace }) => {
+            clean_up(&cli, namespace.clone()).map(|()| ExitCode::SUCCESS)
+        }
         #[cfg(feature = "demo")]
         Some(Command::Demo {
             policy,
