@@ -9,9 +9,40 @@ use std::path::{Path, PathBuf};
 use super::error::ToolError as Error;
 type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// The SDK's sources, as this `nmo` was built with them.
+/// The SDK's sources, as this `nmo` was built with them: its `lib.rs`,
+/// and every other file of its `src/` (a test holds the list to the
+/// folder).
 const SDK_LIB: &str = include_str!("../../../policies/sdk/src/lib.rs");
-const SDK_ALLOC: &str = include_str!("../../../policies/sdk/src/alloc.rs");
+const SDK_MODULES: [(&str, &str); 7] = [
+    (
+        "alloc.rs",
+        include_str!("../../../policies/sdk/src/alloc.rs"),
+    ),
+    (
+        "claims.rs",
+        include_str!("../../../policies/sdk/src/claims.rs"),
+    ),
+    (
+        "defaults.rs",
+        include_str!("../../../policies/sdk/src/defaults.rs"),
+    ),
+    (
+        "facts.rs",
+        include_str!("../../../policies/sdk/src/facts.rs"),
+    ),
+    (
+        "plans.rs",
+        include_str!("../../../policies/sdk/src/plans.rs"),
+    ),
+    (
+        "settings.rs",
+        include_str!("../../../policies/sdk/src/settings.rs"),
+    ),
+    (
+        "testing.rs",
+        include_str!("../../../policies/sdk/src/testing.rs"),
+    ),
+];
 const WIT: &str = include_str!("../../../wit/node-maintenance.wit");
 /// The WIT path the SDK uses inside this repository, and in a new crate.
 const REPO_WIT_PATH: &str = "path: \"../../wit\"";
@@ -275,7 +306,7 @@ pub fn files(name: &str) -> Result<Vec<(PathBuf, String)>> {
                 .unwrap_or_default()
         })
         .collect();
-    Ok(vec![
+    let mut files: Vec<(PathBuf, String)> = vec![
         ("Cargo.toml".into(), cargo_toml(name)),
         (".gitignore".into(), "/target\n".into()),
         ("README.md".into(), readme(name, &file_stem)),
@@ -283,9 +314,12 @@ pub fn files(name: &str) -> Result<Vec<(PathBuf, String)>> {
         ("scenarios/basic.yaml".into(), SCENARIO.into()),
         ("nmo-policy-sdk/Cargo.toml".into(), sdk_toml()),
         ("nmo-policy-sdk/src/lib.rs".into(), sdk_lib),
-        ("nmo-policy-sdk/src/alloc.rs".into(), SDK_ALLOC.into()),
         ("nmo-policy-sdk/wit/node-maintenance.wit".into(), WIT.into()),
-    ])
+    ];
+    for (file, text) in SDK_MODULES {
+        files.push((Path::new("nmo-policy-sdk/src").join(file), text.into()));
+    }
+    Ok(files)
 }
 
 /// Writes a new policy crate `name` under `parent`; refuses to touch a
@@ -314,6 +348,20 @@ pub fn create(parent: &Path, name: &str) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A new crate carries every file of the SDK's `src/`.
+    #[test]
+    fn the_crate_carries_every_sdk_source() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../policies/sdk/src");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|f| f != "lib.rs")
+            .collect();
+        on_disk.sort();
+        let carried: Vec<&str> = SDK_MODULES.iter().map(|(f, _)| *f).collect();
+        assert_eq!(on_disk, carried, "update SDK_MODULES");
+    }
 
     #[test]
     fn names_that_cannot_name_a_policy_are_refused() {
