@@ -19,10 +19,12 @@ macro_rules! out {
 }
 
 #[cfg(feature = "demo")]
+mod cluster;
 mod demo;
 mod kubectl;
 mod output;
 mod policy;
+mod policy_configmap;
 #[cfg(feature = "demo")]
 mod scene;
 #[cfg(feature = "demo")]
@@ -350,22 +352,22 @@ pub enum PolicyCommand {
     /// (or replace the one of that name), keeping every other key: the
     /// policy is checked first, as `nmo policy check` does, and the
     /// ConfigMap must stay within the 1 MiB the API server allows.
-    Add(kubectl::AddArgs),
+    Add(policy_configmap::AddArgs),
     /// The policies the operator loads (its ConfigMap, or a policy
     /// directory): name, sha256 (as `status.policy` shows it), which is the
     /// default, where each came from (a pulled one: its OCI reference).
     /// Each is loaded as the operator loads it.
-    List(kubectl::ListArgs),
+    List(policy_configmap::ListArgs),
     /// Remove one policy from the operator's policies ConfigMap, keeping
     /// every other key; refused when the set left would be one the
     /// operator refuses (policies.yaml still names it), or while
     /// maintenances that have not finished drain with it (unless --force).
-    Rm(kubectl::RmArgs),
+    Rm(policy_configmap::RmArgs),
     /// What a policy is (a file, `default`, or a name in the policies
     /// ConfigMap): its sha256 as status.policy records it, its size, the
     /// contract version it was built against, its imports and exports,
     /// and whether it passes the operator's self-check (exit 1 if not).
-    Inspect(kubectl::InspectArgs),
+    Inspect(policy_configmap::InspectArgs),
     /// Push a policy to an OCI registry as a Wasm artifact (checked first,
     /// as `nmo policy check` does) and print the reference pinned by
     /// digest that policies.yaml's `pull:` takes. Credentials: `docker
@@ -423,7 +425,7 @@ pub enum PolicyCommand {
 fn apply_crd(cli: &Cli) -> anyhow::Result<()> {
     tokio::runtime::Runtime::new()?.block_on(async {
         let client = nmo::client::operator_client(
-            kubectl::kube_config(cli.kubeconfig.as_deref(), None).await?,
+            cluster::kube_config(cli.kubeconfig.as_deref(), None).await?,
         )?;
         nmo::crd::apply(&client, std::time::Duration::from_secs(60)).await?;
         out!(
@@ -440,7 +442,7 @@ fn clean_up(cli: &Cli, namespace: Option<String>) -> anyhow::Result<()> {
     })?;
     tokio::runtime::Runtime::new()?.block_on(async {
         let client = nmo::client::operator_client(
-            kubectl::kube_config(cli.kubeconfig.as_deref(), None).await?,
+            cluster::kube_config(cli.kubeconfig.as_deref(), None).await?,
         )?;
         let cleaned =
             nmo::uninstall::clean_up(&client, &namespace, std::time::Duration::from_secs(120))
@@ -506,10 +508,14 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Some(Command::Maintenance(command)) => kubectl::run_plugin(kubectl::Plugin { command }),
         Some(Command::Policy(PolicyCommand::Check { files })) => policy_check(&files),
-        Some(Command::Policy(PolicyCommand::Add(args))) => kubectl::run_policy_add(&args),
-        Some(Command::Policy(PolicyCommand::List(args))) => kubectl::run_policy_list(&args),
-        Some(Command::Policy(PolicyCommand::Rm(args))) => kubectl::run_policy_rm(&args),
-        Some(Command::Policy(PolicyCommand::Inspect(args))) => kubectl::run_policy_inspect(&args),
+        Some(Command::Policy(PolicyCommand::Add(args))) => policy_configmap::run_policy_add(&args),
+        Some(Command::Policy(PolicyCommand::List(args))) => {
+            policy_configmap::run_policy_list(&args)
+        }
+        Some(Command::Policy(PolicyCommand::Rm(args))) => policy_configmap::run_policy_rm(&args),
+        Some(Command::Policy(PolicyCommand::Inspect(args))) => {
+            policy_configmap::run_policy_inspect(&args)
+        }
         Some(Command::Policy(PolicyCommand::Push {
             file,
             reference,
@@ -577,7 +583,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
     let policies = load_policies(&cli.policies, metrics.policy.clone())?;
     runtime.block_on(async {
         let client = nmo::client::operator_client_counted(
-            kubectl::kube_config(cli.kubeconfig.as_deref(), None).await?,
+            cluster::kube_config(cli.kubeconfig.as_deref(), None).await?,
             Some(metrics.client.clone()),
         )?;
         let settings = nmo::controller::Settings {
