@@ -464,6 +464,7 @@ fn audit_request(
         name: target.name.clone().unwrap_or_default(),
         user_agent: header("User-Agent"),
         content_type: header("Content-Type"),
+        query: req.uri().query().unwrap_or_default().to_owned(),
         user: user.map(|u| u.name).unwrap_or_default(),
         denied,
         code: 0,

@@ -227,6 +227,8 @@ pub struct AuditRecord {
     pub user_agent: String,
     /// The request body's media type ("" without a body).
     pub content_type: String,
+    /// The request's query string ("" without one): `limit=1`, say.
+    pub query: String,
     /// Who made it ("" without a known bearer token).
     pub user: String,
     /// Refused by authentication or RBAC (401 or 403).
