@@ -482,7 +482,7 @@ fn a_demo_with_a_policy_directory_decides_with_it() {
 /// not the other fails here.
 #[test]
 fn the_guides_scenario_reference_is_the_harnesss() {
-    let source = include_str!("../src/policy/harness.rs");
+    let source = include_str!("../src/policy/harness/mod.rs");
     let lines: Vec<&str> = source.lines().collect();
     let start = lines.iter().position(|l| *l == "//! ```yaml").unwrap();
     let end = start

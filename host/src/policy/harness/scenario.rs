@@ -1,86 +1,20 @@
-//! The policy test harness: run a policy on scenarios and compare its
-//! answers with the expected ones.
-//!
-//! A scenario file is YAML, one scenario per document (`---` between
-//! them). The objects are ordinary Kubernetes YAML, what
-//! `kubectl get pod -o yaml` prints:
-//!
-//! ```yaml
-//! name: StatefulSet pods go last, one at a time
-//! maintenance:            # optional; a NodeMaintenance (default: nodeName node-1)
-//!   metadata: {name: nm-1, annotations: {nmo.medik8s.io/give-up-after: 15m}}
-//!   spec: {nodeName: node-1, reason: kernel upgrade}
-//!   status: {phase: Running, drainProgress: 40}
-//! elapsed: 12m            # optional: time since the maintenance was created
-//! attempt: 3              # optional: the decision's attempt number (default 1)
-//! now: 2026-12-05T22:30:00Z  # optional: what the policy's clock shows (default: when it runs)
-//! node:                   # optional; a Node (default: named after spec.nodeName, cordoned)
-//!   metadata: {name: node-1, labels: {storage: local}}
-//! pods:                   # Pods, or the `kind: List` kubectl prints
-//! podsFrom: pods.yaml     # or: a file of them, e.g. `kubectl get pods -o yaml > pods.yaml`
-//!                         # as is (relative to this file; in a scenario directory
-//!                         # such a file is data, not scenarios)
-//!   - metadata: {name: db-0, namespace: default, ownerReferences: [...]}
-//!     spec: {containers: [...]}
-//! history:                # optional: what the drain did to a pod so far (drain-history)
-//!   default/db-0: {pending: 20m, refusedEvictions: 12, attempts: 4, notified: 5m}
-//! workloads:              # optional: the Deployments, ReplicaSets and StatefulSets behind
-//!                         # the pods (a pod's `workload`), as kubectl prints them
-//!   - {kind: ReplicaSet, metadata: {name: web-5d9, namespace: default,
-//!       ownerReferences: [{kind: Deployment, name: web, controller: true}]}}
-//!   - {kind: Deployment, metadata: {name: web, namespace: default}, spec: {replicas: 1}}
-//! failure:                # optional: ask on-failure instead of plan-drain
-//!   drainIncomplete: {pending: [default/db-0], timedOut: true, message: "..."}
-//!   # drainIncomplete also takes waited: [ns/pod] (wait ran out)
-//!   # or: nodeNotFound, {leaseHeld: holder}, {leaseError: msg}, {apiError: msg},
-//!   #     {volumesAttached: [csi-abc]}
-//! fleet:                  # optional: ask admit instead (may the maintenance start?)
-//!   nodes:                # Nodes (Ready unless their status says otherwise); the
-//!     - metadata: {name: node-2, labels: {topology.kubernetes.io/zone: a}}
-//!                         # maintenance's node is added when not listed
-//!   maintenances:         # the other unfinished NodeMaintenances
-//!     - {node: node-2, admitted: true, since: 5m}   # name, phase, created, parked: optional
-//!     - {node: node-3, admitted: false, created: 1m}
-//!   openshiftEtcd: {budgets: 1, disruptionsAllowed: 0, guardReadyOnNode: true}
-//!   history:              # maintenances that ended (seen within the policy's history-window)
-//!     - {node: node-4, started: 50m, ended: 40m, outcome: Succeeded}   # name: optional
-//!   leases: {node-5: node-healthcheck}   # who else holds a node's medik8s lease
-//!   claims: {node-6: ["cluster-api default/md-0-abc"]}   # other tools' objects
-//! settings: {timeout: 30m}  # optional: the policy's settings (policies.yaml's)
-//! expect:
-//!   decisions:            # by namespace/name (or name, for namespace default)
-//!     default/web-1: evict            # evict | delete | skip | block | surge | notify | wait
-//!     default/db-0: {action: evict, order: 1, gracePeriodSeconds: 30}
-//!     default/bare: {action: block, reason: "no controller"}   # reason: a substring
-//!     default/job-1: {action: wait, timeoutMs: 3600000}        # wait, notify: the timeout
-//!     default/db-1: {action: notify, timeoutMs: 600000, then: delete}   # then: evict | delete
-//!   attemptTimeoutMs: 30000
-//!   maxConcurrentEvictions: 2         # or null for no limit
-//!   verdict: retryWithBackoff         # | {retryAfterMs: 5000} | fail | {fail: "substring"}
-//!                                     # | park | {park: "substring"}
-//!   admission: admit                  # | wait | deny | {wait: "substring"} | {deny: "substring"}
-//!   error: invalid_decision           # the policy must fail, in this category
-//!                                     # (settings: it refused its settings)
-//! ```
-//!
-//! Only what `expect` names is checked; pods it does not list may get any
-//! decision. Every answer is validated exactly as the operator validates
-//! it, so a scenario that passes here is an answer the operator acts on.
+//! The scenario format: a scenario file's YAML read into what a policy
+//! is asked (the objects as the operator converts them) and what it is
+//! expected to answer.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1 as core;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::error::ToolError as Error;
-use nmo_policy_runtime::Policy;
-type Result<T, E = Error> = std::result::Result<T, E>;
+use super::check::expectation;
+use crate::policy::error::ToolError as Error;
+pub(super) type Result<T, E = Error> = std::result::Result<T, E>;
 use crate::crd::NodeMaintenance;
 use nmo_policy_runtime::types::{DrainReport, EtcdGuard, Failure, FleetMaintenance, PodRef};
-use nmo_policy_runtime::validate::{Action, Admission, Plan, Verdict};
+use nmo_policy_runtime::validate::Admission;
 use nmo_policy_runtime::{Fleet, Settings};
 
 /// One scenario, as read from a file.
@@ -90,141 +24,143 @@ pub struct Scenario {
     pub name: String,
     /// The file it came from, and its document number (from 1).
     pub source: String,
-    maintenance: NodeMaintenance,
-    elapsed_ms: u64,
-    attempt: u32,
-    now: Option<std::time::SystemTime>,
-    node: core::Node,
-    pods: Vec<core::Pod>,
-    history: nmo_policy_runtime::History,
-    workloads: nmo_policy_runtime::Workloads,
-    failure: Option<Failure>,
-    fleet: Option<ScenarioFleet>,
-    settings: Settings,
-    expect: Expect,
+    pub(super) maintenance: NodeMaintenance,
+    pub(super) elapsed_ms: u64,
+    pub(super) attempt: u32,
+    pub(super) now: Option<std::time::SystemTime>,
+    pub(super) node: core::Node,
+    pub(super) pods: Vec<core::Pod>,
+    pub(super) history: nmo_policy_runtime::History,
+    pub(super) workloads: nmo_policy_runtime::Workloads,
+    pub(super) failure: Option<Failure>,
+    pub(super) fleet: Option<ScenarioFleet>,
+    pub(super) settings: Settings,
+    pub(super) expect: Expect,
 }
 
 /// A scenario's fleet, its times relative to the decision's.
 #[derive(Debug, Clone)]
-struct ScenarioFleet {
-    nodes: Vec<core::Node>,
-    maintenances: Vec<RawFleetMaintenance>,
-    etcd: Option<EtcdGuard>,
-    history: Vec<RawEnded>,
-    leases: BTreeMap<String, String>,
-    claims: BTreeMap<String, Vec<String>>,
+pub(super) struct ScenarioFleet {
+    pub(super) nodes: Vec<core::Node>,
+    pub(super) maintenances: Vec<RawFleetMaintenance>,
+    pub(super) etcd: Option<EtcdGuard>,
+    pub(super) history: Vec<RawEnded>,
+    pub(super) leases: BTreeMap<String, String>,
+    pub(super) claims: BTreeMap<String, Vec<String>>,
 }
 
 /// A maintenance that ended, its times relative to the decision's.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawEnded {
-    name: Option<String>,
-    node: String,
+pub(super) struct RawEnded {
+    pub(super) name: Option<String>,
+    pub(super) node: String,
     /// How long ago it was admitted.
-    started: Value,
+    pub(super) started: Value,
     /// How long ago it gave its node back.
-    ended: Value,
+    pub(super) ended: Value,
     /// Succeeded, Failed or Cancelled.
-    outcome: String,
+    pub(super) outcome: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawFleet {
+pub(super) struct RawFleet {
     #[serde(default)]
-    nodes: Vec<Value>,
+    pub(super) nodes: Vec<Value>,
     #[serde(default)]
-    maintenances: Vec<RawFleetMaintenance>,
-    openshift_etcd: Option<RawEtcd>,
+    pub(super) maintenances: Vec<RawFleetMaintenance>,
+    pub(super) openshift_etcd: Option<RawEtcd>,
     /// Maintenances that ended (the policy sees those within its window).
     #[serde(default)]
-    history: Vec<RawEnded>,
+    pub(super) history: Vec<RawEnded>,
     /// Who else holds a node's medik8s lease, by node name.
     #[serde(default)]
-    leases: BTreeMap<String, String>,
+    pub(super) leases: BTreeMap<String, String>,
     /// Other tools' claims of a node (`cluster-api ns/machine`, `nvidia
     /// ns/name`), by node name.
     #[serde(default)]
-    claims: BTreeMap<String, Vec<String>>,
+    pub(super) claims: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawFleetMaintenance {
-    name: Option<String>,
-    node: String,
+pub(super) struct RawFleetMaintenance {
+    pub(super) name: Option<String>,
+    pub(super) node: String,
     #[serde(default = "yes")]
-    admitted: bool,
+    pub(super) admitted: bool,
     #[serde(default)]
-    parked: bool,
-    phase: Option<String>,
+    pub(super) parked: bool,
+    pub(super) phase: Option<String>,
     /// How long ago it was admitted (or, waiting, created).
-    since: Option<Value>,
+    pub(super) since: Option<Value>,
     /// How long ago it was created (default: `since`).
-    created: Option<Value>,
+    pub(super) created: Option<Value>,
 }
 
-fn yes() -> bool {
+pub(super) fn yes() -> bool {
     true
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawEtcd {
-    budgets: u32,
+pub(super) struct RawEtcd {
+    pub(super) budgets: u32,
     #[serde(default)]
-    disruptions_allowed: u32,
+    pub(super) disruptions_allowed: u32,
     #[serde(default)]
-    guard_ready_on_node: bool,
+    pub(super) guard_ready_on_node: bool,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct Expect {
+pub(super) struct Expect {
     #[serde(default)]
-    decisions: BTreeMap<String, Value>,
-    attempt_timeout_ms: Option<u64>,
+    pub(super) decisions: BTreeMap<String, Value>,
+    pub(super) attempt_timeout_ms: Option<u64>,
     #[serde(default, deserialize_with = "present")]
-    max_concurrent_evictions: Option<Option<u32>>,
-    verdict: Option<Value>,
-    admission: Option<Value>,
-    error: Option<String>,
+    pub(super) max_concurrent_evictions: Option<Option<u32>>,
+    pub(super) verdict: Option<Value>,
+    pub(super) admission: Option<Value>,
+    pub(super) error: Option<String>,
 }
 
 /// `Some(None)` for an explicit `null`, `None` when absent.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
+pub(super) fn present<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<u32>>, D::Error> {
     Option::<u32>::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct RawScenario {
-    name: String,
-    maintenance: Option<Value>,
-    elapsed: Option<Value>,
-    attempt: Option<u32>,
-    now: Option<String>,
-    node: Option<Value>,
+pub(super) struct RawScenario {
+    pub(super) name: String,
+    pub(super) maintenance: Option<Value>,
+    pub(super) elapsed: Option<Value>,
+    pub(super) attempt: Option<u32>,
+    pub(super) now: Option<String>,
+    pub(super) node: Option<Value>,
     #[serde(default)]
-    pods: Value,
-    pods_from: Option<PathBuf>,
+    pub(super) pods: Value,
+    pub(super) pods_from: Option<PathBuf>,
     /// What the drain has done to pods so far, by `namespace/name`.
     #[serde(default)]
-    history: BTreeMap<String, RawHistory>,
+    pub(super) history: BTreeMap<String, RawHistory>,
     /// The Deployments, ReplicaSets and StatefulSets behind the pods.
     #[serde(default)]
-    workloads: Vec<Value>,
-    failure: Option<Value>,
-    fleet: Option<RawFleet>,
+    pub(super) workloads: Vec<Value>,
+    pub(super) failure: Option<Value>,
+    pub(super) fleet: Option<RawFleet>,
     #[serde(default)]
-    settings: BTreeMap<String, Value>,
-    expect: Expect,
+    pub(super) settings: BTreeMap<String, Value>,
+    pub(super) expect: Expect,
 }
 
 /// Whether a YAML document is a Kubernetes object (a `kind: List` of pods
 /// saved from kubectl, say) rather than a scenario.
-fn is_object(doc: &Value) -> bool {
+pub(super) fn is_object(doc: &Value) -> bool {
     doc.get("apiVersion").is_some() && doc.get("kind").is_some() && doc.get("expect").is_none()
 }
 
@@ -235,7 +171,7 @@ fn is_object(doc: &Value) -> bool {
 /// folder, or one below it): both are resolved (`..`, symbolic links) and
 /// the file must be a regular file of at most [`MAX_PODS_FILE`] bytes. An
 /// error names the file and where it failed, never its content.
-fn pods_file(folder: &Path, from: &Path) -> std::result::Result<Value, String> {
+pub(super) fn pods_file(folder: &Path, from: &Path) -> std::result::Result<Value, String> {
     let shown = from.display();
     let inside = folder
         .canonicalize()
@@ -288,18 +224,18 @@ pub(crate) const MAX_SCENARIO_FILE: u64 = 4 << 20;
 /// A pod's `drain-history` in a scenario.
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-struct RawHistory {
+pub(super) struct RawHistory {
     /// How long the drain has wanted it gone (`90s`, `15m`...).
-    pending: Option<Value>,
-    refused_evictions: u32,
-    attempts: u32,
+    pub(super) pending: Option<Value>,
+    pub(super) refused_evictions: u32,
+    pub(super) attempts: u32,
     /// How long ago the application was notified.
-    notified: Option<Value>,
+    pub(super) notified: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-enum RawFailure {
+pub(super) enum RawFailure {
     NodeNotFound,
     LeaseHeld(String),
     LeaseError(String),
@@ -310,16 +246,16 @@ enum RawFailure {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-struct RawReport {
-    pending: Vec<String>,
-    pdb_blocked: Vec<String>,
-    blocked: Vec<String>,
-    waited: Vec<String>,
-    timed_out: bool,
-    message: String,
+pub(super) struct RawReport {
+    pub(super) pending: Vec<String>,
+    pub(super) pdb_blocked: Vec<String>,
+    pub(super) blocked: Vec<String>,
+    pub(super) waited: Vec<String>,
+    pub(super) timed_out: bool,
+    pub(super) message: String,
 }
 
-fn pod_ref(key: &str) -> PodRef {
+pub(super) fn pod_ref(key: &str) -> PodRef {
     let (namespace, name) = key.split_once('/').unwrap_or(("default", key));
     PodRef {
         namespace: namespace.to_owned(),
@@ -328,7 +264,7 @@ fn pod_ref(key: &str) -> PodRef {
 }
 
 /// `90s`, `15m`, `2h`, `1500ms`, or a number of milliseconds.
-fn duration_ms(v: &Value) -> std::result::Result<u64, String> {
+pub(super) fn duration_ms(v: &Value) -> std::result::Result<u64, String> {
     if let Some(n) = v.as_u64() {
         return Ok(n);
     }
@@ -351,7 +287,7 @@ fn duration_ms(v: &Value) -> std::result::Result<u64, String> {
 }
 
 /// Fills in `apiVersion` and `kind` when a pasted object lacks them.
-fn typed(mut v: Value, api_version: &str, kind: &str) -> Value {
+pub(super) fn typed(mut v: Value, api_version: &str, kind: &str) -> Value {
     if let Some(o) = v.as_object_mut() {
         o.entry("apiVersion").or_insert_with(|| json!(api_version));
         o.entry("kind").or_insert_with(|| json!(kind));
@@ -360,7 +296,7 @@ fn typed(mut v: Value, api_version: &str, kind: &str) -> Value {
 }
 
 impl Scenario {
-    fn from_raw(raw: RawScenario, source: String) -> std::result::Result<Self, String> {
+    pub(super) fn from_raw(raw: RawScenario, source: String) -> std::result::Result<Self, String> {
         let (maintenance, node) = scenario_maintenance(raw.maintenance, raw.node)?;
         let pods = scenario_pods(raw.pods)?;
         let failure = raw.failure.map(scenario_failure).transpose()?;
@@ -406,7 +342,7 @@ impl Scenario {
 /// The scenario's maintenance and node, each completed as a user leaves
 /// them out: a maintenance `scenario` of the node, a node `node-1` that
 /// is cordoned.
-fn scenario_maintenance(
+pub(super) fn scenario_maintenance(
     maintenance: Option<Value>,
     node_given: Option<Value>,
 ) -> std::result::Result<(NodeMaintenance, core::Node), String> {
@@ -442,7 +378,7 @@ fn scenario_maintenance(
 
 /// The scenario's `pods`: a list, or a `kind: List` (as kubectl prints
 /// them), in `default` when they name no namespace.
-fn scenario_pods(pods: Value) -> std::result::Result<Vec<core::Pod>, String> {
+pub(super) fn scenario_pods(pods: Value) -> std::result::Result<Vec<core::Pod>, String> {
     let items = match pods {
         Value::Null => Vec::new(),
         Value::Array(a) => a,
@@ -466,7 +402,7 @@ fn scenario_pods(pods: Value) -> std::result::Result<Vec<core::Pod>, String> {
 }
 
 /// The scenario's `failure`, as `on-failure` is given it.
-fn scenario_failure(v: Value) -> std::result::Result<Failure, String> {
+pub(super) fn scenario_failure(v: Value) -> std::result::Result<Failure, String> {
     let refs = |keys: &[String]| keys.iter().map(|k| pod_ref(k)).collect();
     Ok(
         match serde_json::from_value::<RawFailure>(v).map_err(|e| format!("failure: {e}"))? {
@@ -489,7 +425,7 @@ fn scenario_failure(v: Value) -> std::result::Result<Failure, String> {
 
 /// The scenario's `expect` fits what it gives: decisions for a plan, a
 /// verdict for a failure, an admission for a fleet, and something to check.
-fn check_expectations(
+pub(super) fn check_expectations(
     e: &Expect,
     has_failure: bool,
     has_fleet: bool,
@@ -523,7 +459,7 @@ fn check_expectations(
 }
 
 /// The scenario's `settings`, as text (numbers and booleans as written).
-fn scenario_settings(
+pub(super) fn scenario_settings(
     given: &BTreeMap<String, Value>,
 ) -> std::result::Result<BTreeMap<String, String>, String> {
     let mut settings = BTreeMap::new();
@@ -541,7 +477,7 @@ fn scenario_settings(
 /// The scenario's `workloads` (Deployments, ReplicaSets, StatefulSets,
 /// or the `kind: List` kubectl prints), resolved for its pods as the
 /// operator resolves what it reads.
-fn scenario_workloads(
+pub(super) fn scenario_workloads(
     raw: Vec<Value>,
     pods: &[core::Pod],
 ) -> std::result::Result<nmo_policy_runtime::Workloads, String> {
@@ -573,7 +509,7 @@ fn scenario_workloads(
 
 /// The scenario's `history`, keyed by the pods' uids (a pod without one
 /// gets `scenario/<namespace>/<name>`); every key must name a pod.
-fn scenario_history(
+pub(super) fn scenario_history(
     mut pods: Vec<core::Pod>,
     raw: BTreeMap<String, RawHistory>,
     now: Option<std::time::SystemTime>,
@@ -629,7 +565,10 @@ fn scenario_history(
 
 /// The fleet of a scenario: its nodes (Ready unless their status says
 /// otherwise; the maintenance's node added when not listed).
-fn scenario_fleet(f: RawFleet, node: &core::Node) -> std::result::Result<ScenarioFleet, String> {
+pub(super) fn scenario_fleet(
+    f: RawFleet,
+    node: &core::Node,
+) -> std::result::Result<ScenarioFleet, String> {
     let mut nodes = Vec::new();
     for (i, n) in f.nodes.into_iter().enumerate() {
         let mut n = typed(n, "v1", "Node");
@@ -689,7 +628,12 @@ fn scenario_fleet(f: RawFleet, node: &core::Node) -> std::result::Result<Scenari
 
 impl ScenarioFleet {
     /// The fleet at `now_ms`, and the position of `node_name` in it.
-    fn at(&self, now_ms: u64, node_name: &str, window: std::time::Duration) -> (Fleet, usize) {
+    pub(super) fn at(
+        &self,
+        now_ms: u64,
+        node_name: &str,
+        window: std::time::Duration,
+    ) -> (Fleet, usize) {
         let ago = |v: &Option<Value>| {
             now_ms.saturating_sub(v.as_ref().and_then(|v| duration_ms(v).ok()).unwrap_or(0))
         };
@@ -704,7 +648,7 @@ impl ScenarioFleet {
                     phase: m.phase.as_deref().and_then(|p| {
                         serde_json::from_value(json!(p))
                             .ok()
-                            .map(super::convert::maintenance_phase)
+                            .map(crate::policy::convert::maintenance_phase)
                     }),
                     admitted: m.admitted,
                     parked: m.parked,
@@ -749,7 +693,7 @@ impl ScenarioFleet {
     }
 }
 
-fn check_admission(want: &Value, got: &Admission) -> bool {
+pub(super) fn check_admission(want: &Value, got: &Admission) -> bool {
     match (want, got) {
         (Value::String(s), Admission::Admit) => s == "admit",
         (Value::String(s), Admission::Wait { .. }) => s == "wait",
@@ -844,7 +788,7 @@ pub fn load(path: &Path) -> Result<Vec<Scenario>> {
 }
 
 /// Whether a file's first document is a Kubernetes object.
-fn is_object_file(path: &Path) -> bool {
+pub(super) fn is_object_file(path: &Path) -> bool {
     let Ok(text) = crate::yaml::read_file(path, MAX_PODS_FILE) else {
         return false;
     };
@@ -852,363 +796,4 @@ fn is_object_file(path: &Path) -> bool {
         .ok()
         .and_then(|d| d.into_iter().next())
         .is_some_and(|v| is_object(&v))
-}
-
-/// How one scenario went.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    pub name: String,
-    pub source: String,
-    /// Each difference as `(what, expected, actual)`; empty: passed.
-    pub diffs: Vec<(String, String, String)>,
-}
-
-impl Outcome {
-    pub fn passed(&self) -> bool {
-        self.diffs.is_empty()
-    }
-}
-
-fn show_action(a: &Action, order: u32) -> String {
-    let grace = |g: &Option<i64>| g.map(|g| format!(" (grace {g}s)")).unwrap_or_default();
-    let mut s = match a {
-        Action::Skip { reason } | Action::Block { reason } | Action::Wait { reason, .. } => {
-            format!("{}: {reason}", a.verb())
-        }
-        _ => format!("{}{}", a.verb(), grace(&a.grace())),
-    };
-    if let Some(t) = a.timeout() {
-        let _ = write!(s, ", timeoutMs {}", t.as_millis());
-    }
-    if let Action::Notify(n) = a {
-        s.push_str(if n.then_delete {
-            ", then delete"
-        } else {
-            ", then evict"
-        });
-    }
-    if order != 0 {
-        let _ = write!(s, ", order {order}");
-    }
-    s
-}
-
-/// The fields an expected decision may name, besides `action`.
-const DECISION_FIELDS: [&str; 5] = ["order", "gracePeriodSeconds", "reason", "timeoutMs", "then"];
-
-/// Whether an expected decision is well formed: a scenario that names an
-/// action or a field that does not exist cannot be read (exit code 2), it
-/// does not fail as if the policy had answered wrongly.
-fn expectation(want: &Value) -> std::result::Result<(), String> {
-    let (kind, fields) = match want {
-        Value::String(s) => (s.as_str(), None),
-        Value::Object(o) => (
-            o.get("action").and_then(Value::as_str).unwrap_or(""),
-            Some(o),
-        ),
-        _ => ("", None),
-    };
-    if !ACTIONS.contains(&kind) {
-        return Err(format!(
-            "{want} is not an action: use one of {} (or {{action, {}}})",
-            ACTIONS.join(", "),
-            DECISION_FIELDS.join(", ")
-        ));
-    }
-    for (k, v) in fields.into_iter().flatten() {
-        let ok = match k.as_str() {
-            "action" => true,
-            "order" | "timeoutMs" => v.is_u64(),
-            "gracePeriodSeconds" => v.is_i64() || v.is_null(),
-            "reason" => v.is_string(),
-            "then" => v == "evict" || v == "delete",
-            other => {
-                return Err(format!(
-                    "unknown field {other:?}: the fields are action, {}",
-                    DECISION_FIELDS.join(", ")
-                ));
-            }
-        };
-        if !ok {
-            return Err(format!("{k}: {v} is not a valid value"));
-        }
-    }
-    Ok(())
-}
-
-/// Compares one expected decision (already checked by [`expectation`])
-/// with the actual one; `Err(expected, as shown)` if it does not match.
-fn check_decision(want: &Value, got: &Action, order: u32) -> std::result::Result<(), String> {
-    expectation(want).map_err(|why| format!("(bad expectation: {why})"))?;
-    let (kind, fields) = match want {
-        Value::String(s) => (s.as_str(), None),
-        Value::Object(o) => (
-            o.get("action").and_then(Value::as_str).unwrap_or(""),
-            Some(o),
-        ),
-        _ => ("", None),
-    };
-    let (got_kind, got_grace, got_reason) = (got.verb(), got.grace(), got.reason().unwrap_or(""));
-    let shown = || {
-        let mut s = kind.to_owned();
-        for (k, v) in fields.into_iter().flatten() {
-            if k != "action" {
-                let _ = write!(s, ", {k} {v}");
-            }
-        }
-        s
-    };
-    let mut ok = kind == got_kind;
-    for (k, v) in fields.into_iter().flatten() {
-        ok &= match k.as_str() {
-            "order" => v.as_u64() == Some(u64::from(order)),
-            "gracePeriodSeconds" => v.as_i64() == got_grace || (v.is_null() && got_grace.is_none()),
-            "reason" => v.as_str().is_some_and(|r| got_reason.contains(r)),
-            "timeoutMs" => got
-                .timeout()
-                .is_some_and(|t| v.as_u64() == u64::try_from(t.as_millis()).ok()),
-            "then" => match got {
-                Action::Notify(n) => (v == "delete") == n.then_delete,
-                _ => false,
-            },
-            _ => true,
-        };
-    }
-    if ok { Ok(()) } else { Err(shown()) }
-}
-
-/// The pod actions an expectation may name.
-const ACTIONS: [&str; 7] = [
-    "evict", "delete", "skip", "block", "surge", "notify", "wait",
-];
-
-fn check_verdict(want: &Value, got: &Verdict) -> bool {
-    match (want, got) {
-        (Value::String(s), Verdict::RetryWithBackoff) => s == "retryWithBackoff",
-        (Value::String(s), Verdict::Fail(_)) => s == "fail",
-        (Value::String(s), Verdict::Park { .. }) => s == "park",
-        (Value::Object(o), Verdict::Park { reason, .. }) => o
-            .get("park")
-            .and_then(Value::as_str)
-            .is_some_and(|want| reason.contains(want)),
-        (Value::Object(o), Verdict::RetryAfter(d)) => {
-            o.get("retryAfterMs").and_then(Value::as_u64) == Some(d.as_millis() as u64)
-        }
-        (Value::Object(o), Verdict::Fail(m)) => o
-            .get("fail")
-            .and_then(Value::as_str)
-            .is_some_and(|want| m.contains(want)),
-        _ => false,
-    }
-}
-
-fn show_verdict(v: &Verdict) -> String {
-    match v {
-        Verdict::RetryAfter(d) => format!("{{retryAfterMs: {}}}", d.as_millis()),
-        Verdict::RetryWithBackoff => "retryWithBackoff".into(),
-        Verdict::Fail(m) => format!("{{fail: {m:?}}}"),
-        Verdict::Park { reason, .. } => format!("{{park: {reason:?}}}"),
-    }
-}
-
-/// What the policy answered.
-enum Answer {
-    Plan(Plan),
-    Verdict(Verdict),
-    Admission(Admission),
-}
-
-/// Runs one scenario.
-pub fn run(policy: &Policy, s: &Scenario) -> Outcome {
-    let mut diffs = Vec::new();
-    let now = s.now.unwrap_or_else(std::time::SystemTime::now);
-    let at = jiff::Timestamp::try_from(now).unwrap_or_else(|_| jiff::Timestamp::now());
-    let mut m = super::convert::maintenance(&s.maintenance, s.attempt, at);
-    m.elapsed_ms = s.elapsed_ms;
-    if s.maintenance.metadata.creation_timestamp.is_none() {
-        m.created_ms = m.now_ms.saturating_sub(m.elapsed_ms);
-    }
-    let e = &s.expect;
-    let answer = policy
-        .at(now)
-        .with_settings(s.settings.clone())
-        .and_then(|policy| match (&s.fleet, &s.failure) {
-            (Some(fleet), _) => {
-                let window = s.settings.history_window();
-                let (fleet, position) = fleet.at(m.now_ms, &m.node_name, window);
-                policy.admit(&m, position, &fleet).map(Answer::Admission)
-            }
-            (None, Some(f)) => policy.on_failure(&m, f).map(Answer::Verdict),
-            (None, None) => policy
-                .plan_drain_shared(
-                    &m,
-                    s.node.clone(),
-                    s.pods.clone().into(),
-                    s.history.clone(),
-                    s.workloads.clone(),
-                )
-                .map(Answer::Plan),
-        });
-    match (answer, &e.error) {
-        (Err(err), Some(cat)) if err.category() == cat => {}
-        (Err(err), Some(cat)) => diffs.push((
-            "error".into(),
-            cat.clone(),
-            format!("{} ({err})", err.category()),
-        )),
-        (Err(err), None) => diffs.push((
-            "answer".into(),
-            "a valid answer".into(),
-            format!("error {}: {err}", err.category()),
-        )),
-        (Ok(_), Some(cat)) => diffs.push(("error".into(), cat.clone(), "a valid answer".into())),
-        (Ok(Answer::Admission(got)), None) => {
-            if let Some(want) = e.admission.as_ref().filter(|w| !check_admission(w, &got)) {
-                let want = match want {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                diffs.push(("admission".into(), want, got.to_string()));
-            }
-        }
-        (Ok(Answer::Plan(plan)), None) => {
-            let by_key: BTreeMap<String, (&Action, u32)> = plan
-                .steps
-                .iter()
-                .map(|st| {
-                    (
-                        format!("{}/{}", st.namespace, st.name),
-                        (&st.action, st.order),
-                    )
-                })
-                .collect();
-            for (key, want) in &e.decisions {
-                let key = if key.contains('/') {
-                    key.clone()
-                } else {
-                    format!("default/{key}")
-                };
-                match by_key.get(&key) {
-                    None => diffs.push((
-                        key,
-                        format!("{want}"),
-                        "(no such pod in the scenario)".into(),
-                    )),
-                    Some((action, order)) => {
-                        if let Err(want) = check_decision(want, action, *order) {
-                            diffs.push((key, want, show_action(action, *order)));
-                        }
-                    }
-                }
-            }
-            if let Some(t) = e.attempt_timeout_ms {
-                let got = plan.attempt_timeout.as_millis() as u64;
-                if got != t {
-                    diffs.push(("attemptTimeoutMs".into(), t.to_string(), got.to_string()));
-                }
-            }
-            if let Some(want) = e.max_concurrent_evictions {
-                let got = plan.max_concurrent_evictions.map(|n| n.get());
-                if got != want {
-                    let show = |v: Option<u32>| v.map_or("null".to_owned(), |n| n.to_string());
-                    diffs.push(("maxConcurrentEvictions".into(), show(want), show(got)));
-                }
-            }
-        }
-        (Ok(Answer::Verdict(verdict)), None) => {
-            if let Some(want) = e.verdict.as_ref().filter(|w| !check_verdict(w, &verdict)) {
-                let want = match want {
-                    Value::String(s) => s.clone(),
-                    other => crate::yaml::to_string(other)
-                        .map(|s| format!("{{{}}}", s.trim().replace('\n', ", ")))
-                        .unwrap_or_default(),
-                };
-                diffs.push(("verdict".into(), want, show_verdict(&verdict)));
-            }
-        }
-    }
-    Outcome {
-        name: s.name.clone(),
-        source: s.source.clone(),
-        diffs,
-    }
-}
-
-/// The outcomes of a run, printable.
-#[derive(Debug, Clone, Default)]
-pub struct Report {
-    pub outcomes: Vec<Outcome>,
-}
-
-impl Report {
-    pub fn passed(&self) -> usize {
-        self.outcomes.iter().filter(|o| o.passed()).count()
-    }
-
-    pub fn failed(&self) -> usize {
-        self.outcomes.len() - self.passed()
-    }
-
-    /// `PASS`/`FAIL` per scenario, a `-` expected / `+` actual diff under
-    /// each failure, and a total line.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        for o in &self.outcomes {
-            let mark = if o.passed() { "PASS" } else { "FAIL" };
-            let _ = writeln!(out, "{mark}  {}  ({})", o.name, o.source);
-            for (what, want, got) in &o.diffs {
-                let _ = writeln!(out, "        {what}");
-                let _ = writeln!(out, "          - expected: {want}");
-                let _ = writeln!(out, "          + actual:   {got}");
-            }
-        }
-        let _ = writeln!(
-            out,
-            "{} scenarios: {} passed, {} failed",
-            self.outcomes.len(),
-            self.passed(),
-            self.failed()
-        );
-        out
-    }
-}
-
-/// Runs every scenario of `paths` (files or directories) on `policy`.
-pub fn run_paths(policy: &Policy, paths: &[PathBuf]) -> Result<Report> {
-    let mut report = Report::default();
-    for p in paths {
-        for s in load(p)? {
-            report.outcomes.push(run(policy, &s));
-        }
-    }
-    Ok(report)
-}
-
-/// For a policy's own `cargo test`: loads the policy file, runs the
-/// scenarios and panics with the report if any fails.
-///
-/// ```ignore
-/// #[test]
-/// fn scenarios() {
-///     nmo::policy::harness::assert_scenarios(
-///         "target/wasm32-wasip2/release/my_policy.wasm",
-///         "scenarios",
-///     );
-/// }
-/// ```
-pub fn assert_scenarios(policy_wasm: impl AsRef<Path>, scenarios: impl AsRef<Path>) -> Report {
-    let engine = nmo_policy_runtime::PolicyEngine::new(nmo_policy_runtime::EngineConfig::default())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let policy = engine
-        .load_file(policy_wasm.as_ref())
-        .unwrap_or_else(|e| panic!("{e}"));
-    let report =
-        run_paths(&policy, &[scenarios.as_ref().to_owned()]).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        report.failed() == 0,
-        "policy {} failed scenarios:\n{}",
-        policy_wasm.as_ref().display(),
-        report.render()
-    );
-    report
 }
