@@ -12,7 +12,7 @@ pub fn readiness_checks(
     ctx: std::sync::Arc<Context>,
     standby_ready: bool,
 ) -> Vec<(&'static str, crate::server::Check)> {
-    let policies = ctx.policies.clone();
+    let policies = ctx.policies().clone();
     vec![
         (
             "informer-sync",

@@ -619,7 +619,7 @@ fn operator(cli: &Cli) -> anyhow::Result<()> {
             let identity = format!("{}_{}", cli.instance, std::process::id());
             let mut elector =
                 nmo::controller::leader::Elector::new(client, &ns, identity, Default::default())
-                    .with_metrics(ctx.metrics.clone());
+                    .with_metrics(ctx.metrics().clone());
             // In a pod whose namespace holds the lock: a holder whose pod
             // is gone is not waited out.
             if own_namespace(cli).as_deref() == Some(ns.as_str()) {
@@ -691,8 +691,8 @@ async fn start_servers(
         let following = [
             watched.follow_fleet(
                 client,
-                &ctx.settings.lease_namespace,
-                ctx.settings.tool_api_recheck,
+                &ctx.settings().lease_namespace,
+                ctx.settings().tool_api_recheck,
             ),
             watched.follow_maintenances(client),
         ];
@@ -702,8 +702,8 @@ async fn start_servers(
         });
         let validator = nmo::webhook::Validator::new(client.clone())
             .await
-            .with_policies(ctx.policies.clone())
-            .with_lease_namespace(&ctx.settings.lease_namespace)
+            .with_policies(ctx.policies().clone())
+            .with_lease_namespace(&ctx.settings().lease_namespace)
             .with_metrics(metrics.webhook.clone())
             .with_watched(watched);
         if has_webhook_cert(&cert_dir) {

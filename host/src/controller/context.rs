@@ -109,12 +109,12 @@ impl Default for Settings {
 /// drain shares (`drains`); what is remembered of each maintenance
 /// (`memory`); and the passes' slots.
 pub struct Context {
-    pub client: Client,
+    client: Client,
     /// The policies, as loaded (and reloaded) from the policy directory.
-    pub policies: Arc<PolicyStore>,
-    pub settings: Settings,
+    policies: Arc<PolicyStore>,
+    settings: Settings,
     /// Where the controller counts (on the registry the operator serves).
-    pub metrics: ControllerMetrics,
+    metrics: ControllerMetrics,
     pub(super) writers: Writers,
     pub(super) health: Health,
     pub(crate) admission: Admission,
@@ -206,6 +206,26 @@ pub(crate) struct Admission {
 }
 
 impl Context {
+    /// The client every part uses.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The policies, as loaded (and reloaded) from the policy directory.
+    pub fn policies(&self) -> &Arc<PolicyStore> {
+        &self.policies
+    }
+
+    /// The controller's settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Where the controller counts (on the registry the operator serves).
+    pub fn metrics(&self) -> &ControllerMetrics {
+        &self.metrics
+    }
+
     pub fn new(
         client: Client,
         policies: Arc<PolicyStore>,

@@ -52,7 +52,7 @@ use crate::sync::Locked;
 
 fn error_policy(_nm: Arc<NodeMaintenance>, err: &Error, ctx: Arc<Context>) -> Action {
     tracing::error!(error = %err, category = err.category(), "reconcile failed");
-    Action::requeue(ctx.settings.error_retry)
+    Action::requeue(ctx.settings().error_retry)
 }
 
 /// The reconcile, timed and counted under controller-runtime's names.
@@ -60,7 +60,7 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
     use futures::FutureExt;
     use tracing::Instrument;
     let started = std::time::Instant::now();
-    let m = ctx.metrics.clone();
+    let m = ctx.metrics().clone();
     let worker = m.reconcile_started();
     let name = nm.name_any();
     // A panic (a bug, or an API object nobody foresaw) fails this
@@ -110,13 +110,14 @@ async fn instrumented(nm: Arc<NodeMaintenance>, ctx: Arc<Context>) -> Result<Act
 /// everything is listed again. Readiness follows: not ready until the
 /// cache has synced, nor while the watch is failing.
 pub async fn run(ctx: Arc<Context>) -> Result<()> {
-    let api: Api<NodeMaintenance> = Api::all(ctx.client.clone());
+    let api: Api<NodeMaintenance> = Api::all(ctx.client().clone());
     api.list_metadata(&kube::api::ListParams::default().limit(1))
         .await
         .map_err(Error::kube(
             "listing NodeMaintenances (is the CRD installed? `nmo crd | kubectl apply -f -`)",
         ))?;
-    ctx.metrics.set_max_concurrent(ctx.settings.max_concurrent);
+    ctx.metrics()
+        .set_max_concurrent(ctx.settings().max_concurrent);
     // However the run ends (dropped when leadership is lost), the context
     // is a standby's again.
     struct StandBy<'a>(&'a Context);
@@ -259,7 +260,7 @@ async fn watch_for_rewind(
     seen: &std::sync::atomic::AtomicU64,
 ) -> Ended {
     loop {
-        tokio::time::sleep(ctx.settings.rewind_check).await;
+        tokio::time::sleep(ctx.settings().rewind_check).await;
         // What the watch had shown before the list is asked for: the
         // server's answer is at least that, unless it went back. (Read
         // after the answer, it may hold events newer than the answer,
@@ -361,7 +362,7 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
     // kube-runtime's shutdown waits for the passes in progress: on the
     // same stop, their drains and waits end at once.
     let controller = controller.graceful_shutdown_on(ctx.stopped());
-    let _stop = ctx.settings.stop_on_signal.then(|| {
+    let _stop = ctx.settings().stop_on_signal.then(|| {
         let ctx = ctx.clone();
         crate::task::spawn(async move {
             stop_signal().await;
@@ -390,16 +391,16 @@ async fn run_once(ctx: &Arc<Context>, api: &Api<NodeMaintenance>) -> Ended {
 fn start_watches(ctx: &Context) -> (crate::task::Owned<()>, Arc<crate::admission::Following>) {
     use tracing::Instrument;
     let budgets = ctx.drains.budgets.clone();
-    let client = ctx.client.clone();
+    let client = ctx.client().clone();
     (
         crate::task::spawn(
             async move { budgets.watch(client).await }
                 .instrument(tracing::error_span!("watch", of = "budgets")),
         ),
         ctx.watched.follow_fleet(
-            &ctx.client,
-            &ctx.settings.lease_namespace,
-            ctx.settings.tool_api_recheck,
+            ctx.client(),
+            &ctx.settings().lease_namespace,
+            ctx.settings().tool_api_recheck,
         ),
     )
 }

@@ -78,7 +78,7 @@ fn cache_named(ctx: &Context) -> BTreeSet<String> {
 
 /// Nodes with our record of their state, and nodes with a lease of ours.
 async fn candidates(ctx: &Context) -> Result<BTreeSet<String>> {
-    let marked = Api::<Node>::all(ctx.client.clone())
+    let marked = Api::<Node>::all(ctx.client().clone())
         .list_metadata(&ListParams::default().labels(&format!("{}=true", node::EXCLUDE_LABEL)))
         .await
         .map_err(Error::kube("listing the nodes in maintenance"))?;
@@ -96,7 +96,7 @@ async fn candidates(ctx: &Context) -> Result<BTreeSet<String>> {
 /// from), read from the API server now. No CRD at all means no
 /// maintenance can exist.
 async fn wanting(ctx: &Context, node: &str) -> Result<Vec<NodeMaintenance>> {
-    let all = match Api::<NodeMaintenance>::all(ctx.client.clone())
+    let all = match Api::<NodeMaintenance>::all(ctx.client().clone())
         .list(&ListParams::default())
         .await
     {
@@ -118,7 +118,7 @@ async fn wanting(ctx: &Context, node: &str) -> Result<Vec<NodeMaintenance>> {
 /// sweep also forgets what is remembered of maintenances the cache no
 /// longer holds (one whose finalizer was removed by hand gets no pass).
 pub(super) async fn run(ctx: &Context, requeue: &Requeue) {
-    let interval = ctx.settings.orphan_sweep;
+    let interval = ctx.settings().orphan_sweep;
     loop {
         ctx.forget_gone();
         match sweep(ctx, requeue).await {

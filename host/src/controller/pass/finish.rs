@@ -46,14 +46,14 @@ impl Pass {
                     .as_millisecond()
                     .saturating_sub(created.0.as_millisecond())
                     .max(0);
-                self.ctx.metrics.drain_duration.observe(ms as f64 / 1e3);
+                self.ctx.metrics().drain_duration.observe(ms as f64 / 1e3);
             }
             let (reason, message) = reasons::SUCCEEDED;
             self.event(EventType::Normal, reason, message).await;
         }
         self.ctx.memory.succeeded(&self.uid);
         tracing::info!("Maintenance was completed - all pods were evicted");
-        Ok(Next::Done(self.ctx.settings.renew_interval))
+        Ok(Next::Done(self.ctx.settings().renew_interval))
     }
 
     /// The drain attempt ended with pods left: recorded, then the policy's
@@ -259,6 +259,6 @@ impl Pass {
             self.event(EventType::Warning, reasons::POLICY_ERROR, &message)
                 .await;
         }
-        Ok(Next::After(self.ctx.settings.policy_error_retry))
+        Ok(Next::After(self.ctx.settings().policy_error_retry))
     }
 }

@@ -142,14 +142,14 @@ impl Pass {
             self.count_before_drain(&selected, &node).await?;
             return self.lease_failed(e).await;
         }
-        let Some(node) = node::set_maintenance_from(&self.ctx.client, node, true)
+        let Some(node) = node::set_maintenance_from(self.ctx.client(), node, true)
             .await?
             .0
         else {
             return self.node_not_found().await;
         };
         tracing::info!("Evict all Pods from Node");
-        let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
+        let pods = NodePods::list(self.ctx.client(), &self.node_name).await?;
         let plan = match self.plan(&selected, &node, pods.shared()).await {
             Ok(plan) => plan,
             Err(e) => return self.policy_failed(e).await,
@@ -237,15 +237,15 @@ impl Pass {
     async fn admit(&self, selected: &Selected) -> Result<Option<Next>> {
         // The nodes are read before taking the lock: what must not be
         // stale is the other admissions, not the nodes' readiness.
-        let client = &self.ctx.client;
+        let client = self.ctx.client();
         let nm = self.writer.current().await;
         let nodes = self.ctx.fresh_nodes().await?;
-        let etcd = crate::admission::etcd(client, &nm, self.ctx.settings.openshift).await?;
+        let etcd = crate::admission::etcd(client, &nm, self.ctx.settings().openshift).await?;
         let history = self
             .ctx
             .admission
             .ended
-            .entries(client, &self.ctx.settings.lease_namespace)
+            .entries(client, &self.ctx.settings().lease_namespace)
             .await;
         let one_at_a_time = self.ctx.admission.lock.lock().await;
         let all = self.ctx.cached_maintenances();
@@ -264,7 +264,7 @@ impl Pass {
         let now_ms = u64::try_from(now().0.as_millisecond()).unwrap_or(0);
         let fingerprint = around.fingerprint(&selected.policy, &nm, now_ms);
         if self.ctx.memory.waits_on(&self.uid, fingerprint) {
-            return Ok(Some(Next::After(self.ctx.settings.admission_recheck)));
+            return Ok(Some(Next::After(self.ctx.settings().admission_recheck)));
         }
         let record = self.record().await;
         let answer = match around.ask(&selected.policy, record).await {
@@ -321,7 +321,7 @@ impl Pass {
                 recheck_after,
             }) => {
                 self.waiting(was_waiting, reason).await?;
-                let settings = &self.ctx.settings;
+                let settings = self.ctx.settings();
                 let (least, most) = (settings.admission_recheck_min, settings.admission_recheck);
                 Ok(Some(Next::After(
                     recheck_after.map_or(most, |d| d.clamp(least.min(most), most)),
@@ -390,7 +390,7 @@ impl Pass {
         if !is_node_name(&self.node_name) {
             return Ok(None);
         }
-        Api::<Node>::all(self.ctx.client.clone())
+        Api::<Node>::all(self.ctx.client().clone())
             .get_opt(&self.node_name)
             .await
             .map_err(Error::kube("reading the node"))
@@ -516,7 +516,7 @@ impl Pass {
             Error::Kube { .. } => (LeaseFailure::Api, Failure::LeaseError(e.to_string())),
             _ => return Err(e),
         };
-        self.ctx.metrics.lease_error(kind);
+        self.ctx.metrics().lease_error(kind);
         let nm = self.writer.current().await;
         let draining = nm.status.as_ref().is_some_and(|s| s.drain_progress > 0);
         if draining {
@@ -543,7 +543,7 @@ impl Pass {
         if !self.writer.initialising().await {
             return Ok(());
         }
-        let pods = NodePods::list(&self.ctx.client, &self.node_name).await?;
+        let pods = NodePods::list(self.ctx.client(), &self.node_name).await?;
         // A policy that fails here fails again, and says so, when the drain
         // starts: the counts wait for it.
         let Ok(plan) = self.plan(selected, node, pods.shared()).await else {
@@ -572,7 +572,7 @@ impl Pass {
         let now_ms = record.now_ms;
         let workloads = if policy.reads_workloads() {
             crate::cluster::workloads::read(
-                &self.ctx.client,
+                self.ctx.client(),
                 &self.ctx.drains.reads,
                 (self.ctx.drains.desks.memory(), &|m: &str| {
                     self.ctx.maintenance_exists(m)
@@ -726,9 +726,9 @@ impl Pass {
         );
         let outcome = drain::execute(
             Drainer {
-                client: &ctx.client,
-                retries: &ctx.settings.drain_retries,
-                metrics: &ctx.metrics,
+                client: ctx.client(),
+                retries: &ctx.settings().drain_retries,
+                metrics: ctx.metrics(),
                 shared: &ctx.drains,
                 ledger: &ledger,
                 notes: &notes,
@@ -773,7 +773,7 @@ impl Pass {
         });
         let ctx = &self.ctx;
         let waited = crate::controller::drain::volumes::wait_detached(
-            &ctx.client,
+            ctx.client(),
             &node,
             timeout,
             |names| {

@@ -23,7 +23,7 @@ pub(super) async fn record_end(ctx: &Context, nm: &NodeMaintenance, outcome: &st
     if let Some(entry) = crate::admission::history::entry(nm, outcome) {
         ctx.admission
             .ended
-            .record(&ctx.client, &ctx.settings.lease_namespace, entry)
+            .record(ctx.client(), &ctx.settings().lease_namespace, entry)
             .await;
     }
 }
@@ -81,7 +81,7 @@ pub(in crate::controller) async fn release_surges(
     if !ctx.memory.may_hold_surges(&uid) {
         return Ok(());
     }
-    match crate::controller::drain::surge::release(&ctx.client, &ctx.drains.desks, &nm.name_any())
+    match crate::controller::drain::surge::release(ctx.client(), &ctx.drains.desks, &nm.name_any())
         .await
     {
         Ok(_) => {
@@ -116,7 +116,7 @@ pub(in crate::controller) async fn restore_unless_wanted(
     nm: &NodeMaintenance,
     node: &str,
 ) -> Result<()> {
-    let others = Api::<NodeMaintenance>::all(ctx.client.clone())
+    let others = Api::<NodeMaintenance>::all(ctx.client().clone())
         .list(&ListParams::default())
         .await
         .map_err(Error::kube("listing NodeMaintenances"))?;
@@ -138,7 +138,7 @@ pub(in crate::controller) async fn restore_unless_wanted(
 /// that fails (or is killed) anywhere and is retried restores the node to
 /// the record again, never to "nothing".
 pub(in crate::controller) async fn stop_maintenance(ctx: &Context, node_name: &str) -> Result<()> {
-    let (node, changed) = node::set_maintenance(&ctx.client, node_name, false).await?;
+    let (node, changed) = node::set_maintenance(ctx.client(), node_name, false).await?;
     if let (Some(node), true) = (node, changed) {
         let (reason, message) = reasons::UNCORDON;
         log_err(
@@ -148,7 +148,7 @@ pub(in crate::controller) async fn stop_maintenance(ctx: &Context, node_name: &s
         );
     }
     ctx.writers.leases.invalidate(node_name).await?;
-    node::forget_record(&ctx.client, node_name).await
+    node::forget_record(ctx.client(), node_name).await
 }
 
 pub(in crate::controller) fn log_err(r: Result<()>) {

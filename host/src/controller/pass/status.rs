@@ -122,7 +122,7 @@ impl Writer {
             .is_none()
             .then(Init::default);
         Arc::new(Writer {
-            api: Api::all(ctx.client.clone()),
+            api: Api::all(ctx.client().clone()),
             ctx,
             state: tokio::sync::Mutex::new(State {
                 nm,
