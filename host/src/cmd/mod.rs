@@ -18,8 +18,8 @@ macro_rules! out {
     };
 }
 
-#[cfg(feature = "demo")]
 mod cluster;
+#[cfg(feature = "demo")]
 mod demo;
 mod kubectl;
 mod output;
