@@ -18,8 +18,8 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::common::blocks;
 use crate::real_node::{
-    KWOK, NS, REAL, admits_once_through_the_webhook, cp_phase, kubectl_ok, operator_ready, start,
-    user_overlay, web_on_kwok,
+    KWOK, NS, REAL, admits_once_through_the_webhook, apply_overlay, cp_phase, kubectl_ok,
+    operator_ready, start, user_overlay, web_on_kwok,
 };
 
 const DEPLOYMENT: &str = "deployment/node-maintenance-operator-controller-manager";
@@ -216,17 +216,7 @@ async fn metrics_open_as_the_guide_reads_them(cp: &ControlPlane, dir: &std::path
         "resources: [../deploy/metrics-open]\nimages:\n- {name: nmo, newName: localhost/nmo, newTag: dev}\n",
     )
     .unwrap();
-    kubectl_ok(
-        cp,
-        &[
-            "apply",
-            "--server-side",
-            "-k",
-            &overlay.display().to_string(),
-        ],
-        None,
-    )
-    .await;
+    apply_overlay(cp, &overlay).await;
     rolled_out(cp).await;
     // "kubectl port-forward -n node-maintenance-operator-system
     //    deployment/node-maintenance-operator-controller-manager 8080:8080"
@@ -297,18 +287,7 @@ fn the_operations_guides_commands_work_or_the_docs_say_what_does() {
         let mut cp = start(&[REAL], image).await;
         cp.start_cert_manager().await.unwrap();
         let work = tempfile::tempdir().unwrap();
-        let overlay = user_overlay(work.path());
-        kubectl_ok(
-            &cp,
-            &[
-                "apply",
-                "--server-side",
-                "-k",
-                &overlay.display().to_string(),
-            ],
-            None,
-        )
-        .await;
+        apply_overlay(&cp, &user_overlay(work.path())).await;
         operator_ready(&mut cp).await;
         kubectl_ok(&cp, &["apply", "-f", "-"], Some(&web_on_kwok())).await;
         admits_once_through_the_webhook(&cp, "nm-guide", KWOK).await;

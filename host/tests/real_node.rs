@@ -314,22 +314,24 @@ enum Install {
 /// Installs the operator as a user does, from `dir` (a scratch folder).
 async fn install(cp: &ControlPlane, how: Install, dir: &std::path::Path) {
     match how {
-        Install::Kustomize => {
-            let overlay = user_overlay(dir);
-            kubectl_ok(
-                cp,
-                &[
-                    "apply",
-                    "--server-side",
-                    "-k",
-                    &overlay.display().to_string(),
-                ],
-                None,
-            )
-            .await;
-        }
+        Install::Kustomize => apply_overlay(cp, &user_overlay(dir)).await,
         Install::Helm => helm_install(cp, &[]),
     }
+}
+
+/// `kubectl apply --server-side -k` of `overlay`, as the README installs.
+pub(crate) async fn apply_overlay(cp: &ControlPlane, overlay: &std::path::Path) {
+    kubectl_ok(
+        cp,
+        &[
+            "apply",
+            "--server-side",
+            "-k",
+            &overlay.display().to_string(),
+        ],
+        None,
+    )
+    .await;
 }
 
 /// `helm install nmo` of deploy/helm into the operator's namespace, the
